@@ -1,0 +1,41 @@
+"""The in-memory shape of a labelled dataset split, shared by every loader."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import random
+
+
+@dataclass(frozen=True)
+class Example:
+    """One input: a sentence or a sentence pair, with its label as written in the source."""
+
+    position: int  # row index within the source split, after header and blank lines
+    guid: str | None  # the source's own id for the row, when it has one
+    text_a: str
+    text_b: str | None
+    label: str | None  # raw label text ("1", "entailment", "3.800"); None when unlabelled
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """A split of one task, ready to tokenize."""
+
+    dataset: str  # "glue", "sample", a Hugging Face dataset name, or a file name
+    task: str
+    split: str
+    examples: tuple[Example, ...]
+    labels: tuple[str, ...] | None  # class names in label-id order; None for regression
+    source: str  # where the rows were read from (a path or "name/config:split"), for provenance
+
+    @property
+    def is_pair(self) -> bool:
+        return any(e.text_b is not None for e in self.examples)
+
+    def sample(self, limit: int | None, seed: int) -> "TaskData":
+        """A seeded random subset of at most `limit` examples, kept in source order."""
+        if limit is None or limit >= len(self.examples):
+            return self
+        chosen = sorted(random.Random(seed).sample(range(len(self.examples)), limit))
+        return replace(self, examples=tuple(self.examples[i] for i in chosen))

@@ -1,0 +1,1 @@
+"""attnwh.reports: HTML reports built from the warehouse's named queries (polars + Altair)."""

@@ -1,0 +1,1 @@
+"""attnwh.sql: the DuckDB warehouse (schema migrations, connections) and the named queries."""
