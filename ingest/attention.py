@@ -1,0 +1,83 @@
+"""attnwh's attention function, registered with transformers' AttentionInterface.
+
+A model loaded with ``attn_implementation=ATTENTION_NAME`` computes every self-attention
+layer through :func:`attnwh_attention`. It does what the eager path does (scores, mask,
+softmax, weighted sum of values) and hands each layer's probabilities to the active
+:class:`AttentionObserver`, which reduces them on the device and may replace them (head
+disabling). The full maps are never returned to the model, so no more than one layer's maps
+of one batch are alive at a time.
+
+The mask function is registered under the same name: without it transformers passes
+``attention_mask=None`` to an unknown implementation and padded batches silently differ
+from eager.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Protocol
+
+import torch
+from torch import nn
+from transformers import AttentionInterface, AttentionMaskInterface
+from transformers.masking_utils import eager_mask
+
+ATTENTION_NAME = "attnwh"
+
+
+class AttentionObserver(Protocol):
+    """Sees each layer's attention probabilities during a forward pass."""
+
+    def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """Called once per layer, in layer order, with probabilities (batch, heads, query, key)
+        and the value vectors (batch, heads, key, head_dim); returns the probabilities the
+        layer should use (the same tensor when nothing is changed)."""
+        ...
+
+
+_active: AttentionObserver | None = None
+
+
+@contextlib.contextmanager
+def observing(observer: AttentionObserver) -> Iterator[AttentionObserver]:
+    """Route every attnwh attention call to `observer` inside the block, and always undo it."""
+    global _active
+    if _active is not None:
+        raise RuntimeError("an attention observer is already active")
+    _active = observer
+    try:
+        yield observer
+    finally:
+        _active = None
+
+
+def attnwh_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    """Eager attention with an observation point between the softmax and the value sum."""
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    probs = nn.functional.softmax(scores, dim=-1)
+    if _active is not None:
+        probs = _active.observe(module, probs, value)
+    probs = nn.functional.dropout(probs, p=dropout, training=module.training)
+    output = torch.matmul(probs, value).transpose(1, 2).contiguous()
+    return output, None
+
+
+def register() -> str:
+    """Register the attention and mask functions (idempotent); returns the implementation name."""
+    AttentionInterface.register(ATTENTION_NAME, attnwh_attention)
+    AttentionMaskInterface.register(ATTENTION_NAME, eager_mask)
+    return ATTENTION_NAME

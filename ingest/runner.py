@@ -1,0 +1,235 @@
+"""The statistics ingest: run an encoder over tasks and write head statistics.
+
+Everything that can be wrong with the input (model, data, lengths) is checked before the
+warehouse is opened, so bad input leaves the file untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from attnwh.errors import DataError, UsageError
+from attnwh.sql import warehouse
+
+from . import attention, store
+from .encoding import EncodedTask, TokenKinds, collate, encode_task, length_buckets
+from .examples import TaskData
+from .models import EncoderModel, output_projections
+from .statistics import STAT_COLUMNS, HeadStatistics, value_norm_grams
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    limit: int | None = None  # examples per task, seeded sample; None = all
+    seed: int = 42
+    max_length: int | None = None  # None = the model's limit
+    truncate: bool = True  # False: an over-long example is an error
+    batch_size: int = 32
+    replace: bool = False  # redo a run that is already complete
+    command: str | None = None  # recorded with the run
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    task: str
+    run_id: int
+    outcome: str  # "complete", "resumed", "replaced" or "already complete"
+    n_examples: int
+    n_written: int  # examples written by this invocation
+    n_truncated: int
+    rows_written: int
+    seconds: float
+
+
+# Called after each batch with the number of examples it held.
+ProgressCallback = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class PreparedTask:
+    data: TaskData
+    encoded: EncodedTask
+    example_ids: np.ndarray
+    run_key: str
+
+
+def prepare_tasks(encoder: EncoderModel, tasks: Sequence[TaskData], options: IngestOptions) -> list[PreparedTask]:
+    """Sample, tokenize and check every task; raises before anything is written."""
+    max_length = options.max_length or encoder.max_length
+    if max_length > encoder.max_length:
+        raise UsageError(f"--max-length {max_length} exceeds the model's limit of {encoder.max_length} tokens")
+    if max_length < 4:
+        raise UsageError("--max-length must be at least 4 tokens")
+    prepared = []
+    for full in tasks:
+        data = full.sample(options.limit, options.seed)
+        if not data.examples:
+            raise DataError(f"task {data.task} ({data.split}) has no examples")
+        encoded = encode_task(encoder.tokenizer, data, max_length)
+        too_long = np.flatnonzero(encoded.truncated)
+        if len(too_long) and not options.truncate:
+            first = data.examples[too_long[0]]
+            raise DataError(
+                f"{len(too_long)} example(s) of {data.task} are longer than {max_length} tokens "
+                f"(first: row {first.position}, {encoded.n_tokens_full[too_long[0]]} tokens); "
+                "allow truncation or raise --max-length"
+            )
+        ids = np.array([store.example_id(data, e) for e in data.examples], dtype=np.int64)
+        key = {
+            "kind": "statistics",
+            "weights": encoder.weights_hash,
+            "name": encoder.name,
+            "data": [data.dataset, data.task, data.split],
+            "examples": hashlib.blake2b(ids.tobytes(), digest_size=16).hexdigest(),
+            "max_length": max_length,
+            "dtype": str(encoder.dtype),
+        }
+        run_key = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=16).hexdigest()
+        prepared.append(PreparedTask(data, encoded, ids, run_key))
+    return prepared
+
+
+def ingest_statistics(
+    db_path: Path,
+    encoder: EncoderModel,
+    tasks: Sequence[PreparedTask],
+    options: IngestOptions,
+    on_start: Callable[[str, int], None] | None = None,
+    on_batch: ProgressCallback | None = None,
+) -> list[RunSummary]:
+    """Write head statistics of every prepared task into the warehouse at `db_path`.
+
+    A run with the same model, examples and settings as a stored one resumes it (or, if it
+    is complete, is skipped unless `options.replace`). `on_start(task, n_todo)` and
+    `on_batch(n)` report progress.
+    """
+    con = warehouse.connect(db_path)
+    try:
+        model_id = store.upsert_model(
+            con,
+            {
+                "name": encoder.name,
+                "revision": encoder.revision,
+                "weights_hash": encoder.weights_hash,
+                "family": encoder.family,
+                "architecture": encoder.architecture,
+                "num_layers": encoder.num_layers,
+                "num_heads": encoder.num_heads,
+                "hidden_size": encoder.hidden_size,
+                "max_length": encoder.max_length,
+            },
+        )
+        capture = StatisticsCapture(encoder)
+        return [_ingest_task(con, model_id, capture, task, options, on_start, on_batch) for task in tasks]
+    finally:
+        con.close()
+
+
+class StatisticsCapture:
+    """Runs batches through the model and returns their head statistics
+    (batch, layer, head, stat); the observer and token classifier are set up once."""
+
+    def __init__(self, encoder: EncoderModel) -> None:
+        self.encoder = encoder
+        grams = value_norm_grams(output_projections(encoder.model), encoder.num_heads)
+        self.observer = HeadStatistics(grams, encoder.num_layers)
+        self.kinds = TokenKinds(encoder.tokenizer)
+        self.accepted = set(inspect.signature(encoder.model.forward).parameters)
+
+    @torch.inference_mode()
+    def run(self, batch: dict[str, torch.Tensor]) -> np.ndarray:
+        """Statistics of one collated batch (see `encoding.collate`)."""
+        self.observer.begin(batch["attention_mask"].bool(), *self.kinds.masks(batch["input_ids"]))
+        with attention.observing(self.observer):
+            self.encoder.model(**{k: v for k, v in batch.items() if k in self.accepted})
+        return self.observer.collect()
+
+
+def _ingest_task(
+    con,
+    model_id: int,
+    capture: StatisticsCapture,
+    task: PreparedTask,
+    options: IngestOptions,
+    on_start: Callable[[str, int], None] | None,
+    on_batch: ProgressCallback | None,
+) -> RunSummary:
+    encoder = capture.encoder
+    data, encoded = task.data, task.encoded
+    con.begin()
+    try:
+        store.insert_examples(con, data, task.example_ids.tolist())
+        state = store.open_run(
+            con,
+            task.run_key,
+            options.replace,
+            {
+                "kind": "statistics",
+                "model_id": model_id,
+                "dataset": data.dataset,
+                "task": data.task,
+                "split": data.split,
+                "source": data.source,
+                "example_limit": options.limit,
+                "seed": options.seed,
+                "max_length": options.max_length or encoder.max_length,
+                "n_examples": len(data.examples),
+                "n_truncated": int(encoded.truncated.sum()),
+                "device": str(encoder.device),
+                "dtype": str(encoder.dtype).removeprefix("torch."),
+                "batch_size": options.batch_size,
+                "versions": json.dumps(store.library_versions()),
+                "command": options.command,
+            },
+        )
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    n_truncated = int(encoded.truncated.sum())
+    if state.status == "complete":
+        return RunSummary(data.task, state.run_id, "already complete", len(data.examples), 0, n_truncated, 0, 0.0)
+    todo = [i for i, eid in enumerate(task.example_ids.tolist()) if eid not in state.done]
+    if on_start:
+        on_start(data.task, len(todo))
+    lengths = encoded.n_tokens
+    started = time.perf_counter()
+    rows = 0
+    try:
+        for indices in length_buckets(lengths, todo, options.batch_size):
+            tick = time.perf_counter()
+            batch = collate(encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
+            stats = capture.run(batch)
+            store.write_batch(
+                con,
+                state.run_id,
+                task.example_ids[indices],
+                stats,
+                STAT_COLUMNS,
+                lengths[indices],
+                encoded.n_tokens_full[indices],
+                time.perf_counter() - tick,
+            )
+            rows += stats.shape[0] * stats.shape[1] * stats.shape[2]
+            if on_batch:
+                on_batch(len(indices))
+    except KeyboardInterrupt:
+        store.finish_run(con, state.run_id, "interrupted")
+        raise
+    except BaseException:
+        store.finish_run(con, state.run_id, "failed")
+        raise
+    store.finish_run(con, state.run_id, "complete")
+    outcome = {"new": "complete", "replaced": "replaced"}.get(state.status, "resumed")
+    return RunSummary(
+        data.task, state.run_id, outcome, len(data.examples), len(todo), n_truncated, rows, time.perf_counter() - started
+    )

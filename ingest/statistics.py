@@ -1,0 +1,107 @@
+"""Per-head attention statistics, reduced on the device while the model runs.
+
+For one example, A is a head's attention matrix cropped to the real tokens (rows are
+queries, [CLS] and [SEP] rows included; n rows, each summing to 1). Every statistic is a
+mean over the n rows of a per-row quantity (DESIGN §2):
+
+- ``to_cls``: A[i, cls]; ``to_sep``: the sum of A[i, j] over *all* [SEP] positions (Clark
+  et al.; Kovaleva et al. take the larger of the two [SEP]s instead); ``to_punct``: the sum
+  over tokens made only of punctuation;
+- ``to_self``, ``to_prev``, ``to_next``: A[i, i], A[i, i-1], A[i, i+1] (0 where the
+  neighbour does not exist);
+- ``entropy``: -sum_j A[i, j] ln A[i, j], in nats; ``max_weight``: max_j A[i, j];
+- ``norm_to_cls``, ``norm_to_sep``, ``norm_to_punct``: the same shares of the head's output
+  rather than of its weights (Kobayashi et al.): A[i, j] is scaled by ||f_h(x_j)||, where
+  f_h(x) = (x W_V^h + b_V^h) W_O^h is the head's slice of the output projection (output bias
+  excluded), and renormalised per row.
+
+Padding keys get probability exactly 0 from the mask, so sums over all keys equal sums over
+real keys; padding query rows are excluded by weighting each row with 1/n or 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+STAT_COLUMNS: tuple[str, ...] = (
+    "to_cls",
+    "to_sep",
+    "to_punct",
+    "to_self",
+    "to_prev",
+    "to_next",
+    "entropy",
+    "max_weight",
+    "norm_to_cls",
+    "norm_to_sep",
+    "norm_to_punct",
+)
+
+
+def value_norm_grams(output_projections: Mapping[nn.Module, nn.Linear], num_heads: int) -> dict[int, torch.Tensor]:
+    """Per attention module, the (heads, d, d) Gram matrices W_O^h W_O^h^T of its output
+    projection, so that ||v W_O^h|| = sqrt(v G_h v^T) without materialising head outputs
+    of model width."""
+    grams: dict[int, torch.Tensor] = {}
+    for module, dense in output_projections.items():
+        weight = dense.weight.detach().float()  # (hidden, heads * d): y = x @ weight.T
+        per_head = weight.view(weight.shape[0], num_heads, -1).permute(1, 0, 2)  # (H, hidden, d)
+        grams[id(module)] = per_head.transpose(1, 2) @ per_head  # (H, d, d)
+    return grams
+
+
+class HeadStatistics:
+    """Attention observer that reduces each layer's maps to :data:`STAT_COLUMNS`.
+
+    Call :meth:`begin` with the batch's token masks before the forward pass and
+    :meth:`collect` after it.
+    """
+
+    def __init__(self, grams: dict[int, torch.Tensor], num_layers: int) -> None:
+        self._grams = grams
+        self._num_layers = num_layers
+        self._layers: list[torch.Tensor] = []
+        self._row_weight: torch.Tensor | None = None
+        self._targets: torch.Tensor | None = None
+        self._next_ok: torch.Tensor | None = None
+
+    def begin(self, key_mask: torch.Tensor, cls: torch.Tensor, sep: torch.Tensor, punct: torch.Tensor) -> None:
+        """Masks of shape (batch, seq): real tokens, [CLS], [SEP] and punctuation positions."""
+        real = key_mask.float()
+        self._row_weight = real / real.sum(-1, keepdim=True)  # mean over the n real rows
+        self._targets = torch.stack([cls, sep, punct], dim=-1).float()[:, None]  # (B, 1, S, 3)
+        self._next_ok = real[:, 1:]  # row i has a real right neighbour
+        self._layers = []
+
+    def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        a = probs.float()
+        rows = []
+        shares = a @ self._targets  # (B, H, S, 3)
+        rows.extend(shares.unbind(-1))
+        rows.append(a.diagonal(dim1=-2, dim2=-1))
+        prev = a.diagonal(offset=-1, dim1=-2, dim2=-1)  # A[i, i-1] for i >= 1
+        rows.append(nn.functional.pad(prev, (1, 0)))
+        nxt = a.diagonal(offset=1, dim1=-2, dim2=-1) * self._next_ok[:, None]  # A[i, i+1]
+        rows.append(nn.functional.pad(nxt, (0, 1)))
+        rows.append(-torch.special.xlogy(a, a).sum(-1))
+        rows.append(a.amax(-1))
+        v = value.float()
+        norms = torch.einsum("bhsd,hde,bhse->bhs", v, self._grams[id(module)], v).clamp_min(0).sqrt()
+        weighted = a * norms[:, :, None, :]
+        weighted = weighted / weighted.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
+        rows.extend((weighted @ self._targets).unbind(-1))
+        per_row = torch.stack(rows, dim=-1)  # (B, H, S, K)
+        self._layers.append(torch.einsum("bhsk,bs->bhk", per_row, self._row_weight))
+        return probs
+
+    def collect(self) -> np.ndarray:
+        """The batch's statistics as an array (batch, layer, head, stat) in float32."""
+        if len(self._layers) != self._num_layers:
+            raise RuntimeError(f"saw {len(self._layers)} attention layers, expected {self._num_layers}")
+        out = torch.stack(self._layers, dim=1).cpu().numpy()
+        self._layers = []
+        return out

@@ -1,0 +1,171 @@
+"""Writing ingest results into the warehouse.
+
+Every write that belongs together happens in one transaction: a batch's statistics rows
+and the run_examples rows that mark those examples done are committed together, so an
+interrupted run leaves whole examples only, and a rerun skips exactly those.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from .examples import Example, TaskData
+
+
+def example_id(data: TaskData, example: Example) -> int:
+    """A stable signed 64-bit id for an example, from its identity and content."""
+    key = json.dumps(
+        [data.dataset, data.task, data.split, example.position, example.text_a, example.text_b, example.label]
+    )
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big", signed=True)
+
+
+def library_versions() -> dict[str, str]:
+    import torch
+    import transformers
+
+    import attnwh
+
+    return {
+        "attnwh": attnwh.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "duckdb": duckdb.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def upsert_model(con: duckdb.DuckDBPyConnection, facts: dict[str, object]) -> int:
+    """The model_id of this checkpoint (by name and weights hash), adding it if new."""
+    row = con.execute(
+        "SELECT model_id FROM models WHERE name = ? AND weights_hash = ?", [facts["name"], facts["weights_hash"]]
+    ).fetchone()
+    if row:
+        return row[0]
+    columns = list(facts)
+    return con.execute(
+        f"INSERT INTO models ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}) RETURNING model_id",
+        [facts[c] for c in columns],
+    ).fetchone()[0]
+
+
+def insert_examples(con: duckdb.DuckDBPyConnection, data: TaskData, ids: Sequence[int]) -> None:
+    """Add the task's examples; ones already stored (same id) are left as they are."""
+    labels = {name: i for i, name in enumerate(data.labels)} if data.labels else {}
+    table = pa.table(
+        {
+            "example_id": pa.array(ids, pa.int64()),
+            "dataset": [data.dataset] * len(ids),
+            "task": [data.task] * len(ids),
+            "split": [data.split] * len(ids),
+            "position": [e.position for e in data.examples],
+            "guid": [e.guid for e in data.examples],
+            "text_a": [e.text_a for e in data.examples],
+            "text_b": [e.text_b for e in data.examples],
+            "label": [e.label for e in data.examples],
+            "label_id": pa.array([labels.get(e.label) for e in data.examples], pa.int32()),
+        }
+    )
+    con.register("new_examples", table)
+    try:
+        con.execute("INSERT OR IGNORE INTO examples BY NAME SELECT * FROM new_examples")
+    finally:
+        con.unregister("new_examples")
+
+
+@dataclass(frozen=True)
+class RunState:
+    run_id: int
+    status: str  # as found, or "new" / "replaced" for a run created now
+    done: frozenset[int]  # example ids already written
+
+
+def open_run(con: duckdb.DuckDBPyConnection, run_key: str, replace: bool, fields: dict[str, object]) -> RunState:
+    """Find the run with this key, or create it; with `replace`, drop what it wrote first.
+
+    Must be called inside a transaction.
+    """
+    row = con.execute("SELECT run_id, status FROM runs WHERE run_key = ?", [run_key]).fetchone()
+    created = "new"
+    if row and replace:
+        delete_run(con, row[0])
+        row, created = None, "replaced"
+    if row:
+        run_id, status = row
+        done = con.execute("SELECT example_id FROM run_examples WHERE run_id = ?", [run_id]).fetchall()
+        if status != "complete":
+            con.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?", [run_id])
+        return RunState(run_id, status, frozenset(r[0] for r in done))
+    columns = ["run_key", "status", "started_at", *fields]
+    run_id = con.execute(
+        f"INSERT INTO runs ({', '.join(columns)}) VALUES (?, 'running', current_timestamp, "
+        f"{', '.join('?' for _ in fields)}) RETURNING run_id",
+        [run_key, *fields.values()],
+    ).fetchone()[0]
+    return RunState(run_id, created, frozenset())
+
+
+def delete_run(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    for table in ("head_stats", "run_examples", "runs"):
+        con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+
+
+def write_batch(
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    example_ids: np.ndarray,
+    stats: np.ndarray,
+    stat_columns: Sequence[str],
+    n_tokens: np.ndarray,
+    n_tokens_full: np.ndarray,
+    seconds: float,
+) -> None:
+    """Commit one batch: statistics (batch, layer, head, stat) and the examples' done marks."""
+    batch, layers, heads, _ = stats.shape
+    grid = np.indices((batch, layers, heads)).reshape(3, -1)
+    flat = stats.reshape(-1, len(stat_columns))
+    rows = {
+        "run_id": np.full(flat.shape[0], run_id, dtype=np.int32),
+        "example_id": example_ids[grid[0]],
+        "layer": grid[1].astype(np.int16),
+        "head": grid[2].astype(np.int16),
+    }
+    rows.update({name: flat[:, k] for k, name in enumerate(stat_columns)})
+    done = pa.table(
+        {
+            "run_id": np.full(batch, run_id, dtype=np.int32),
+            "example_id": example_ids,
+            "n_tokens": n_tokens.astype(np.int32),
+            "n_tokens_full": n_tokens_full.astype(np.int32),
+            "truncated": n_tokens_full > n_tokens,
+        }
+    )
+    stats_table = pa.table(rows)
+    con.begin()
+    try:
+        con.register("batch_stats", stats_table)
+        con.register("batch_done", done)
+        con.execute("INSERT INTO head_stats BY NAME SELECT * FROM batch_stats")
+        con.execute("INSERT INTO run_examples BY NAME SELECT * FROM batch_done")
+        con.execute("UPDATE runs SET seconds = coalesce(seconds, 0) + ? WHERE run_id = ?", [seconds, run_id])
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    finally:
+        con.unregister("batch_stats")
+        con.unregister("batch_done")
+
+
+def finish_run(con: duckdb.DuckDBPyConnection, run_id: int, status: str) -> None:
+    con.execute(
+        "UPDATE runs SET status = ?, finished_at = current_timestamp WHERE run_id = ?", [status, run_id]
+    )

@@ -1,0 +1,90 @@
+"""The DuckDB warehouse file: opening it, and bringing its schema up to date.
+
+The schema is the ordered migrations in ``schema/NNNN_name.sql``. Pending migrations are
+applied in one transaction together with the rows that record them, so a file is always
+at some whole version.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+
+from attnwh.errors import AttnwhError, DatabaseInUseError, UsageError
+
+_MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(version, name, sql) of every migration shipped with attnwh, in order."""
+    found = []
+    for entry in (resources.files("attnwh.sql") / "schema").iterdir():
+        match = _MIGRATION.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), match.group(2), entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open the warehouse; a writable connection also applies pending migrations.
+
+    Raises DatabaseInUseError when another process holds the file, and UsageError when a
+    read-only open finds no warehouse there.
+    """
+    path = Path(path)
+    if read_only and not path.exists():
+        raise UsageError(f"no warehouse at {path}; create one with `attnwh ingest`")
+    try:
+        con = duckdb.connect(str(path), read_only=read_only)
+    except duckdb.IOException as exc:
+        text = str(exc)
+        if "lock" in text.lower():
+            pid = re.search(r"PID (\d+)", text)
+            holder = f" (process {pid.group(1)})" if pid else ""
+            raise DatabaseInUseError(
+                f"database {path} is in use by another process{holder}; wait for it to finish or use another --db"
+            ) from None
+        raise AttnwhError(f"cannot open database {path}: {text.splitlines()[0]}") from None
+    except duckdb.Error as exc:
+        raise AttnwhError(f"cannot open database {path}: {str(exc).splitlines()[0]}") from None
+    if read_only:
+        if schema_version(con) == 0:
+            con.close()
+            raise UsageError(f"{path} is not an attnwh warehouse (no schema); create one with `attnwh ingest`")
+    else:
+        migrate(con)
+    return con
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
+    ).fetchone()[0]
+    if not exists:
+        return 0
+    return con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> int:
+    """Apply pending migrations in one transaction; returns the resulting version."""
+    current = schema_version(con)
+    pending = [m for m in migrations() if m[0] > current]
+    if not pending:
+        return current
+    con.begin()
+    try:
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations "
+            "(version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
+        )
+        for version, name, sql in pending:
+            con.execute(sql)
+            con.execute("INSERT INTO schema_migrations VALUES (?, ?, current_timestamp)", [version, name])
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    return pending[-1][0]

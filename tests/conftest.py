@@ -1,0 +1,31 @@
+"""Shared fixtures: tiny random-weight models per family, built once per session."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+sys.path.insert(0, str(Path(__file__).parent))
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A function family -> directory of a saved tiny model (cached per session)."""
+    from tiny_models import make_tiny
+
+    cache: dict[tuple, Path] = {}
+
+    def build(family: str = "bert", classifier: bool = False) -> Path:
+        key = (family, classifier)
+        if key not in cache:
+            cache[key] = make_tiny(family, tmp_path_factory.mktemp(f"{family}{'-cls' if classifier else ''}"), classifier)
+        return cache[key]
+
+    return build

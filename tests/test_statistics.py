@@ -1,0 +1,119 @@
+"""Parity: statistics from attnwh's attention function equal those computed directly from
+HF's `output_attentions=True` maps on the eager path, example by example."""
+
+from __future__ import annotations
+
+import string
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModel
+
+from attnwh.ingest.encoding import collate, encode_task
+from attnwh.ingest.examples import Example, TaskData
+from attnwh.ingest.models import load_encoder
+from attnwh.ingest.runner import StatisticsCapture
+from attnwh.ingest.statistics import STAT_COLUMNS
+
+TEXTS = [
+    ("The quick brown fox jumps over the lazy dog.", None),
+    ("A film!", None),
+    ("Nobody expected the small robot to win the race, but it did; everyone cheered.", None),
+    ("Is this the station?", "Cheap tickets (only five dollars) sold out in minutes."),
+    ("She said that the weather would turn cold.", "It stayed warm."),
+    ("Two people walk along the river.", "The dog follows them, quietly, all the way home to the museum."),
+]
+
+
+def task(pair: bool) -> TaskData:
+    rows = [(a, b) for a, b in TEXTS if (b is not None) == pair]
+    examples = tuple(Example(i, None, a, b, None) for i, (a, b) in enumerate(rows))
+    return TaskData("test", "pair" if pair else "single", "dev", examples, None, "test")
+
+
+def reference(model, tokenizer, ids: list[int], types: list[int] | None) -> np.ndarray:
+    """(layer, head, stat) for one unpadded example, from eager output_attentions maps."""
+    inputs = {"input_ids": torch.tensor([ids])}
+    if types is not None and "token_type_ids" in model.forward.__code__.co_varnames:
+        inputs["token_type_ids"] = torch.tensor([types])
+    with torch.no_grad():
+        out = model(**inputs, output_attentions=True, output_hidden_states=True)
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    cls = np.array([i == tokenizer.cls_token_id for i in ids], float)
+    sep = np.array([i == tokenizer.sep_token_id for i in ids], float)
+    punct = np.array(
+        [t.lstrip("Ġ").removeprefix("##") != "" and all(c in string.punctuation for c in t.lstrip("Ġ").removeprefix("##"))
+         and i not in tokenizer.all_special_ids for t, i in zip(tokens, ids)],
+        float,
+    )
+    n = len(ids)
+    result = []
+    for layer, maps in enumerate(out.attentions):
+        a = maps[0].double().numpy()  # (H, n, n)
+        heads = a.shape[0]
+        attn = model.encoder.layer[layer].attention
+        x = out.hidden_states[layer][0].double().numpy()
+        v = x @ attn.self.value.weight.detach().double().numpy().T + attn.self.value.bias.detach().double().numpy()
+        wo = attn.output.dense.weight.detach().double().numpy()
+        d = v.shape[1] // heads
+        per_head = []
+        for h in range(heads):
+            f = v[:, h * d:(h + 1) * d] @ wo[:, h * d:(h + 1) * d].T  # (n, hidden)
+            norms = np.linalg.norm(f, axis=1)
+            A = a[h]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ent = -np.where(A > 0, A * np.log(A), 0).sum(1)
+            prev = np.array([A[i, i - 1] if i > 0 else 0 for i in range(n)])
+            nxt = np.array([A[i, i + 1] if i < n - 1 else 0 for i in range(n)])
+            W = A * norms[None, :]
+            W = W / W.sum(1, keepdims=True)
+            per_head.append([
+                (A @ cls).mean(), (A @ sep).mean(), (A @ punct).mean(),
+                np.diag(A).mean(), prev.mean(), nxt.mean(), ent.mean(), A.max(1).mean(),
+                (W @ cls).mean(), (W @ sep).mean(), (W @ punct).mean(),
+            ])
+        result.append(per_head)
+    return np.array(result)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.mark.parametrize("pair", [False, True])
+def test_statistics_match_eager_output_attentions(tiny_model_dir, family, pair):
+    path = tiny_model_dir(family)
+    encoder = load_encoder(str(path), device="cpu")
+    eager = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+    data = task(pair)
+    encoded = encode_task(encoder.tokenizer, data, encoder.max_length)
+    capture = StatisticsCapture(encoder)
+    # All examples in one batch: the shorter ones are padded to the longest.
+    everything = list(range(len(data.examples)))
+    batched = capture.run(collate(encoded, everything, encoder.tokenizer.pad_token_id, encoder.device))
+    assert batched.shape == (len(everything), encoder.num_layers, encoder.num_heads, len(STAT_COLUMNS))
+    for i in everything:
+        ids = encoded.input_ids[i].tolist()
+        types = None if encoded.token_type_ids is None else encoded.token_type_ids[i].tolist()
+        expected = reference(eager, encoder.tokenizer, ids, types)
+        np.testing.assert_allclose(batched[i], expected, atol=1e-5, rtol=0)
+        alone = capture.run(collate(encoded, [i], encoder.tokenizer.pad_token_id, encoder.device))
+        np.testing.assert_allclose(alone[0], batched[i], atol=1e-5, rtol=0)
+    # The statistics must vary, or the comparison above would prove little.
+    assert batched[..., STAT_COLUMNS.index("to_cls")].std() > 1e-3
+    assert batched[..., STAT_COLUMNS.index("to_punct")].max() > 0
+    assert batched[..., STAT_COLUMNS.index("to_sep")].max() > 0
+
+
+@pytest.mark.parametrize("family", ["distilbert", "electra", "albert"])
+def test_other_families_capture_every_layer(tiny_model_dir, family):
+    """Every supported family runs through the registered function; rows sum to sane values."""
+    encoder = load_encoder(str(tiny_model_dir(family)), device="cpu")
+    data = task(True)
+    encoded = encode_task(encoder.tokenizer, data, encoder.max_length)
+    stats = StatisticsCapture(encoder).run(
+        collate(encoded, list(range(len(data.examples))), encoder.tokenizer.pad_token_id, encoder.device)
+    )
+    assert stats.shape[1:3] == (encoder.num_layers, encoder.num_heads)
+    col = {name: stats[..., k] for k, name in enumerate(STAT_COLUMNS)}
+    assert np.all(col["to_cls"] + col["to_sep"] + col["to_punct"] <= 1 + 1e-5)
+    assert np.all(col["max_weight"] > 0) and np.all(col["entropy"] >= 0)
+    assert col["to_sep"].min() > 0  # every pair has [SEP] tokens, whatever the tokenizer calls them

@@ -1,0 +1,133 @@
+"""Tiny random-weight encoders of each supported family, saved as model directories.
+
+Each family gets its own tokenizer trained in milliseconds on a few sentences, with the
+family's own special tokens (RoBERTa's <s>/</s>, ALBERT's metaspace pieces), so tests catch
+any code that assumes BERT's ids.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import (
+    AlbertConfig,
+    AutoModel,
+    AutoModelForSequenceClassification,
+    BertConfig,
+    DistilBertConfig,
+    ElectraConfig,
+    GPT2Config,
+    PreTrainedTokenizerFast,
+    RobertaConfig,
+)
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A film, a book, and a song: which one did you like?",
+    "Nobody expected the small robot to win the race!",
+    "She said that the weather would turn cold, but it stayed warm.",
+    "Two people walk along the river; the dog follows them.",
+    "Is this the station where the night train stops?",
+    "Cheap tickets (only five dollars) sold out in minutes.",
+    "The museum opened a new wing for modern painting.",
+] * 4
+
+FAMILIES = ("bert", "roberta", "distilbert", "electra", "albert")
+
+
+def _bert_tokenizer() -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(CORPUS, trainers.WordPieceTrainer(vocab_size=200, special_tokens=specials))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    tok.decoder = decoders.WordPiece()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]", model_max_length=64,
+    )
+
+
+def _roberta_tokenizer() -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    tok.train_from_iterator(
+        CORPUS,
+        trainers.BpeTrainer(vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+    )
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")))
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", cls_token="<s>", sep_token="</s>",
+        pad_token="<pad>", unk_token="<unk>", mask_token="<mask>", model_max_length=60,
+    )
+
+
+def _albert_tokenizer() -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    specials = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(CORPUS, trainers.UnigramTrainer(vocab_size=150, special_tokens=specials, unk_token="<unk>"))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    tok.decoder = decoders.Metaspace()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]", model_max_length=64,
+    )
+
+
+def make_tiny(family: str, out: Path, classifier: bool = False, layers: int = 2, heads: int = 4, seed: int = 0) -> Path:
+    """Save a seeded random-weight model of `family` with its tokenizer into `out`."""
+    tokenizer = {"roberta": _roberta_tokenizer, "albert": _albert_tokenizer}.get(family, _bert_tokenizer)()
+    vocab = len(tokenizer)
+    common = dict(vocab_size=vocab, pad_token_id=tokenizer.pad_token_id)
+    if family == "bert":
+        config = BertConfig(hidden_size=32, num_hidden_layers=layers, num_attention_heads=heads,
+                            intermediate_size=37, max_position_embeddings=64, **common)
+    elif family == "electra":
+        config = ElectraConfig(embedding_size=24, hidden_size=32, num_hidden_layers=layers, num_attention_heads=heads,
+                               intermediate_size=37, max_position_embeddings=64, **common)
+    elif family == "roberta":
+        config = RobertaConfig(hidden_size=32, num_hidden_layers=layers, num_attention_heads=heads,
+                               intermediate_size=37, max_position_embeddings=64, type_vocab_size=1,
+                               bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id, **common)
+    elif family == "distilbert":
+        config = DistilBertConfig(dim=32, n_layers=layers, n_heads=heads, hidden_dim=37,
+                                  max_position_embeddings=64, **common)
+    elif family == "albert":
+        config = AlbertConfig(embedding_size=16, hidden_size=32, num_hidden_layers=layers, num_attention_heads=heads,
+                              intermediate_size=37, max_position_embeddings=64, **common)
+    else:
+        raise ValueError(family)
+    if classifier:
+        config.num_labels = 2
+    torch.manual_seed(seed)
+    auto = AutoModelForSequenceClassification if classifier else AutoModel
+    model = auto.from_config(config)
+    # Random init keeps attention near uniform; larger query/key weights give peaked maps, so
+    # the statistics differ clearly between heads and examples.
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if any(k in name for k in ("query.weight", "key.weight", "q_lin.weight", "k_lin.weight")):
+                param.mul_(12.0)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def make_gpt2(out: Path) -> Path:
+    """A decoder-only model directory, which attnwh must refuse."""
+    config = GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=100, n_positions=64)
+    AutoModel.from_config(config).save_pretrained(out)
+    return out
