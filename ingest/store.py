@@ -17,6 +17,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from attnwh.sql.warehouse import first_row
+
 from .examples import Example, TaskData
 
 
@@ -45,16 +47,17 @@ def library_versions() -> dict[str, str]:
 
 def upsert_model(con: duckdb.DuckDBPyConnection, facts: dict[str, object]) -> int:
     """The model_id of this checkpoint (by name and weights hash), adding it if new."""
-    row = con.execute(
-        "SELECT model_id FROM models WHERE name = ? AND weights_hash = ?", [facts["name"], facts["weights_hash"]]
-    ).fetchone()
+    row = first_row(
+        con, "SELECT model_id FROM models WHERE name = ? AND weights_hash = ?", [facts["name"], facts["weights_hash"]]
+    )
     if row:
         return row[0]
     columns = list(facts)
-    return con.execute(
+    return first_row(
+        con,
         f"INSERT INTO models ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}) RETURNING model_id",
         [facts[c] for c in columns],
-    ).fetchone()[0]
+    )[0]
 
 
 def insert_examples(con: duckdb.DuckDBPyConnection, data: TaskData, ids: Sequence[int]) -> None:
@@ -93,7 +96,7 @@ def open_run(con: duckdb.DuckDBPyConnection, run_key: str, replace: bool, fields
 
     Must be called inside a transaction.
     """
-    row = con.execute("SELECT run_id, status FROM runs WHERE run_key = ?", [run_key]).fetchone()
+    row = first_row(con, "SELECT run_id, status FROM runs WHERE run_key = ?", [run_key])
     created = "new"
     if row and replace:
         delete_run(con, row[0])
@@ -105,11 +108,12 @@ def open_run(con: duckdb.DuckDBPyConnection, run_key: str, replace: bool, fields
             con.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?", [run_id])
         return RunState(run_id, status, frozenset(r[0] for r in done))
     columns = ["run_key", "status", "started_at", *fields]
-    run_id = con.execute(
+    run_id = first_row(
+        con,
         f"INSERT INTO runs ({', '.join(columns)}) VALUES (?, 'running', current_timestamp, "
         f"{', '.join('?' for _ in fields)}) RETURNING run_id",
         [run_key, *fields.values()],
-    ).fetchone()[0]
+    )[0]
     return RunState(run_id, created, frozenset())
 
 

@@ -59,13 +59,18 @@ def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnect
     return con
 
 
+def first_row(con: duckdb.DuckDBPyConnection, sql: str, params: list[object] | None = None) -> tuple | None:
+    """The first row of a query, or None. Fetches to the end: DuckDB refuses further work on
+    a connection whose last result was only partly read."""
+    rows = con.execute(sql, params).fetchall() if params else con.execute(sql).fetchall()
+    return rows[0] if rows else None
+
+
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:
-    exists = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
-    ).fetchone()[0]
-    if not exists:
+    exists = first_row(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'")
+    if not exists[0]:
         return 0
-    return con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+    return first_row(con, "SELECT coalesce(max(version), 0) FROM schema_migrations")[0]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> int:

@@ -1,0 +1,3 @@
+from attnwh.cli import main
+
+main()
