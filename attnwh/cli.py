@@ -31,7 +31,27 @@ app.command()(query)
 def main() -> None:
     """Entry point of the console script and of `python -m attnwh`."""
     try:
-        app()
+        # standalone_mode=False: click's own errors reach us too, to be shown as one line.
+        app(standalone_mode=False)
     except AttnwhError as exc:
-        print(f"attnwh: error: {exc}", file=sys.stderr)
+        _fail(str(exc), exc.exit_code)
+    except typer.TyperException as exc:
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            print(ctx.get_help())
+            sys.exit(0)
+        _fail(exc.format_message() + _usage_hint(exc), exc.exit_code)
+    except typer.Abort:
+        _fail("interrupted", 130)
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
+
+
+def _usage_hint(exc: typer.TyperException) -> str:
+    ctx = getattr(exc, "ctx", None)
+    return f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+
+
+def _fail(message: str, code: int) -> None:
+    print(f"attnwh: error: {' '.join(message.split())}", file=sys.stderr)
+    sys.exit(code)

@@ -87,6 +87,9 @@ def ingest(
         raise UsageError("give at most one of --glue-dir, --dataset and --data")
     tasks = [t.strip() for item in task or [] for t in item.split(",") if t.strip()]
 
+    from attnwh.sql import warehouse
+
+    warehouse.check_writable(db)
     with console.status("Loading data and model…"):
         from attnwh.ingest import data as loaders
         from attnwh.ingest.models import load_encoder

@@ -28,8 +28,9 @@ def migrations() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
-def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open the warehouse; a writable connection also applies pending migrations.
+def connect(path: Path | str, read_only: bool = False, apply_migrations: bool = True) -> duckdb.DuckDBPyConnection:
+    """Open the warehouse; a writable connection also applies pending migrations, unless
+    `apply_migrations` is False.
 
     Raises DatabaseInUseError when another process holds the file, and UsageError when a
     read-only open finds no warehouse there.
@@ -54,7 +55,7 @@ def connect(path: Path | str, read_only: bool = False) -> duckdb.DuckDBPyConnect
         if schema_version(con) == 0:
             con.close()
             raise UsageError(f"{path} is not an attnwh warehouse (no schema); create one with `attnwh ingest`")
-    else:
+    elif apply_migrations:
         migrate(con)
     return con
 
@@ -64,6 +65,12 @@ def first_row(con: duckdb.DuckDBPyConnection, sql: str, params: list[object] | N
     a connection whose last result was only partly read."""
     rows = con.execute(sql, params).fetchall() if params else con.execute(sql).fetchall()
     return rows[0] if rows else None
+
+
+def check_writable(path: Path | str) -> None:
+    """Fail early, before expensive work, if another process holds the file."""
+    if Path(path).exists():
+        connect(path, read_only=False, apply_migrations=False).close()
 
 
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:
