@@ -75,11 +75,9 @@ def ingest(
     ),
     replace: Annotated[bool, typer.Option(help="Redo runs that are already complete instead of skipping them.")] = False,
 ) -> None:
-    """Run an encoder over a dataset and write per-example, per-layer, per-head attention
-    statistics into the DuckDB warehouse.
+    """Run an encoder over a dataset and write per-example, per-layer, per-head attention statistics into the DuckDB warehouse.
 
-    Rerunning the same command resumes an interrupted run and skips a complete one; the
-    file is locked while it runs.
+    Rerunning the same command resumes an interrupted run and skips a complete one (--replace redoes it). The file is locked while the command runs.
     """
     console = Console(stderr=True)
     sources = [s for s in (glue_dir, dataset, data) if s is not None]

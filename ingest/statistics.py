@@ -79,22 +79,30 @@ class HeadStatistics:
 
     def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         a = probs.float()
-        rows = []
-        shares = a @ self._targets  # (B, H, S, 3)
-        rows.extend(shares.unbind(-1))
-        rows.append(a.diagonal(dim1=-2, dim2=-1))
-        prev = a.diagonal(offset=-1, dim1=-2, dim2=-1)  # A[i, i-1] for i >= 1
-        rows.append(nn.functional.pad(prev, (1, 0)))
-        nxt = a.diagonal(offset=1, dim1=-2, dim2=-1) * self._next_ok[:, None]  # A[i, i+1]
-        rows.append(nn.functional.pad(nxt, (0, 1)))
-        rows.append(-torch.special.xlogy(a, a).sum(-1))
-        rows.append(a.amax(-1))
         v = value.float()
+        # ||f_h(x_j)|| per key, from the Gram matrices: no tensor of model width per head.
         norms = torch.einsum("bhsd,hde,bhse->bhs", v, self._grams[id(module)], v).clamp_min(0).sqrt()
-        weighted = a * norms[:, :, None, :]
-        weighted = weighted / weighted.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
-        rows.extend((weighted @ self._targets).unbind(-1))
-        per_row = torch.stack(rows, dim=-1)  # (B, H, S, K)
+        # One pass over the maps for all shares: columns [cls, sep, punct] weighted by A, then
+        # the same columns and a column of ones weighted by A * norms (numerators and the
+        # row sum that renormalises them).
+        targets = self._targets.expand(-1, a.shape[1], -1, -1)
+        columns = torch.cat([targets, norms[..., None] * targets, norms[..., None]], dim=-1)
+        mixed = a @ columns  # (B, H, S, 7)
+        norm_shares = mixed[..., 3:6] / mixed[..., 6:].clamp_min(torch.finfo(torch.float32).tiny)
+        prev = a.diagonal(offset=-1, dim1=-2, dim2=-1)  # A[i, i-1] for i >= 1
+        nxt = a.diagonal(offset=1, dim1=-2, dim2=-1) * self._next_ok[:, None]  # A[i, i+1]
+        per_row = torch.stack(
+            [
+                *mixed[..., :3].unbind(-1),
+                a.diagonal(dim1=-2, dim2=-1),
+                nn.functional.pad(prev, (1, 0)),
+                nn.functional.pad(nxt, (0, 1)),
+                -torch.special.xlogy(a, a).sum(-1),
+                a.amax(-1),
+                *norm_shares.unbind(-1),
+            ],
+            dim=-1,
+        )  # (B, H, S, K)
         self._layers.append(torch.einsum("bhsk,bs->bhk", per_row, self._row_weight))
         return probs
 
