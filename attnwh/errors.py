@@ -29,3 +29,9 @@ class ModelError(UsageError):
 
 class DatabaseInUseError(AttnwhError):
     """Another process holds the DuckDB file open for writing."""
+
+
+class Interrupted(AttnwhError):
+    """The user stopped a long command; what was committed is kept."""
+
+    exit_code = 130

@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from attnwh.errors import AttnwhError, UsageError
+from attnwh.errors import Interrupted, UsageError
 
 
 class Device(str, enum.Enum):
@@ -148,7 +148,7 @@ def ingest(
         try:
             summaries = ingest_statistics(db, encoder, prepared, options, on_start, on_batch)
         except KeyboardInterrupt:
-            raise AttnwhError(f"interrupted; rerun the same command to resume (the work so far is in {db})") from None
+            raise Interrupted(f"interrupted; rerun the same command to resume (the work so far is in {db})") from None
     _print_summary(summaries, db, time.perf_counter() - started)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import huggingface_hub
 import polars as pl
 
 from attnwh.errors import DataError
@@ -473,6 +474,10 @@ def _open_hub_split(
     name: str, config: str | None, split: str, where_name: str
 ) -> tuple[datasets.Dataset, str]:
     """The requested split as a `datasets.Dataset`, whatever kind of source `name` is."""
+    # A failure becomes one DataError line; the hub client's retry warnings would bury it.
+    huggingface_hub.utils.logging.set_verbosity_error()
+    datasets.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
     local = Path(name).expanduser()
     try:
         if local.is_dir() and any(

@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import huggingface_hub
 import torch
 import transformers
 from torch import nn
@@ -79,8 +80,11 @@ def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32")
         if not (path / "config.json").is_file():
             raise ModelError(f"{name} is not a model directory (it has no config.json)")
         source = str(path)
+    # Failures reach the user as one ModelError line; the libraries' own retry warnings and
+    # progress bars would only bury it.
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
+    huggingface_hub.utils.logging.set_verbosity_error()
     try:
         config = AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as exc:

@@ -18,7 +18,11 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A function family -> directory of a saved tiny model (cached per session)."""
+    import transformers
+
     from tiny_models import make_tiny
+
+    transformers.utils.logging.disable_progress_bar()
 
     cache: dict[tuple, Path] = {}
 

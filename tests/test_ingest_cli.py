@@ -262,3 +262,54 @@ def test_sigkill_mid_run_leaves_an_openable_file_and_rerun_completes(monkeypatch
         done = con.execute("SELECT count(*) FROM run_examples").fetchall()[0][0]
     assert total == unique == 24 * 2 * 4
     assert runs == (1, "complete") and done == 24
+
+
+def test_ctrl_c_marks_the_run_interrupted_and_rerun_resumes(monkeypatch, capsys, tiny_model_dir, pairs, tmp_path):
+    from attnwh.ingest import store
+
+    db = tmp_path / "w.duckdb"
+    real_write = store.write_batch
+    calls = []
+
+    def write_then_interrupt(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(store, "write_batch", write_then_interrupt)
+    code, _, err = run(monkeypatch, capsys, *ingest_args(tiny_model_dir("bert"), pairs, db))
+    # Progress was already on stderr; the interruption adds one line and no traceback.
+    assert code == 130 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("attnwh: error: interrupted; rerun the same command to resume")
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
+        assert con.execute("SELECT count(*) FROM run_examples").fetchall()[0][0] == 10
+    monkeypatch.setattr(store, "write_batch", real_write)
+    code, out, err = run(monkeypatch, capsys, *ingest_args(tiny_model_dir("bert"), pairs, db))
+    assert code == 0 and "resumed" in out
+    assert counts(db)["head_stats"] == 24 * 2 * 4 and counts(db)["run_examples"] == 24
+
+
+def test_bfloat16_statistics_are_close_to_float32(monkeypatch, capsys, tiny_model_dir, pairs, tmp_path):
+    db = tmp_path / "w.duckdb"
+    for dtype in ("float32", "bfloat16"):
+        code, _, err = run(monkeypatch, capsys, *ingest_args(tiny_model_dir("bert"), pairs, db, "--dtype", dtype))
+        assert code == 0, err
+    with duckdb.connect(str(db), read_only=True) as con:
+        dtypes = con.execute("SELECT dtype FROM runs ORDER BY run_id").fetchall()
+        diff = con.execute(
+            "SELECT max(abs(a.to_cls - b.to_cls)), max(abs(a.entropy - b.entropy)) FROM head_stats a "
+            "JOIN head_stats b USING (example_id, layer, head) WHERE a.run_id = 1 AND b.run_id = 2"
+        ).fetchall()[0]
+    assert dtypes == [("float32",), ("bfloat16",)]  # separate runs: dtype is part of a run's identity
+    assert 0 < diff[0] < 0.05 and diff[1] < 0.1
+
+
+def test_cuda_without_a_gpu_is_refused(monkeypatch, capsys, tiny_model_dir, pairs, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    code, _, err = run(monkeypatch, capsys, *ingest_args(tiny_model_dir("bert"), pairs, tmp_path / "w.duckdb", "--device", "cuda"))
+    assert code == 2 and "no CUDA device" in err
