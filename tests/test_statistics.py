@@ -3,6 +3,7 @@ HF's `output_attentions=True` maps on the eager path, example by example."""
 
 from __future__ import annotations
 
+import inspect
 import string
 
 import numpy as np
@@ -35,7 +36,7 @@ def task(pair: bool) -> TaskData:
 def reference(model, tokenizer, ids: list[int], types: list[int] | None) -> np.ndarray:
     """(layer, head, stat) for one unpadded example, from eager output_attentions maps."""
     inputs = {"input_ids": torch.tensor([ids])}
-    if types is not None and "token_type_ids" in model.forward.__code__.co_varnames:
+    if types is not None and "token_type_ids" in inspect.signature(model.forward).parameters:
         inputs["token_type_ids"] = torch.tensor([types])
     with torch.no_grad():
         out = model(**inputs, output_attentions=True, output_hidden_states=True)
@@ -97,6 +98,8 @@ def test_statistics_match_eager_output_attentions(tiny_model_dir, family, pair):
         np.testing.assert_allclose(batched[i], expected, atol=1e-5, rtol=0)
         alone = capture.run(collate(encoded, [i], encoder.tokenizer.pad_token_id, encoder.device))
         np.testing.assert_allclose(alone[0], batched[i], atol=1e-5, rtol=0)
+    if pair and family == "bert":  # segment ids reach the model and the reference alike
+        assert encoded.token_type_ids is not None and max(t.max() for t in encoded.token_type_ids) == 1
     # The statistics must vary, or the comparison above would prove little.
     assert batched[..., STAT_COLUMNS.index("to_cls")].std() > 1e-3
     assert batched[..., STAT_COLUMNS.index("to_punct")].max() > 0

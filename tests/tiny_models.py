@@ -50,7 +50,7 @@ def _bert_tokenizer() -> PreTrainedTokenizerFast:
     tok.decoder = decoders.WordPiece()
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
-        mask_token="[MASK]", model_max_length=64,
+        mask_token="[MASK]", model_max_length=64, model_input_names=["input_ids", "token_type_ids", "attention_mask"],
     )
 
 
@@ -83,7 +83,7 @@ def _albert_tokenizer() -> PreTrainedTokenizerFast:
     tok.decoder = decoders.Metaspace()
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", cls_token="[CLS]", sep_token="[SEP]",
-        mask_token="[MASK]", model_max_length=64,
+        mask_token="[MASK]", model_max_length=64, model_input_names=["input_ids", "token_type_ids", "attention_mask"],
     )
 
 
