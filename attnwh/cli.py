@@ -12,6 +12,7 @@ import typer
 
 from attnwh.errors import AttnwhError
 from attnwh.ingest.cli import ingest
+from attnwh.reports.cli import report
 from attnwh.sql.cli import queries, query, sql
 
 app = typer.Typer(
@@ -26,6 +27,7 @@ app.command()(ingest)
 app.command()(sql)
 app.command()(queries)
 app.command()(query)
+app.command()(report)
 
 
 def main() -> None:

@@ -1,0 +1,127 @@
+"""Building a report from a warehouse file: open it read-only, run the sections, write files.
+
+This is the library behind `attnwh report`; notebooks and scripts can call `build_report`
+and `write_html` / `write_images` directly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Literal
+
+from attnwh.errors import UsageError
+from attnwh.sql import warehouse
+
+from .sections import SECTIONS, ChartBlock, RenderedSection, ReportContext, Section, render_sections
+
+
+class NothingToReport(UsageError):
+    """The warehouse (or the part of it the filters select) holds no attention statistics."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """A built report, ready to render: page text and the sections with their charts."""
+
+    title: str
+    intro: str
+    db_path: str
+    generated_at: str
+    filters: str
+    version: str
+    sections: list[RenderedSection]
+
+    def charts(self) -> list[ChartBlock]:
+        """Every chart of the page, in page order."""
+        return [b for s in self.sections for b in s.blocks if isinstance(b, ChartBlock)]
+
+
+def build_report(
+    db: Path | str,
+    model: str | None = None,
+    task: str | None = None,
+    sections: tuple[Section, ...] = SECTIONS,
+) -> Report:
+    """Read the warehouse at `db` (read-only) and build every section; `model` and `task`
+    keep only the runs of that model name / task.
+
+    Raises UsageError when there is no warehouse at `db`, and NothingToReport when it has
+    no statistics (for the filters)."""
+    con = warehouse.connect(db, read_only=True)
+    try:
+        params = {"model": model, "task": task}
+        counts = warehouse.first_row(
+            con,
+            "SELECT count(DISTINCT r.run_id), count(DISTINCT r.model_id), count(DISTINCT r.task) FROM runs AS r"
+            " JOIN models AS m USING (model_id)"
+            " WHERE r.kind = 'statistics' AND (? IS NULL OR m.name = ?) AND (? IS NULL OR r.task = ?)"
+            " AND EXISTS (SELECT 1 FROM head_stats AS s WHERE s.run_id = r.run_id)",
+            [model, model, task, task],
+        )
+        filters = ", ".join(f"{k} {v!r}" for k, v in params.items() if v is not None)
+        if not counts[0]:
+            where = f" for {filters}" if filters else ""
+            raise NothingToReport(
+                f"no attention statistics in {db}{where}: nothing to report; add some with `attnwh ingest`"
+            )
+        rendered = render_sections(ReportContext(con, params), sections)
+    finally:
+        con.close()
+    runs, models, tasks = counts
+    intro = (
+        f"Per-head attention statistics of {models} model{_s(models)} on {tasks} task{_s(tasks)} "
+        f"({runs} run{_s(runs)}), after Kovaleva et al. 2019, Clark et al. 2019 and Kobayashi et al. 2020."
+    )
+    return Report(
+        title="attnwh report",
+        intro=intro,
+        db_path=str(Path(db).resolve()),
+        generated_at=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z").strip(),
+        filters=f"only {filters}" if filters else "",
+        version=_attnwh_version(),
+        sections=rendered,
+    )
+
+
+def write_html(report: Report, out: Path | str) -> Path:
+    """Write the self-contained page to `out` (its folder is created)."""
+    from .page import render_page
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_page(report), encoding="utf-8")
+    return out
+
+
+def write_images(report: Report, folder: Path | str, format: Literal["png", "svg"]) -> list[Path]:
+    """Write each chart as `<folder>/<chart id>.<format>` with vl-convert; returns the paths."""
+    import vl_convert
+
+    from .page import vegalite_version
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for block in report.charts():
+        target = folder / f"{block.id}.{format}"
+        if format == "svg":
+            target.write_text(vl_convert.vegalite_to_svg(block.spec(), vl_version=vegalite_version()), encoding="utf-8")
+        else:
+            # scale=2: sharp on screens and in print (the heatmap cells are 13 px).
+            target.write_bytes(vl_convert.vegalite_to_png(block.spec(), vl_version=vegalite_version(), scale=2))
+        written.append(target)
+    return written
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
+def _attnwh_version() -> str:
+    try:
+        return version("attnwh")
+    except PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,76 @@
+"""The HTML page: one self-contained file a researcher can mail, archive or open offline.
+
+Everything the page needs is inside it: Vega, Vega-Lite and vega-embed (from vl-convert's
+bundle, inlined once), each chart's spec with its data, the styles. Text from the warehouse
+(model paths, task names, example sentences) is data, not markup: Jinja2 autoescapes it in
+the HTML, and chart specs are embedded as JSON whose `<`, `>` and `&` are \\u-escaped, so
+nothing from a dataset can close a script element or open a tag.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from importlib import resources
+
+import jinja2
+import vl_convert
+from markupsafe import Markup
+
+from .sections import ChartBlock
+
+
+@functools.lru_cache(maxsize=1)
+def javascript_bundle() -> str:
+    """Vega, Vega-Lite and vega-embed as one classic script (sets window.vegaEmbed).
+
+    The first call costs a few seconds (vl-convert starts its JavaScript runtime), so it is
+    made once per process."""
+    bundle = vl_convert.javascript_bundle(vl_version=vegalite_version())
+    # The bundle must not end its own <script> element early; it contains no such text today,
+    # and if a future one did, `<\/` means the same to JavaScript in strings and regexes.
+    return re.sub(r"</(script)", r"<\\/\1", bundle, flags=re.IGNORECASE).replace("<!--", "<\\!--")
+
+
+@functools.lru_cache(maxsize=1)
+def vegalite_version() -> str | None:
+    """The Vega-Lite version Altair writes specs for ("6.4"), if vl-convert bundles it;
+    None lets vl-convert take its newest."""
+    import altair as alt
+
+    wanted = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+    return wanted if wanted in vl_convert.get_vegalite_versions() else None
+
+
+def script_json(value: object) -> Markup:
+    """JSON for a `<script type="application/json">` element: `<`, `>`, `&` and the two
+    Unicode line separators become \\u escapes, which JSON.parse reads back unchanged."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(char, escape)
+    return Markup(text)
+
+
+@functools.lru_cache(maxsize=1)
+def _template() -> jinja2.Template:
+    source = (resources.files("attnwh.reports") / "templates" / "page.html.j2").read_text(encoding="utf-8")
+    # autoescape=True for every value; only the two Markup values above bypass it.
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.from_string(source)
+
+
+def render_page(report: "Report") -> str:  # noqa: F821 - Report lives in build.py, which imports this module
+    """The report as one HTML document."""
+    specs = {
+        block.id: script_json(block.spec())
+        for item in report.sections
+        for block in item.blocks
+        if isinstance(block, ChartBlock)
+    }
+    versions = {
+        "vega": vl_convert.get_vega_version(),
+        "vegalite": vegalite_version() or vl_convert.get_vegalite_versions()[-1],
+        "embed": vl_convert.get_vega_embed_version(),
+    }
+    return _template().render(report=report, specs=specs, bundle=Markup(javascript_bundle()), versions=versions)

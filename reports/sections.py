@@ -1,0 +1,184 @@
+"""The report's sections: a small registry, each section declaring the tables it reads.
+
+A section is drawn only when every table it needs exists in the warehouse and holds rows;
+otherwise the page keeps its heading and shows a note naming the command that produces the
+data. That is how analyses whose data attnwh does not collect yet (pattern types, fine-tuning
+change, head ablation) are already part of the page's design: when a future `attnwh ingest …`
+writes their tables, writing the section's `build` function is all that is left.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import altair as alt
+import duckdb
+import polars as pl
+
+from attnwh.sql import queries as named
+
+from . import charts
+
+
+@dataclass(frozen=True)
+class ChartBlock:
+    """A chart with a stable element id (`chart-…`), used in the page and as image file name."""
+
+    id: str
+    caption: str
+    chart: alt.TopLevelMixin
+
+    def spec(self) -> dict:
+        """The chart's Vega-Lite spec, data inlined."""
+        return self.chart.to_dict()
+
+
+@dataclass(frozen=True)
+class TableBlock:
+    """An HTML table; each cell is a list of lines (text only, escaped when rendered)."""
+
+    id: str
+    caption: str
+    columns: tuple[str, ...]
+    rows: list[list[list[str]]]
+
+
+Block = ChartBlock | TableBlock
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """What a section builder may read: the warehouse (read-only) and the report's filters."""
+
+    con: duckdb.DuckDBPyConnection
+    params: dict[str, str | None]
+
+    def query(self, name: str) -> pl.DataFrame:
+        """Run a named query (`sql/<name>.sql`) with the report's model/task filters."""
+        query = named.get_query(name)
+        params = {k: v for k, v in self.params.items() if k in query.params and v is not None}
+        return pl.from_arrow(named.run_query(self.con, query, params))
+
+
+@dataclass(frozen=True)
+class Section:
+    """One analysis of the page. `tables` are what it needs; `produced_by` is the command
+    that writes them, named in the note shown while they are absent or empty."""
+
+    id: str
+    title: str
+    tables: tuple[str, ...]
+    produced_by: str
+    build: Callable[[ReportContext], list[Block]] | None = None
+
+
+@dataclass(frozen=True)
+class RenderedSection:
+    section: Section
+    blocks: list[Block] = field(default_factory=list)
+    note: str | None = None
+
+
+def _special_tokens(ctx: ReportContext) -> list[Block]:
+    heads = ctx.query("special_tokens_by_head")
+    layers = ctx.query("special_tokens_by_layer")
+    return [
+        ChartBlock(
+            "chart-special-tokens-heads",
+            "Share of each head's attention that goes to [CLS], [SEP] and punctuation, per layer (rows, from 0) "
+            "and head (columns), with the same share weighted by the norm of each token's transformed value "
+            "(Kobayashi et al.) beside it; query special_tokens_by_head: mean over each run's examples of the "
+            "per-example statistics in head_stats.",
+            charts.special_tokens_heads(heads),
+        ),
+        ChartBlock(
+            "chart-special-tokens-layers",
+            "Mean share of attention to [CLS], [SEP] and punctuation per layer (solid: attention weight, dashed: "
+            "norm-weighted), one panel per run; query special_tokens_by_layer: mean over the run's examples and "
+            "the layer's heads.",
+            charts.special_tokens_layers(layers),
+        ),
+    ]
+
+
+def _provenance(ctx: ReportContext) -> list[Block]:
+    runs = ctx.query("run_provenance")
+    rows = []
+    for r in runs.iter_rows(named=True):
+        versions = ", ".join(f"{k} {v}" for k, v in json.loads(r["versions"] or "{}").items())
+        limit = "all" if r["example_limit"] is None else f"limit {r['example_limit']}, seed {r['seed']}"
+        rows.append(
+            [
+                [str(r["run_id"]), r["kind"]],
+                [r["model"], f"{r['family']} · {r['architecture']}", f"{r['num_layers']} layers × {r['num_heads']} heads",
+                 f"weights {r['weights_hash']}" + (f" · revision {r['revision']}" if r["revision"] else "")],
+                [f"{r['dataset']} · {r['task']} · {r['split']}", r["source"]],
+                [f"{r['n_examples']} examples ({limit})", f"mean {r['mean_tokens']} tokens",
+                 f"{r['n_truncated']} truncated at {r['max_length']}"],
+                [f"{r['device']} · {r['dtype']} · batch {r['batch_size']}", r["command"] or ""],
+                [versions],
+                [r["status"], f"{r['seconds']} s" if r["seconds"] is not None else ""],
+                [f"started {r['started_at']:%Y-%m-%d %H:%M}",
+                 f"finished {r['finished_at']:%Y-%m-%d %H:%M}" if r["finished_at"] else "not finished"],
+                [_clip(r["sample_text"] or "", 120)],
+            ]
+        )
+    return [
+        TableBlock(
+            "table-provenance",
+            "Every run behind this page: the checkpoint (name, weights hash), the data (source, split, sample), "
+            "size and settings, software versions and dates; query run_provenance.",
+            ("run", "model", "data", "size", "settings", "versions", "status", "date", "first example"),
+            rows,
+        )
+    ]
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# Order of the page. Sections without `build` wait for the command that writes their tables;
+# their table names are placeholders for that command to settle, not a schema.
+SECTIONS: tuple[Section, ...] = (
+    Section("special-tokens", "Attention to [CLS], [SEP] and punctuation", ("head_stats", "runs", "models"),
+            "attnwh ingest", _special_tokens),
+    Section("pattern-types", "Pattern types per task", ("head_patterns",), "attnwh ingest patterns"),
+    Section("pattern-gallery", "Pattern gallery", ("head_patterns", "pattern_thumbnails"), "attnwh ingest patterns"),
+    Section("finetuning-change", "Change through fine-tuning per layer and head", ("finetune_change",),
+            "attnwh ingest compare"),
+    Section("ablation", "Disabling heads and layers", ("ablations",), "attnwh ingest ablation"),
+    Section("importance", "Head importance against the effect of disabling", ("ablations", "head_importance"),
+            "attnwh ingest ablation"),
+    Section("provenance", "Provenance", ("runs", "models"), "attnwh ingest", _provenance),
+)
+
+
+def tables_with_rows(con: duckdb.DuckDBPyConnection, names: set[str]) -> set[str]:
+    """Those of `names` that exist in the warehouse and hold at least one row."""
+    existing = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    found = set()
+    for name in sorted(names & existing):
+        # Names come from the registry above, never from the user; quoted all the same.
+        if con.execute(f'SELECT EXISTS (SELECT 1 FROM "{name}")').fetchall()[0][0]:
+            found.add(name)
+    return found
+
+
+def render_sections(ctx: ReportContext, sections: tuple[Section, ...] = SECTIONS) -> list[RenderedSection]:
+    """Build every section whose tables hold rows; the others get their note."""
+    available = tables_with_rows(ctx.con, {t for s in sections for t in s.tables})
+    rendered = []
+    for section in sections:
+        missing = [t for t in section.tables if t not in available]
+        if missing:
+            note = f"No data for this section yet: run `{section.produced_by}` to add this section."
+            rendered.append(RenderedSection(section, note=note))
+        elif section.build is None:
+            note = "The data for this section is here, but this version of attnwh cannot draw it yet."
+            rendered.append(RenderedSection(section, note=note))
+        else:
+            rendered.append(RenderedSection(section, blocks=section.build(ctx)))
+    return rendered

@@ -1,0 +1,224 @@
+"""`attnwh report` end to end: a page from a real ingest, checked in real headless Chromium
+(offline, every chart drawn, no console error, no request), escaping of hostile names, golden
+Vega-Lite specs, notes for sections without data, one-line errors, image export."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_ingest_cli import ingest_args, run, write_pairs
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+GOLDEN = Path(__file__).parent / "golden"
+CHART_IDS = ("chart-special-tokens-heads", "chart-special-tokens-layers")
+ABSENT = {
+    "pattern-types": "attnwh ingest patterns",
+    "pattern-gallery": "attnwh ingest patterns",
+    "finetuning-change": "attnwh ingest compare",
+    "ablation": "attnwh ingest ablation",
+    "importance": "attnwh ingest ablation",
+}
+HOSTILE = "<script>alert(1)</script>"
+
+
+def _ingest(argv: list[str]) -> None:
+    from attnwh import cli
+
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(sys, "argv", ["attnwh", *argv])
+        cli.main()
+    except SystemExit as exc:
+        assert not exc.code, f"ingest failed with {exc.code}"
+    finally:
+        mp.undo()
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory, tiny_model_dir) -> Path:
+    """A warehouse from the real `attnwh ingest`: one tiny model on two tasks."""
+    tmp = tmp_path_factory.mktemp("report-wh")
+    db = tmp / "w.duckdb"
+    model = tiny_model_dir("bert")
+    _ingest(ingest_args(model, write_pairs(tmp / "pairs.tsv", 10), db, "--task", "rte-like"))
+    _ingest(ingest_args(model, write_pairs(tmp / "more.tsv", 6), db, "--task", "mrpc-like"))
+    return db
+
+
+@pytest.fixture(scope="module")
+def hostile_warehouse(tmp_path_factory, tiny_model_dir) -> Path:
+    """A warehouse whose task name and first example are a script tag, and whose model path
+    is an <img onerror> tag (a folder name may hold anything but '/')."""
+    tmp = tmp_path_factory.mktemp("hostile-wh")
+    model = tmp / "<img src=x onerror=alert(2)>"
+    shutil.copytree(tiny_model_dir("bert"), model)
+    data = write_pairs(tmp / "pairs.tsv", 4)
+    lines = data.read_text(encoding="utf-8").splitlines()
+    lines[1] = f"{HOSTILE}\t{HOSTILE} & </p>\tyes"
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    db = tmp / "w.duckdb"
+    _ingest(ingest_args(model, data, db, "--task", HOSTILE))
+    return db
+
+
+@pytest.fixture(scope="module")
+def page(warehouse, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    _report(warehouse, out)
+    return out
+
+
+def _report(db: Path, out: Path, *extra: str) -> str:
+    mp = pytest.MonkeyPatch()
+    from attnwh import cli
+
+    try:
+        mp.setattr(sys, "argv", ["attnwh", "report", "--db", str(db), "--out", str(out), *extra])
+        cli.main()
+    except SystemExit as exc:
+        assert not exc.code, f"report failed with {exc.code}"
+    finally:
+        mp.undo()
+    return out.read_text(encoding="utf-8") if out.is_file() else ""
+
+
+# ---------------------------------------------------------------- the page as text
+
+
+def test_page_has_every_section_and_chart(page):
+    html = page.read_text(encoding="utf-8")
+    assert "<title>attnwh report</title>" in html and str(page.parent) not in html
+    for chart_id in CHART_IDS:
+        assert html.count(f'id="{chart_id}"') == 1 and f'data-chart="{chart_id}"' in html
+    assert 'id="table-provenance"' in html and "rte-like" in html and "mrpc-like" in html
+    for section in ("special-tokens", "provenance", *ABSENT):
+        assert f'id="section-{section}"' in html and f'href="#section-{section}"' in html
+    # Sections without data say which command adds them.
+    for section, command in ABSENT.items():
+        note = re.search(rf'<p class="note" id="note-{section}">([^<]*)</p>', html)
+        assert note and f"run `{command}` to add this section" in note.group(1)
+    # The JavaScript is inlined once; nothing is fetched from anywhere.
+    assert html.count("window.vegaEmbed=") == 1
+    markup = re.sub(r"(<script[^>]*>).*?</script>", r"\1</script>", html, flags=re.S)  # tags, not JS strings
+    assert not re.search(r"<(script|link|img|iframe|object|embed)[^>]*\b(src|href|data)=", markup)
+    assert "http://" not in markup and "https://" not in markup
+    assert "@import" not in html and "@font-face" not in html
+
+
+def test_page_specs_are_parsable_json(page):
+    html = page.read_text(encoding="utf-8")
+    holders = re.findall(r'<script type="application/json" data-chart="([^"]+)">(.*?)</script>', html, re.S)
+    assert [h[0] for h in holders] == list(CHART_IDS)
+    for _, text in holders:
+        spec = json.loads(text)
+        assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
+        values = next(iter(spec["datasets"].values()))
+        assert values and {"layer", "value", "panel"} <= set(values[0])
+
+
+def test_filters_keep_only_matching_runs(warehouse, tmp_path):
+    html = _report(warehouse, tmp_path / "r.html", "--task", "mrpc-like")
+    assert "mrpc-like" in html and "rte-like" not in html and "only task &#39;mrpc-like&#39;" in html
+
+
+def test_escaping_of_names_and_texts(hostile_warehouse, tmp_path):
+    html = _report(hostile_warehouse, tmp_path / "r.html")
+    assert HOSTILE not in html and "<img src=x" not in html and "</p>\t" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # task name and example, as text
+    assert "&lt;img src=x onerror=alert(2)&gt;" in html  # model path, as text
+    # In the chart specs the names are JSON with \u003c escapes: no script element ends early.
+    assert "\\u003cscript\\u003ealert(1)\\u003c/script\\u003e" in html
+    assert html.count("</script>") == html.count("<script")
+
+
+# ---------------------------------------------------------------- errors and notes
+
+
+def test_empty_warehouse_is_one_line(monkeypatch, capsys, tmp_path):
+    from attnwh.sql import warehouse
+
+    db = tmp_path / "empty.duckdb"
+    warehouse.connect(db).close()
+    code, _, err = run(monkeypatch, capsys, "report", "--db", str(db), "--out", str(tmp_path / "r.html"))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith("attnwh: error: no attention statistics in") and "attnwh ingest" in err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_missing_warehouse_and_unmatched_filter(monkeypatch, capsys, warehouse, tmp_path):
+    code, _, err = run(monkeypatch, capsys, "report", "--db", str(tmp_path / "none.duckdb"))
+    assert code == 2 and err.startswith("attnwh: error: no warehouse at") and len(err.strip().splitlines()) == 1
+    code, _, err = run(monkeypatch, capsys, "report", "--db", str(warehouse), "--task", "nope", "-o", str(tmp_path / "x.html"))
+    assert code == 2 and "for task 'nope'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_section_with_its_tables_is_drawn_and_without_them_noted(warehouse):
+    import duckdb
+
+    from attnwh.reports.sections import ChartBlock, ReportContext, Section, render_sections
+
+    def build(ctx):
+        return [ChartBlock("chart-demo", "demo", None)]
+
+    wanted = (Section("demo", "Demo", ("head_stats",), "attnwh ingest", build),
+              Section("later", "Later", ("no_such_table",), "attnwh ingest later", build))
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        drawn, noted = render_sections(ReportContext(con, {"model": None, "task": None}), wanted)
+    assert drawn.note is None and drawn.blocks[0].id == "chart-demo"
+    assert noted.blocks == [] and "run `attnwh ingest later` to add this section" in noted.note
+
+
+# ---------------------------------------------------------------- golden specs
+
+
+def _strip_data(spec: dict) -> dict:
+    """The spec without its data values, so goldens pin the chart's design, not the numbers."""
+    spec = json.loads(json.dumps(spec))
+    names = list(spec.pop("datasets", {}))
+    text = json.dumps(spec, sort_keys=True, indent=2)
+    for k, name in enumerate(names):
+        text = text.replace(name, f"data-{k}")
+    return json.loads(text)
+
+
+def test_golden_vega_lite_specs(tmp_path):
+    from attnwh.reports.build import build_report
+    from attnwh.reports.synthetic import build_synthetic_warehouse
+
+    db = tmp_path / "synthetic.duckdb"
+    build_synthetic_warehouse(db, examples=3, layers=3, heads=4)
+    charts = build_report(db).charts()
+    assert [c.id for c in charts] == list(CHART_IDS)
+    update = os.environ.get("ATTNWH_UPDATE_GOLDEN") == "1"
+    for chart in charts:
+        golden = GOLDEN / f"{chart.id}.vl.json"
+        spec = _strip_data(chart.spec())
+        if update:
+            golden.parent.mkdir(exist_ok=True)
+            golden.write_text(json.dumps(spec, sort_keys=True, indent=2) + "\n", encoding="utf-8")
+        assert golden.exists(), f"no golden spec {golden}; create it with ATTNWH_UPDATE_GOLDEN=1 pytest {__file__}"
+        expected = json.loads(golden.read_text(encoding="utf-8"))
+        assert spec == expected, (
+            f"the spec of {chart.id} differs from {golden}; if the change is intended, regenerate with "
+            f"ATTNWH_UPDATE_GOLDEN=1 python -m pytest tests/test_report.py -k golden"
+        )
+
+
+# ---------------------------------------------------------------- images
+
+
+def test_png_and_svg_export(warehouse, tmp_path, monkeypatch, capsys):
+    for fmt in ("png", "svg"):
+        folder = tmp_path / fmt
+        code, out, err = run(monkeypatch, capsys, "report", "--db", str(warehouse), "--format", fmt, "--out", str(folder))
+        assert code == 0, err
+        assert sorted(p.name for p in folder.iterdir()) == sorted([*(f"{c}.{fmt}" for c in CHART_IDS), "report.html"])
+    assert (tmp_path / "png" / f"{CHART_IDS[0]}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<svg" in (tmp_path / "svg" / f"{CHART_IDS[1]}.svg").read_text(encoding="utf-8")
