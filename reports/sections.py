@@ -65,13 +65,16 @@ class ReportContext:
 @dataclass(frozen=True)
 class Section:
     """One analysis of the page. `tables` are what it needs; `produced_by` is the command
-    that writes them, named in the note shown while they are absent or empty."""
+    that writes them, named in the note shown while they are absent or empty. `planned`
+    marks data that this version of attnwh cannot produce yet, so the note does not send
+    the reader to a command that does not exist."""
 
     id: str
     title: str
     tables: tuple[str, ...]
     produced_by: str
     build: Callable[[ReportContext], list[Block]] | None = None
+    planned: bool = False
 
 
 @dataclass(frozen=True)
@@ -145,13 +148,14 @@ def _clip(text: str, limit: int) -> str:
 SECTIONS: tuple[Section, ...] = (
     Section("special-tokens", "Attention to [CLS], [SEP] and punctuation", ("head_stats", "runs", "models"),
             "attnwh ingest", _special_tokens),
-    Section("pattern-types", "Pattern types per task", ("head_patterns",), "attnwh ingest patterns"),
-    Section("pattern-gallery", "Pattern gallery", ("head_patterns", "pattern_thumbnails"), "attnwh ingest patterns"),
+    Section("pattern-types", "Pattern types per task", ("head_patterns",), "attnwh ingest", planned=True),
+    Section("pattern-gallery", "Pattern gallery", ("head_patterns", "pattern_thumbnails"), "attnwh ingest",
+            planned=True),
     Section("finetuning-change", "Change through fine-tuning per layer and head", ("finetune_change",),
-            "attnwh ingest compare"),
-    Section("ablation", "Disabling heads and layers", ("ablations",), "attnwh ingest ablation"),
+            "attnwh ingest compare", planned=True),
+    Section("ablation", "Disabling heads and layers", ("ablations",), "attnwh ingest ablation", planned=True),
     Section("importance", "Head importance against the effect of disabling", ("ablations", "head_importance"),
-            "attnwh ingest ablation"),
+            "attnwh ingest ablation", planned=True),
     Section("provenance", "Provenance", ("runs", "models"), "attnwh ingest", _provenance),
 )
 
@@ -173,7 +177,13 @@ def render_sections(ctx: ReportContext, sections: tuple[Section, ...] = SECTIONS
     rendered = []
     for section in sections:
         missing = [t for t in section.tables if t not in available]
-        if missing:
+        if missing and section.planned:
+            note = (
+                f"No data for this section yet: it will come from `{section.produced_by}` "
+                "in a later version of attnwh."
+            )
+            rendered.append(RenderedSection(section, note=note))
+        elif missing:
             note = f"No data for this section yet: run `{section.produced_by}` to add this section."
             rendered.append(RenderedSection(section, note=note))
         elif section.build is None:
