@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import torch
 
@@ -59,6 +60,7 @@ class PreparedTask:
     data: TaskData
     encoded: EncodedTask
     example_ids: np.ndarray
+    max_length: int
     run_key: str
 
 
@@ -94,7 +96,7 @@ def prepare_tasks(encoder: EncoderModel, tasks: Sequence[TaskData], options: Ing
             "dtype": str(encoder.dtype),
         }
         run_key = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=16).hexdigest()
-        prepared.append(PreparedTask(data, encoded, ids, run_key))
+        prepared.append(PreparedTask(data, encoded, ids, max_length, run_key))
     return prepared
 
 
@@ -155,7 +157,7 @@ class StatisticsCapture:
 
 
 def _ingest_task(
-    con,
+    con: duckdb.DuckDBPyConnection,
     model_id: int,
     capture: StatisticsCapture,
     task: PreparedTask,
@@ -165,6 +167,7 @@ def _ingest_task(
 ) -> RunSummary:
     encoder = capture.encoder
     data, encoded = task.data, task.encoded
+    n_truncated = int(encoded.truncated.sum())
     con.begin()
     try:
         store.insert_examples(con, data, task.example_ids.tolist())
@@ -181,9 +184,9 @@ def _ingest_task(
                 "source": data.source,
                 "example_limit": options.limit,
                 "seed": options.seed,
-                "max_length": options.max_length or encoder.max_length,
+                "max_length": task.max_length,
                 "n_examples": len(data.examples),
-                "n_truncated": int(encoded.truncated.sum()),
+                "n_truncated": n_truncated,
                 "device": str(encoder.device),
                 "dtype": str(encoder.dtype).removeprefix("torch."),
                 "batch_size": options.batch_size,
@@ -195,7 +198,6 @@ def _ingest_task(
     except BaseException:
         con.rollback()
         raise
-    n_truncated = int(encoded.truncated.sum())
     if state.status == "complete":
         return RunSummary(data.task, state.run_id, "already complete", len(data.examples), 0, n_truncated, 0, 0.0)
     todo = [i for i, eid in enumerate(task.example_ids.tolist()) if eid not in state.done]

@@ -13,17 +13,10 @@ import duckdb
 import pytest
 
 from attnwh import cli
+from tiny_models import CORPUS
 
-SENTENCES = [
-    "The quick brown fox jumps over the lazy dog.",
-    "A film, a book, and a song: which one did you like?",
-    "Nobody expected the small robot to win the race!",
-    "She said that the weather would turn cold, but it stayed warm.",
-    "Two people walk along the river; the dog follows them.",
-    "Is this the station where the night train stops?",
-    "Cheap tickets (only five dollars) sold out in minutes.",
-    "The museum opened a new wing for modern painting.",
-]
+# The sentences the tiny tokenizers were trained on, so few pieces are unknown.
+SENTENCES = list(dict.fromkeys(CORPUS))
 
 
 def run(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
