@@ -101,8 +101,10 @@ def ingest(
             names = tasks or [None]
             if len(names) > 1:
                 raise UsageError("--dataset reads one task at a time; pick its configuration with --dataset-config")
+            from attnwh.ingest.hub import load_hub
+
             loaded = [
-                loaders.load_hub(
+                load_hub(
                     dataset, dataset_config, split or "dev", names[0], text_column, pair_column, label_column
                 )
             ]

@@ -14,9 +14,14 @@ import json
 import re
 from importlib import resources
 
+from typing import TYPE_CHECKING
+
 import jinja2
 import vl_convert
 from markupsafe import Markup
+
+if TYPE_CHECKING:  # build.py imports this module
+    from .build import Report
 
 from .sections import ChartBlock
 
@@ -60,7 +65,7 @@ def _template() -> jinja2.Template:
     return env.from_string(source)
 
 
-def render_page(report: "Report") -> str:  # noqa: F821 - Report lives in build.py, which imports this module
+def render_page(report: Report) -> str:
     """The report as one HTML document."""
     specs = {
         block.id: script_json(block.spec())

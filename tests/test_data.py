@@ -19,10 +19,11 @@ from attnwh.ingest.data import (
     infer_label_names,
     load_file,
     load_glue,
-    load_hub,
     load_sample,
 )
+from attnwh.ingest import hub
 from attnwh.ingest.examples import Example, TaskData
+from attnwh.ingest.hub import load_hub
 
 GLUE_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
 
@@ -495,7 +496,7 @@ def test_hub_glue_knows_columns(hf_cache: Path, monkeypatch: pytest.MonkeyPatch)
         calls.append((name, config, split))
         return fake, "validation"
 
-    monkeypatch.setattr(data, "_open_hub_split", open_split)
+    monkeypatch.setattr(hub, "_open_hub_split", open_split)
     loaded = load_hub("nyu-mll/glue", "SST-2", "dev")
     assert calls == [("nyu-mll/glue", "sst2", "dev")]
     assert (loaded.task, loaded.split, loaded.labels) == ("sst2", "validation", ("negative", "positive"))
