@@ -12,6 +12,7 @@ import typer
 
 from attnwh.errors import AttnwhError
 from attnwh.ingest.cli import ingest
+from attnwh.ingest.finetune_cli import finetune
 from attnwh.reports.cli import report
 from attnwh.sql.cli import queries, query, sql
 
@@ -28,6 +29,7 @@ app.command()(sql)
 app.command()(queries)
 app.command()(query)
 app.command()(report)
+app.command()(finetune)
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ def test_readme_lists_every_command():
     import typer
 
     commands = {c.name for c in typer.main.get_command(app).commands.values()}
-    assert commands == {"ingest", "sql", "queries", "query", "report"}
+    assert commands == {"ingest", "sql", "queries", "query", "report", "finetune"}
     for name in commands:
         assert f"`attnwh {name}" in README, name
 

@@ -1,0 +1,94 @@
+"""`attnwh finetune` on tiny models: saved, loadable, scored with the task metric, recorded."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import numpy as np
+import pytest
+from sklearn.metrics import accuracy_score
+
+from attnwh.ingest.encoding import encode_task
+from attnwh.ingest.examples import Example, TaskData
+from attnwh.ingest.finetune import LINEAGE_FILE, FinetuneOptions, finetune, predict
+from attnwh.ingest.models import load_encoder
+from test_ingest_cli import SENTENCES, run
+
+OPTIONS = FinetuneOptions(epochs=2, batch_size=8, max_length=32, seed=3)
+
+
+def task(n: int, regression: bool = False, split: str = "train") -> TaskData:
+    examples = tuple(
+        Example(i, None, SENTENCES[i % len(SENTENCES)] + f" {i}", None,
+                f"{(i % 11) / 2:.1f}" if regression else str(i % 2))
+        for i in range(n)
+    )
+    return TaskData("test", "stsb" if regression else "toy", split, examples, None if regression else ("0", "1"), "test")
+
+
+def test_finetune_saves_a_loadable_model_scored_like_sklearn(tiny_model_dir, tmp_path):
+    out = tmp_path / "tuned"
+    result = finetune(str(tiny_model_dir("bert")), task(48), task(20, split="dev"), out, OPTIONS, device="cpu")
+    tuned = load_encoder(str(out), device="cpu")
+    assert tuned.architecture == "BertForSequenceClassification"
+    assert tuned.weights_hash == result.tuned_weights_hash != result.base_weights_hash
+    lineage = json.loads((out / LINEAGE_FILE).read_text())
+    assert lineage["task"] == "toy" and lineage["base_weights_hash"] == result.base_weights_hash
+    # The stored score is the accuracy of the saved model's own predictions.
+    dev = task(20, split="dev")
+    predictions = predict(tuned.model, tuned.tokenizer, encode_task(tuned.tokenizer, dev, 32), False, 8, tuned.device)
+    gold = np.array([int(e.label) for e in dev.examples])
+    assert result.scores == {"accuracy": pytest.approx(accuracy_score(gold, predictions))}
+    assert result.final_loss is not None and np.isfinite(result.final_loss)
+
+
+def test_regression_task_gets_correlations(tiny_model_dir, tmp_path):
+    result = finetune(str(tiny_model_dir("bert")), task(40, True), task(16, True, "dev"), tmp_path / "r", OPTIONS, "cpu")
+    assert set(result.scores) == {"pearson", "spearman"}
+    assert all(-1 <= v <= 1 for v in result.scores.values())
+
+
+def test_from_scratch_starts_from_random_weights(tiny_model_dir, tmp_path):
+    base = tiny_model_dir("bert")
+    options = FinetuneOptions(epochs=0.01, batch_size=8, max_length=32, seed=3, learning_rate=0.0)
+    kept = finetune(str(base), task(16), task(8, split="dev"), tmp_path / "a", options, "cpu")
+    scratch = finetune(str(base), task(16), task(8, split="dev"), tmp_path / "b",
+                       FinetuneOptions(**{**options.__dict__, "from_scratch": True}), "cpu")
+    a = load_encoder(str(tmp_path / "a"), "cpu").model.state_dict()
+    b = load_encoder(str(tmp_path / "b"), "cpu").model.state_dict()
+    encoder_keys = [k for k in a if "embeddings.word_embeddings" in k]
+    base_weights = load_encoder(str(base), "cpu").model.state_dict()
+    key = encoder_keys[0]
+    # learning rate 0: the pre-trained start keeps the base's weights, the scratch one does not
+    assert np.allclose(a[key].numpy(), base_weights[key.removeprefix("bert.")].numpy())
+    assert not np.allclose(b[key].numpy(), a[key].numpy())
+    assert kept.tuned_weights_hash != scratch.tuned_weights_hash
+
+
+def test_cli_records_run_scores_and_lineage(monkeypatch, capsys, tiny_model_dir, tmp_path):
+    db, out = tmp_path / "w.duckdb", tmp_path / "tuned"
+    code, stdout, err = run(
+        monkeypatch, capsys, "finetune", "--model", str(tiny_model_dir("bert")), "--task", "sentiment",
+        "--max-train-examples", "32", "--epochs", "1", "--batch-size", "16", "--out", str(out), "--db", str(db),
+    )
+    assert code == 0, err
+    assert "accuracy" in stdout and str(out.resolve()) in stdout
+    with duckdb.connect(str(db), read_only=True) as con:
+        run_row = con.execute("SELECT kind, task, split, n_examples, model_id, base_model_id FROM runs").fetchall()
+        assert [r[:4] for r in run_row] == [("finetune", "sentiment", "dev", 400)]
+        tuned = con.execute("SELECT name, base_model_id, finetuned_task FROM models WHERE model_id = ?", [run_row[0][4]]).fetchall()
+        assert tuned == [(str(out), run_row[0][5], "sentiment")]
+        assert con.execute("SELECT train_examples, from_scratch FROM finetunes").fetchall() == [(32, False)]
+        assert [r[0] for r in con.execute("SELECT metric FROM scores").fetchall()] == ["accuracy"]
+    # The saved folder is an ordinary model for every other command.
+    code, _, err = run(monkeypatch, capsys, "ingest", "--model", str(out), "--limit", "4", "--task", "sentiment", "--db", str(db))
+    assert code == 0, err
+
+
+def test_out_must_not_clobber_a_non_model_folder(monkeypatch, capsys, tiny_model_dir, tmp_path):
+    (tmp_path / "stuff").mkdir()
+    (tmp_path / "stuff" / "notes.txt").write_text("mine")
+    code, _, err = run(monkeypatch, capsys, "finetune", "--model", str(tiny_model_dir("bert")), "--out",
+                       str(tmp_path / "stuff"), "--db", str(tmp_path / "w.duckdb"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "holds no model" in err
