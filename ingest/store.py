@@ -1,8 +1,9 @@
 """Writing ingest results into the warehouse.
 
-Every write that belongs together happens in one transaction: a batch's statistics rows
-and the run_examples rows that mark those examples done are committed together, so an
-interrupted run leaves whole examples only, and a rerun skips exactly those.
+Every write that belongs together happens in one transaction: a batch's rows (head
+statistics or attention change) and the run_examples rows that mark those examples done
+are committed together, so an interrupted run leaves whole examples only, and a rerun
+skips exactly those.
 """
 
 from __future__ import annotations
@@ -117,47 +118,64 @@ def open_run(con: duckdb.DuckDBPyConnection, run_key: str, replace: bool, fields
     return RunState(run_id, created, frozenset())
 
 
+# Every table holding rows of a run; deleting a run (--replace) clears all of them.
+RUN_TABLES: tuple[str, ...] = ("head_stats", "attention_change", "run_examples")
+
+
 def delete_run(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
-    for table in ("head_stats", "run_examples", "runs"):
+    for table in (*RUN_TABLES, "runs"):
         con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
 
 
-def write_batch(
-    con: duckdb.DuckDBPyConnection,
-    run_id: int,
-    example_ids: np.ndarray,
-    stats: np.ndarray,
-    stat_columns: Sequence[str],
-    n_tokens: np.ndarray,
-    n_tokens_full: np.ndarray,
-    seconds: float,
-) -> None:
-    """Commit one batch: statistics (batch, layer, head, stat) and the examples' done marks."""
-    batch, layers, heads, _ = stats.shape
+def grid_rows(
+    run_id: int, example_ids: np.ndarray, values: np.ndarray, columns: Sequence[str]
+) -> dict[str, np.ndarray]:
+    """Columns of one row per (example, layer, head) from values shaped
+    (batch, layer, head, len(columns)), keyed by run_id, example_id, layer and head."""
+    batch, layers, heads, k = values.shape
+    if k != len(columns):
+        raise ValueError(f"{k} values per head but {len(columns)} column names")
     grid = np.indices((batch, layers, heads)).reshape(3, -1)
-    flat = stats.reshape(-1, len(stat_columns))
+    flat = values.reshape(-1, k)
     rows = {
         "run_id": np.full(flat.shape[0], run_id, dtype=np.int32),
         "example_id": example_ids[grid[0]],
         "layer": grid[1].astype(np.int16),
         "head": grid[2].astype(np.int16),
     }
-    rows.update({name: flat[:, k] for k, name in enumerate(stat_columns)})
+    rows.update({name: flat[:, j] for j, name in enumerate(columns)})
+    return rows
+
+
+def write_batch(
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    table: str,
+    rows: dict[str, np.ndarray],
+    example_ids: np.ndarray,
+    n_tokens: np.ndarray,
+    n_tokens_full: np.ndarray,
+    seconds: float,
+) -> None:
+    """Commit one batch: `rows` (columns by name) into `table`, and the examples' done marks,
+    in one transaction, so a run never holds part of an example."""
+    if table not in RUN_TABLES or table == "run_examples":
+        raise ValueError(f"{table!r} is not a table of per-head run rows")
     done = pa.table(
         {
-            "run_id": np.full(batch, run_id, dtype=np.int32),
+            "run_id": np.full(len(example_ids), run_id, dtype=np.int32),
             "example_id": example_ids,
             "n_tokens": n_tokens.astype(np.int32),
             "n_tokens_full": n_tokens_full.astype(np.int32),
             "truncated": n_tokens_full > n_tokens,
         }
     )
-    stats_table = pa.table(rows)
+    rows_table = pa.table(rows)
     con.begin()
     try:
-        con.register("batch_stats", stats_table)
+        con.register("batch_rows", rows_table)
         con.register("batch_done", done)
-        con.execute("INSERT INTO head_stats BY NAME SELECT * FROM batch_stats")
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM batch_rows")
         con.execute("INSERT INTO run_examples BY NAME SELECT * FROM batch_done")
         con.execute("UPDATE runs SET seconds = coalesce(seconds, 0) + ? WHERE run_id = ?", [seconds, run_id])
         con.commit()
@@ -165,7 +183,7 @@ def write_batch(
         con.rollback()
         raise
     finally:
-        con.unregister("batch_stats")
+        con.unregister("batch_rows")
         con.unregister("batch_done")
 
 

@@ -14,9 +14,13 @@ README = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
 def test_readme_lists_every_command():
     import typer
 
-    commands = {c.name for c in typer.main.get_command(app).commands.values()}
+    top = typer.main.get_command(app)
+    commands = {c.name for c in top.commands.values()}
     assert commands == {"ingest", "sql", "queries", "query", "report", "finetune"}
-    for name in commands:
+    # Subcommands of a group (`attnwh ingest compare`) need their own mention.
+    subcommands = {f"{c.name} {sub}" for c in top.commands.values() for sub in getattr(c, "commands", {})}
+    assert subcommands == {"ingest compare"}
+    for name in commands | subcommands:
         assert f"`attnwh {name}" in README, name
 
 

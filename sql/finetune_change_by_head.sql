@@ -1,0 +1,30 @@
+-- name: finetune_change_by_head
+-- title: How much attention changed from a base to a tuned model, per model pair, task, layer and head (cosine of the maps)
+-- params: base, tuned, task
+-- One row per compare run, layer and head: the cosine similarity of the base and tuned
+-- model's attention maps on the same example, cropped to the real tokens, summarised over
+-- the run's examples. 1 = unchanged; lower = changed more. base and tuned are model names
+-- as stored (hub name or path); NULL = all.
+SELECT
+    b.name                         AS base,
+    t.name                         AS tuned,
+    r.task,
+    r.split,
+    r.run_id,
+    c.layer,
+    c.head,
+    avg(c.cosine)                  AS mean_cosine,
+    stddev_samp(c.cosine)          AS stddev_cosine,
+    min(c.cosine)                  AS min_cosine,
+    max(c.cosine)                  AS max_cosine,
+    count(*)                       AS examples
+FROM attention_change AS c
+JOIN runs AS r USING (run_id)
+JOIN models AS t ON t.model_id = r.model_id
+JOIN models AS b ON b.model_id = r.base_model_id
+WHERE r.kind = 'compare'
+  AND ($base IS NULL OR b.name = $base)
+  AND ($tuned IS NULL OR t.name = $tuned)
+  AND ($task IS NULL OR r.task = $task)
+GROUP BY ALL
+ORDER BY base, tuned, r.task, r.split, r.run_id, c.layer, c.head;
