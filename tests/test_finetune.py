@@ -81,9 +81,16 @@ def test_cli_records_run_scores_and_lineage(monkeypatch, capsys, tiny_model_dir,
         assert tuned == [(str(out), run_row[0][5], "sentiment")]
         assert con.execute("SELECT train_examples, from_scratch FROM finetunes").fetchall() == [(32, False)]
         assert [r[0] for r in con.execute("SELECT metric FROM scores").fetchall()] == ["accuracy"]
-    # The saved folder is an ordinary model for every other command.
-    code, _, err = run(monkeypatch, capsys, "ingest", "--model", str(out), "--limit", "4", "--task", "sentiment", "--db", str(db))
-    assert code == 0, err
+    # The saved folder is an ordinary model for every other command, and keeps its lineage
+    # in a warehouse that never saw the fine-tuning.
+    other = tmp_path / "other.duckdb"
+    for model in (tiny_model_dir("bert"), out):
+        code, _, err = run(monkeypatch, capsys, "ingest", "--model", str(model), "--limit", "4", "--task", "sentiment",
+                           "--db", str(other))
+        assert code == 0, err
+    with duckdb.connect(str(other), read_only=True) as con:
+        rows = con.execute("SELECT model_id, name, base_model_id, finetuned_task FROM models ORDER BY model_id").fetchall()
+    assert rows[1][1:] == (str(out), rows[0][0], "sentiment") and rows[0][2:] == (None, None)
 
 
 def test_out_must_not_clobber_a_non_model_folder(monkeypatch, capsys, tiny_model_dir, tmp_path):
