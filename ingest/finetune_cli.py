@@ -12,6 +12,8 @@ from rich.console import Console
 
 from attnwh.errors import UsageError
 
+from .cli import DatasetConfigOpt, DatasetOpt, GlueDirOpt, LabelColumnOpt, PairColumnOpt, TextColumnOpt, load_tasks
+
 
 def finetune(
     out: Annotated[Path, typer.Option(help="Folder to save the fine-tuned model and tokenizer in.")],
@@ -19,10 +21,21 @@ def finetune(
         str | None, typer.Option(help="Hub name or local directory of the encoder; default: the bundled MiniLM.")
     ] = None,
     task: Annotated[
-        str, typer.Option(help="GLUE task (sst2, mrpc, rte, cola, stsb, ...) or sample task (sentiment, entailment).")
-    ] = "sentiment",
-    glue_dir: Annotated[Path | None, typer.Option(help="Folder with GLUE task folders in the original TSV layout.")] = None,
-    train_split: Annotated[str, typer.Option(help="Split to train on.")] = "train",
+        str | None,
+        typer.Option(
+            help="GLUE task (sst2, mrpc, rte, cola, stsb, ...) or sample task (sentiment, entailment; the default "
+            "without a data source); with --data or --dataset, the task's name."
+        ),
+    ] = None,
+    glue_dir: GlueDirOpt = None,
+    dataset: DatasetOpt = None,
+    dataset_config: DatasetConfigOpt = None,
+    data: Annotated[Path | None, typer.Option(help="A local CSV, TSV, JSONL or Parquet file to train on.")] = None,
+    eval_data: Annotated[Path | None, typer.Option(help="With --data: the file to score on.")] = None,
+    text_column: TextColumnOpt = None,
+    pair_column: PairColumnOpt = None,
+    label_column: LabelColumnOpt = None,
+    train_split: Annotated[str, typer.Option(help="Split to train on (with --data: the whole file).")] = "train",
     eval_split: Annotated[str, typer.Option(help="Split to score the tuned model on.")] = "dev",
     max_train_examples: Annotated[
         int | None, typer.Option(min=1, help="Train on a seeded random sample of this many examples.")
@@ -52,18 +65,24 @@ def finetune(
 
     warehouse.check_writable(db)
     with console.status("Loading data and model…"):
-        from attnwh.ingest import data as loaders
         from attnwh.ingest.finetune import FinetuneOptions, check_out_dir, finetune as run_finetune, record
         from attnwh.ingest.models import load_encoder
 
         check_out_dir(out)
-        if glue_dir is not None:
-            train = loaders.load_glue(glue_dir, task, train_split)
-            dev = loaders.load_glue(glue_dir, task, eval_split)
-        else:
-            train = loaders.load_sample(task, train_split)
-            dev = loaders.load_sample(task, eval_split)
-        train = train.sample(max_train_examples, seed)
+        if data is not None and (eval_data is None or label_column is None):
+            raise UsageError("--data needs --eval-data and --label-column to fine-tune and score")
+
+        if task is None and glue_dir is None and dataset is None and data is None:
+            task = "sentiment"
+        if task is None and data is not None:
+            task = data.stem  # the train file names the task, for its scoring file too
+
+        def load(split: str, file: Path | None):
+            return load_tasks([task] if task else None, glue_dir, dataset, dataset_config, file, text_column,
+                              pair_column, label_column, split)[0]
+
+        train = load(train_split, data).sample(max_train_examples, seed)
+        dev = load(eval_split, eval_data)
         options = FinetuneOptions(
             epochs=epochs, learning_rate=lr, batch_size=batch_size, max_length=max_length, warmup=warmup,
             seed=seed, from_scratch=from_scratch,
@@ -71,7 +90,7 @@ def finetune(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     with Progress(
-        TextColumn(f"{'from scratch' if from_scratch else 'fine-tuning'} {task}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn(f"{'from scratch' if from_scratch else 'fine-tuning'} {train.task}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console,
     ) as progress:
         bar = progress.add_task("steps", total=None, loss="–")
@@ -90,7 +109,7 @@ def finetune(
         con.close()
     scores = ", ".join(f"{k} {v:.4f}" for k, v in result.scores.items())
     Console().print(
-        f"{task}: trained on {result.train_examples} examples in {result.train_seconds:.1f} s; "
+        f"{train.task}: trained on {result.train_examples} examples in {result.train_seconds:.1f} s; "
         f"{dev.split} ({result.dev_examples}): {scores}\nsaved to {out.resolve()}; run {run_id} in {db.resolve()}",
         highlight=False,
     )

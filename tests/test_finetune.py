@@ -99,3 +99,19 @@ def test_out_must_not_clobber_a_non_model_folder(monkeypatch, capsys, tiny_model
     code, _, err = run(monkeypatch, capsys, "finetune", "--model", str(tiny_model_dir("bert")), "--out",
                        str(tmp_path / "stuff"), "--db", str(tmp_path / "w.duckdb"))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "holds no model" in err
+
+
+def test_cli_trains_on_local_files(monkeypatch, capsys, tiny_model_dir, tmp_path):
+    from test_ingest_cli import write_pairs
+
+    train, dev = write_pairs(tmp_path / "train.tsv", 24), write_pairs(tmp_path / "dev.tsv", 10)
+    common = ["finetune", "--model", str(tiny_model_dir("bert")), "--data", str(train), "--text-column", "premise",
+              "--pair-column", "hypothesis", "--out", str(tmp_path / "m"), "--db", str(tmp_path / "w.duckdb"),
+              "--epochs", "1", "--batch-size", "8"]
+    code, _, err = run(monkeypatch, capsys, *common)
+    assert code == 2 and "--eval-data" in err
+    code, out, err = run(monkeypatch, capsys, *common, "--eval-data", str(dev), "--label-column", "label")
+    assert code == 0, err
+    assert out.startswith("train: trained on 24 examples") and "(10): accuracy" in out
+    with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT task FROM runs").fetchall() == [("train",)]
