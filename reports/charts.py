@@ -139,3 +139,71 @@ def special_tokens_layers(frame: pl.DataFrame) -> alt.FacetChart:
         .configure(font=_FONT)
         .configure_view(stroke="#ddd")
     )
+
+
+def pair_label(frame: pl.DataFrame) -> pl.Expr:
+    """'run 4 · minilm → minilm-sst2 · sst2 (dev)': one label per compare run."""
+    base = pl.col("base").str.split("/").list.last()
+    tuned = pl.col("tuned").str.split("/").list.last()
+    return pl.format("run {} · {} → {} · {} ({})", pl.col("run_id"), base, tuned, pl.col("task"), pl.col("split"))
+
+
+def finetune_change_heads(frame: pl.DataFrame) -> alt.FacetChart:
+    """Heatmaps layer × head of the mean cosine between base and tuned attention maps, one
+    panel per compare run (Kovaleva et al. Fig. 5). `frame` is `finetune_change_by_head`."""
+    data = frame.with_columns(panel=pair_label(frame))
+    heads = int(frame["head"].max()) + 1 if frame.height else 12
+    cell = max(14, -(-84 // heads))
+    return (
+        alt.Chart(data)
+        .mark_rect()
+        .encode(
+            x=alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0, labelFontSize=9)),
+            y=alt.Y("layer:O", title="layer", axis=alt.Axis(labelFontSize=9)),
+            # Reversed: the heads that changed most (low cosine) are the bright ones.
+            color=alt.Color(
+                "mean_cosine:Q", title="mean cosine", scale=alt.Scale(scheme="viridis", reverse=True, domainMax=1)
+            ),
+            tooltip=[
+                alt.Tooltip("panel:N", title="comparison"),
+                alt.Tooltip("layer:O"),
+                alt.Tooltip("head:O"),
+                alt.Tooltip("mean_cosine:Q", title="mean cosine", format=".3f"),
+                alt.Tooltip("stddev_cosine:Q", title="std. dev.", format=".3f"),
+                alt.Tooltip("examples:Q"),
+            ],
+        )
+        .properties(width=alt.Step(cell), height=alt.Step(cell))
+        .facet(
+            facet=alt.Facet("panel:N", title=None, header=alt.Header(labelFontWeight="bold", labelLimit=360)),
+            columns=3,
+            spacing=16,
+        )
+        .configure(font=_FONT)
+        .configure_view(stroke=None)
+    )
+
+
+def finetune_change_layers(frame: pl.DataFrame) -> alt.LayerChart:
+    """Mean cosine per layer with a band of ± one standard deviation over examples and heads,
+    one line per compare run. `frame` is `finetune_change_by_layer`."""
+    data = frame.with_columns(
+        panel=pair_label(frame),
+        low=pl.col("mean_cosine") - pl.col("stddev_cosine").fill_null(0),
+        high=(pl.col("mean_cosine") + pl.col("stddev_cosine").fill_null(0)).clip(upper_bound=1.0),
+    )
+    base = alt.Chart(data).encode(
+        x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0)),
+        color=alt.Color("panel:N", title="comparison", legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=400)),
+    )
+    band = base.mark_area(opacity=0.15).encode(y=alt.Y("low:Q", title="cosine, base vs tuned"), y2="high:Q")
+    line = base.mark_line(point=True).encode(
+        y="mean_cosine:Q",
+        tooltip=[
+            alt.Tooltip("panel:N", title="comparison"),
+            alt.Tooltip("layer:O"),
+            alt.Tooltip("mean_cosine:Q", title="mean cosine", format=".3f"),
+            alt.Tooltip("stddev_cosine:Q", title="std. dev.", format=".3f"),
+        ],
+    )
+    return alt.layer(band, line).properties(width=420, height=220).configure(font=_FONT)

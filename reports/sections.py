@@ -106,6 +106,24 @@ def _special_tokens(ctx: ReportContext) -> list[Block]:
     ]
 
 
+def _finetune_change(ctx: ReportContext) -> list[Block]:
+    return [
+        ChartBlock(
+            "chart-finetune-change-heads",
+            "How much each head's attention changed through fine-tuning (Kovaleva et al. Fig. 5): mean over the "
+            "examples of the cosine similarity between the base and the tuned model's attention maps, each cropped "
+            "to the real tokens; query finetune_change_by_head. Bright = changed most.",
+            charts.finetune_change_heads(ctx.query("finetune_change_by_head")),
+        ),
+        ChartBlock(
+            "chart-finetune-change-layers",
+            "The same cosine per layer, mean over examples and heads with a band of one standard deviation; "
+            "query finetune_change_by_layer. The paper found the last two layers change most.",
+            charts.finetune_change_layers(ctx.query("finetune_change_by_layer")),
+        ),
+    ]
+
+
 def _provenance(ctx: ReportContext) -> list[Block]:
     runs = ctx.query("run_provenance")
     rows = []
@@ -118,7 +136,9 @@ def _provenance(ctx: ReportContext) -> list[Block]:
                 [r["model"], f"{r['family']} · {r['architecture']}", f"{r['num_layers']} layers × {r['num_heads']} heads",
                  f"weights {r['weights_hash']}" + (f" · revision {r['revision']}" if r["revision"] else "")],
                 [f"{r['dataset']} · {r['task']} · {r['split']}", r["source"]],
-                [f"{r['n_examples']} examples ({limit})", f"mean {r['mean_tokens']} tokens",
+                [f"{r['n_examples']} examples ({limit})",
+                 # fine-tuning runs keep no per-example token counts
+                 *([f"mean {r['mean_tokens']} tokens"] if r["mean_tokens"] is not None else []),
                  f"{r['n_truncated']} truncated at {r['max_length']}"],
                 [f"{r['device']} · {r['dtype']} · batch {r['batch_size']}", r["command"] or ""],
                 [versions],
@@ -151,8 +171,8 @@ SECTIONS: tuple[Section, ...] = (
     Section("pattern-types", "Pattern types per task", ("head_patterns",), "attnwh ingest", planned=True),
     Section("pattern-gallery", "Pattern gallery", ("head_patterns", "pattern_thumbnails"), "attnwh ingest",
             planned=True),
-    Section("finetuning-change", "Change through fine-tuning per layer and head", ("finetune_change",),
-            "attnwh ingest compare", planned=True),
+    Section("finetuning-change", "Change through fine-tuning per layer and head", ("attention_change",),
+            "attnwh ingest compare", _finetune_change),
     Section("ablation", "Disabling heads and layers", ("ablations",), "attnwh ingest ablation", planned=True),
     Section("importance", "Head importance against the effect of disabling", ("ablations", "head_importance"),
             "attnwh ingest ablation", planned=True),

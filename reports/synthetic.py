@@ -68,6 +68,25 @@ def build_synthetic_warehouse(
                     [run_id, t, examples],
                 )
                 _insert_head_stats(con, run_id, t, examples, layers, heads)
+        if len(models) > 1:  # the last model plays a tuned version of the first
+            for t, task in enumerate(tasks):
+                run_id += 1
+                con.execute(
+                    "INSERT INTO runs (run_id, kind, run_key, model_id, base_model_id, dataset, task, split, source,"
+                    " example_limit, seed, max_length, n_examples, n_truncated, device, dtype, batch_size, versions,"
+                    " command, status, started_at, finished_at, seconds) VALUES (?, 'compare', ?, ?, 1, 'synthetic',"
+                    " ?, 'dev', 'attnwh.reports.synthetic', NULL, 42, 512, ?, 0, 'cpu', 'float32', 32,"
+                    " '{\"attnwh\": \"synthetic\"}', 'build_synthetic_warehouse', 'complete',"
+                    " TIMESTAMP '2025-01-01 00:00:00', TIMESTAMP '2025-01-01 00:10:00', 600.0)",
+                    [run_id, f"synthetic-{run_id}", len(models), task, examples],
+                )
+                # Cosine falls with depth, as the paper saw: the last layers change most.
+                con.execute(
+                    f"INSERT INTO attention_change SELECT {run_id}, {t} * 1000000000 + e.i, l.i, h.i,"
+                    f" 1 - 0.4 * (l.i / greatest({layers} - 1, 1)::DOUBLE)"
+                    f" * (((e.i * 7919 + l.i * 104729 + h.i * 1299709) % 1000) / 1000.0)"
+                    f" FROM range({examples}) AS e(i), range({layers}) AS l(i), range({heads}) AS h(i)"
+                )
         con.commit()
         return con.execute("SELECT count(*) FROM head_stats").fetchall()[0][0]
     except BaseException:
