@@ -36,6 +36,19 @@ class AttentionObserver(Protocol):
         ...
 
 
+class KeepMaps:
+    """Observer that keeps every layer's probabilities of one forward pass, in call order
+    (the order of calls, not `module.layer_idx`: ALBERT shares one module across layers).
+    Holding them costs batch × layers × heads × seq² values on the device: use per batch."""
+
+    def __init__(self) -> None:
+        self.maps: list[torch.Tensor | None] = []
+
+    def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        self.maps.append(probs.detach())
+        return probs
+
+
 _active: AttentionObserver | None = None
 
 

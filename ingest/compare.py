@@ -35,18 +35,6 @@ from .runner import IngestOptions, PreparedTask, model_identity, prepare_tasks
 CHANGE_COLUMNS: tuple[str, ...] = ("cosine",)
 
 
-class KeepMaps:
-    """Observer for the base model's pass: keeps every layer's probabilities, in layer order
-    (the order of calls, not `module.layer_idx`: ALBERT shares one module across layers)."""
-
-    def __init__(self) -> None:
-        self.maps: list[torch.Tensor | None] = []
-
-    def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        self.maps.append(probs.detach())
-        return probs
-
-
 class CosineAgainst:
     """Observer for the tuned model's pass: per layer, the cosine of its maps with the kept
     base maps over the real query × key cells, (batch, heads) per layer."""
@@ -103,7 +91,7 @@ class ChangeCapture:
     @torch.inference_mode()
     def run(self, batch: dict[str, torch.Tensor]) -> np.ndarray:
         """Cosines of one collated batch (see `encoding.collate`)."""
-        keep = KeepMaps()
+        keep = attention.KeepMaps()
         with attention.observing(keep):
             self._forward(self.base, batch)
         if len(keep.maps) != self.base.num_layers:

@@ -28,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
 from attnwh.errors import DataError, UsageError
 
@@ -169,17 +168,6 @@ class RelationCounts:
         return rows
 
 
-class KeepLayers:
-    """Observer that keeps each layer's probabilities of one batch, in call order."""
-
-    def __init__(self) -> None:
-        self.maps: list[torch.Tensor] = []
-
-    def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        self.maps.append(probs.detach())
-        return probs
-
-
 @dataclass(frozen=True)
 class RelationsResult:
     counts: RelationCounts
@@ -239,7 +227,7 @@ def _count_batch(encoder: EncoderModel, batch: Sequence[Sentence], counts: Relat
     n_words = max(len(s.words) for s in batch)
     pieces = torch.stack([piece_matrix(enc.word_ids(b), n_words, length) for b in range(len(batch))])  # (B, S, W)
     present = pieces.sum(1) > 0  # (B, W)
-    observer = KeepLayers()
+    observer = attention.KeepMaps()
     inputs = {k: v.to(encoder.device) for k, v in enc.items() if k in accepted}
     with attention.observing(observer):
         encoder.model(**inputs)
