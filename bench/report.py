@@ -27,7 +27,7 @@ from attnwh.reports.synthetic import build_synthetic_warehouse
 from attnwh.sql import queries as named
 from attnwh.sql import warehouse
 
-QUERIES = ("special_tokens_by_head", "special_tokens_by_layer", "run_provenance")
+QUERIES = ("head_summary", "special_tokens_by_layer", "run_provenance")
 
 
 def run_queries(db: Path) -> int:

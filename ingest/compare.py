@@ -17,7 +17,6 @@ device.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,7 +28,7 @@ from attnwh.errors import ModelError, UsageError
 from . import attention
 from .encoding import encode_task
 from .examples import TaskData
-from .models import EncoderModel
+from .models import EncoderModel, forward_inputs
 from .runner import IngestOptions, PreparedTask, model_identity, prepare_tasks
 
 CHANGE_COLUMNS: tuple[str, ...] = ("cosine",)
@@ -77,16 +76,12 @@ class ChangeCapture:
         check_compatible(base, tuned)
         self.base = base
         self.encoder = tuned
-        self._accepted = {
-            id(e): set(inspect.signature(e.model.forward).parameters) for e in (base, tuned)
-        }
 
     def models(self) -> dict[str, EncoderModel]:
         return {"model_id": self.encoder, "base_model_id": self.base}
 
     def _forward(self, encoder: EncoderModel, batch: dict[str, torch.Tensor]) -> None:
-        accepted = self._accepted[id(encoder)]
-        encoder.model(**{k: v.to(encoder.device) for k, v in batch.items() if k in accepted})
+        encoder.model(**forward_inputs(encoder.model, {k: v.to(encoder.device) for k, v in batch.items()}))
 
     @torch.inference_mode()
     def run(self, batch: dict[str, torch.Tensor]) -> np.ndarray:

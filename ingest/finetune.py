@@ -26,7 +26,7 @@ from attnwh.errors import DataError, UsageError
 from . import metrics
 from .encoding import collate, encode_task
 from .examples import TaskData
-from .models import DEFAULT_MODEL_NAME, LINEAGE_FILE, bundled_model_path, load_encoder, parameters_hash
+from .models import DEFAULT_MODEL_NAME, LINEAGE_FILE, bundled_model_path, forward_inputs, load_encoder, parameters_hash
 
 
 
@@ -123,7 +123,7 @@ def finetune(
             indices = order[start : start + options.batch_size].tolist()
             batch = collate(train_encoded, indices, tokenizer.pad_token_id, base.device)
             target = torch.from_numpy(y_train[indices]).to(base.device)
-            loss = model(**_accepted(model, batch), labels=target).loss
+            loss = model(**forward_inputs(model, batch), labels=target).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
@@ -172,17 +172,9 @@ def predict(model, tokenizer, encoded, regression: bool, batch_size: int, device
     out = []
     for start in range(0, len(encoded.input_ids), batch_size):
         indices = list(range(start, min(start + batch_size, len(encoded.input_ids))))
-        logits = model(**_accepted(model, collate(encoded, indices, tokenizer.pad_token_id, device))).logits
+        logits = model(**forward_inputs(model, collate(encoded, indices, tokenizer.pad_token_id, device))).logits
         out.append(logits[:, 0].float().cpu().numpy() if regression else logits.argmax(-1).cpu().numpy())
     return np.concatenate(out)
-
-
-def _accepted(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """DistilBERT-style models take no token_type_ids."""
-    import inspect
-
-    params = inspect.signature(model.forward).parameters
-    return {k: v for k, v in batch.items() if k in params}
 
 
 def _seed(seed: int) -> None:

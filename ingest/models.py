@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,6 +172,18 @@ def model_max_length(tokenizer: transformers.PreTrainedTokenizerBase, config: tr
     if not candidates:
         raise ModelError("the model states no maximum input length; pass --max-length")
     return min(candidates)
+
+
+def forward_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The tensors of `batch` that the model's forward takes: DistilBERT takes no
+    token_type_ids, whatever its tokenizer makes."""
+    accepted = _forward_parameters(type(model))
+    return {k: v for k, v in batch.items() if k in accepted}
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_parameters(model_class: type) -> frozenset[str]:
+    return frozenset(inspect.signature(model_class.forward).parameters)
 
 
 def parameters_hash(model: nn.Module) -> str:

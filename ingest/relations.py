@@ -18,7 +18,6 @@ of "the head is the word k positions away" for the single best k in -5..5 (not 0
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import random
 import time
@@ -32,7 +31,7 @@ import torch
 from attnwh.errors import DataError, UsageError
 
 from . import attention
-from .models import EncoderModel
+from .models import EncoderModel, forward_inputs
 
 OFFSETS = tuple(k for k in range(-5, 6) if k != 0)
 DIRECTIONS = ("dep_to_head", "head_to_dep")
@@ -209,10 +208,9 @@ def measure(
     fits = [i for i, n in enumerate(lengths) if n <= encoder.max_length]
     fits.sort(key=lambda i: lengths[i])  # similar lengths together: less padding
     counts = RelationCounts(encoder.num_layers, encoder.num_heads)
-    accepted = set(inspect.signature(encoder.model.forward).parameters)
     for start in range(0, len(fits), batch_size):
         batch = [sentences[i] for i in fits[start : start + batch_size]]
-        _count_batch(encoder, batch, counts, accepted)
+        _count_batch(encoder, batch, counts)
         if on_batch:
             on_batch(len(batch))
     if on_batch and len(fits) < len(sentences):
@@ -221,14 +219,14 @@ def measure(
 
 
 @torch.inference_mode()
-def _count_batch(encoder: EncoderModel, batch: Sequence[Sentence], counts: RelationCounts, accepted: set[str]) -> None:
+def _count_batch(encoder: EncoderModel, batch: Sequence[Sentence], counts: RelationCounts) -> None:
     enc = tokenize(encoder, batch)
     length = enc["input_ids"].shape[1]
     n_words = max(len(s.words) for s in batch)
     pieces = torch.stack([piece_matrix(enc.word_ids(b), n_words, length) for b in range(len(batch))])  # (B, S, W)
     present = pieces.sum(1) > 0  # (B, W)
     observer = attention.KeepMaps()
-    inputs = {k: v.to(encoder.device) for k, v in enc.items() if k in accepted}
+    inputs = forward_inputs(encoder.model, {k: v.to(encoder.device) for k, v in enc.items()})
     with attention.observing(observer):
         encoder.model(**inputs)
     pieces = pieces.to(encoder.device)

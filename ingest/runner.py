@@ -10,7 +10,6 @@ warehouse is opened, so bad input leaves the file untouched.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +27,7 @@ from attnwh.sql import warehouse
 from . import attention, store
 from .encoding import EncodedTask, TokenKinds, collate, encode_task, length_buckets
 from .examples import TaskData
-from .models import EncoderModel, output_projections
+from .models import EncoderModel, forward_inputs, output_projections
 from .statistics import STAT_COLUMNS, HeadStatistics, value_norm_grams
 
 
@@ -179,7 +178,6 @@ class StatisticsCapture:
         grams = value_norm_grams(output_projections(encoder.model), encoder.num_heads)
         self.observer = HeadStatistics(grams, encoder.num_layers)
         self.kinds = TokenKinds(encoder.tokenizer)
-        self.accepted = set(inspect.signature(encoder.model.forward).parameters)
 
     def models(self) -> dict[str, EncoderModel]:
         return {"model_id": self.encoder}
@@ -189,7 +187,7 @@ class StatisticsCapture:
         """Statistics of one collated batch (see `encoding.collate`)."""
         self.observer.begin(batch["attention_mask"].bool(), *self.kinds.masks(batch["input_ids"]))
         with attention.observing(self.observer):
-            self.encoder.model(**{k: v for k, v in batch.items() if k in self.accepted})
+            self.encoder.model(**forward_inputs(self.encoder.model, batch))
         return self.observer.collect()
 
 

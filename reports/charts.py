@@ -50,7 +50,7 @@ def _long(frame: pl.DataFrame, index: list[str]) -> pl.DataFrame:
 def special_tokens_heads(frame: pl.DataFrame) -> alt.FacetChart:
     """Heatmaps layer × head of the six shares (columns), one row of panels per run.
 
-    `frame` is the `special_tokens_by_head` query."""
+    `frame` is the `head_summary` query."""
     data = _long(frame, ["layer", "head"])
     # 11 px cells: six 12-head panels and the run labels fit a 1280 px screen; models with
     # few heads get wider cells so that a panel is never narrower than its two-line header.

@@ -85,14 +85,14 @@ class RenderedSection:
 
 
 def _special_tokens(ctx: ReportContext) -> list[Block]:
-    heads = ctx.query("special_tokens_by_head")
+    heads = ctx.query("head_summary")
     layers = ctx.query("special_tokens_by_layer")
     return [
         ChartBlock(
             "chart-special-tokens-heads",
             "Share of each head's attention that goes to [CLS], [SEP] and punctuation, per layer (rows, from 0) "
             "and head (columns), with the same share weighted by the norm of each token's transformed value "
-            "(Kobayashi et al.) beside it; query special_tokens_by_head: mean over each run's examples of the "
+            "(Kobayashi et al.) beside it; query head_summary: mean over each run's examples of the "
             "per-example statistics in head_stats.",
             charts.special_tokens_heads(heads),
         ),
