@@ -191,6 +191,50 @@ class StatisticsCapture:
         return self.observer.collect()
 
 
+def open_task_run(
+    con: duckdb.DuckDBPyConnection,
+    model_ids: dict[str, int],
+    kind: str,
+    encoder: EncoderModel,
+    task: PreparedTask,
+    options: IngestOptions,
+) -> store.RunState:
+    """Store the task's examples and find, resume or create its run (kind `kind`), in one
+    transaction."""
+    data = task.data
+    con.begin()
+    try:
+        store.insert_examples(con, data, task.example_ids.tolist())
+        state = store.open_run(
+            con,
+            task.run_key,
+            options.replace,
+            {
+                "kind": kind,
+                **model_ids,
+                "dataset": data.dataset,
+                "task": data.task,
+                "split": data.split,
+                "source": data.source,
+                "example_limit": options.limit,
+                "seed": options.seed,
+                "max_length": task.max_length,
+                "n_examples": len(data.examples),
+                "n_truncated": int(task.encoded.truncated.sum()),
+                "device": str(encoder.device),
+                "dtype": str(encoder.dtype).removeprefix("torch."),
+                "batch_size": options.batch_size,
+                "versions": json.dumps(store.library_versions()),
+                "command": options.command,
+            },
+        )
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    return state
+
+
 def _ingest_task(
     con: duckdb.DuckDBPyConnection,
     model_ids: dict[str, int],
@@ -203,36 +247,7 @@ def _ingest_task(
     encoder = capture.encoder
     data, encoded = task.data, task.encoded
     n_truncated = int(encoded.truncated.sum())
-    con.begin()
-    try:
-        store.insert_examples(con, data, task.example_ids.tolist())
-        state = store.open_run(
-            con,
-            task.run_key,
-            options.replace,
-            {
-                "kind": capture.kind,
-                **model_ids,
-                "dataset": data.dataset,
-                "task": data.task,
-                "split": data.split,
-                "source": data.source,
-                "example_limit": options.limit,
-                "seed": options.seed,
-                "max_length": task.max_length,
-                "n_examples": len(data.examples),
-                "n_truncated": n_truncated,
-                "device": str(encoder.device),
-                "dtype": str(encoder.dtype).removeprefix("torch."),
-                "batch_size": options.batch_size,
-                "versions": json.dumps(store.library_versions()),
-                "command": options.command,
-            },
-        )
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
+    state = open_task_run(con, model_ids, capture.kind, encoder, task, options)
     if state.status == "complete":
         return RunSummary(data.task, state.run_id, "already complete", len(data.examples), 0, n_truncated, 0, 0.0)
     todo = [i for i, eid in enumerate(task.example_ids.tolist()) if eid not in state.done]
