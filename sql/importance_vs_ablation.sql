@@ -1,0 +1,54 @@
+-- name: importance_vs_ablation
+-- title: Does gradient importance find the heads whose disabling hurts? Spearman correlation per run and metric
+-- params: model, task, mode
+-- One row per ablation run and metric: the Spearman rank correlation, across the model's
+-- heads, between gradient importance (Michel et al.: mean |dL/d gate|) and the score drop
+-- when the head is disabled (baseline - value); near 1 = the cheap estimate ranks heads as
+-- the sweep does. Ties get their average rank. Also: how many of the 10 most important heads
+-- are among the 10 whose disabling hurts most.
+WITH paired AS (
+    SELECT
+        m.name                   AS model,
+        r.task,
+        r.split,
+        r.run_id,
+        c.mode,
+        a.metric,
+        c.layer,
+        c.head,
+        i.importance,
+        -a.delta                 AS drop
+    FROM ablations AS a
+    JOIN ablation_configs AS c USING (run_id, config_id)
+    JOIN head_importance AS i ON i.run_id = a.run_id AND i.layer = c.layer AND i.head = c.head
+    JOIN runs AS r ON r.run_id = a.run_id
+    JOIN models AS m ON m.model_id = r.model_id
+    WHERE c.kind = 'head'
+      AND ($model IS NULL OR m.name = $model)
+      AND ($task IS NULL OR r.task = $task)
+      AND ($mode IS NULL OR c.mode = $mode)
+),
+ranked AS (
+    SELECT
+        *,
+        rank() OVER (PARTITION BY run_id, metric ORDER BY importance)
+            + (count(*) OVER (PARTITION BY run_id, metric, importance) - 1) / 2.0   AS importance_rank,
+        rank() OVER (PARTITION BY run_id, metric ORDER BY drop)
+            + (count(*) OVER (PARTITION BY run_id, metric, drop) - 1) / 2.0         AS drop_rank,
+        row_number() OVER (PARTITION BY run_id, metric ORDER BY importance DESC, layer, head) AS importance_top,
+        row_number() OVER (PARTITION BY run_id, metric ORDER BY drop DESC, layer, head)       AS drop_top
+    FROM paired
+)
+SELECT
+    model,
+    task,
+    split,
+    run_id,
+    mode,
+    metric,
+    corr(importance_rank, drop_rank)                                 AS spearman,
+    count(*)                                                         AS heads,
+    count(*) FILTER (WHERE importance_top <= 10 AND drop_top <= 10)  AS top10_overlap
+FROM ranked
+GROUP BY ALL
+ORDER BY model, task, split, run_id, metric;

@@ -1,0 +1,150 @@
+"""Disabling heads: exact against plain forward passes, the cached path equal to the full one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification
+
+from attnwh.ingest.ablation import AblationSweep, Configuration, combination, head_importance_batch, sweep_configurations
+from attnwh.ingest.encoding import collate, encode_task
+from attnwh.ingest.examples import Example, TaskData
+from attnwh.ingest.models import forward_inputs, load_encoder
+from test_ingest_cli import SENTENCES
+
+LAYERS, HEADS = 3, 4
+
+
+@pytest.fixture(scope="module")
+def classifier_dir(tmp_path_factory):
+    from tiny_models import make_tiny
+
+    paths = {}
+    for family in ("bert", "roberta", "distilbert", "electra", "albert"):
+        path = make_tiny(family, tmp_path_factory.mktemp(f"abl-{family}"), classifier=True, layers=LAYERS, heads=HEADS)
+        # A freshly initialised head gives logits near 0.004 that barely move; scaled, a
+        # disabled head moves them far more than the tolerances below.
+        model = AutoModelForSequenceClassification.from_pretrained(path)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "classifier" in name or "pooler" in name:
+                    param.mul_(30.0)
+        model.save_pretrained(path)
+        paths[family] = path
+    return paths
+
+
+def batch_for(encoder, n: int = 6, pairs: bool = True) -> dict[str, torch.Tensor]:
+    examples = tuple(
+        Example(i, None, SENTENCES[i % len(SENTENCES)], SENTENCES[(i + 3) % len(SENTENCES)] if pairs else None, "0")
+        for i in range(n)
+    )
+    data = TaskData("test", "toy", "dev", examples, ("0", "1"), "test")
+    encoded = encode_task(encoder.tokenizer, data, 48)
+    return collate(encoded, list(range(n)), encoder.tokenizer.pad_token_id, encoder.device)
+
+
+def hand_disabled_logits(path, batch, disabled: set[tuple[int, int]], mode: str) -> np.ndarray:
+    """Eager BERT-style model; each disabled head's slice of its self-attention output is
+    replaced by hand: the mean of its value vectors over the real tokens (uniform weights),
+    or zero."""
+    model = AutoModelForSequenceClassification.from_pretrained(path, attn_implementation="eager").eval()
+    mask = batch["attention_mask"].float()
+    hooks = []
+    for layer_index, layer in enumerate(model.base_model.encoder.layer):
+        heads = [h for l, h in disabled if l == layer_index]
+        if not heads:
+            continue
+        module = layer.attention.self
+
+        def replace(mod, args, output, heads=heads):
+            context, weights = output
+            d = mod.attention_head_size
+            values = mod.value(args[0])  # (B, S, H * d)
+            context = context.clone()
+            for h in heads:
+                v = values[..., h * d : (h + 1) * d]
+                mean = (v * mask[..., None]).sum(1, keepdim=True) / mask.sum(1)[:, None, None]
+                context[..., h * d : (h + 1) * d] = mean if mode == "uniform" else 0.0
+            return context, weights
+
+        hooks.append(module.register_forward_hook(replace))
+    with torch.no_grad():
+        logits = model(**forward_inputs(model, batch)).logits
+    for hook in hooks:
+        hook.remove()
+    return logits.numpy()
+
+
+def test_nothing_disabled_reproduces_the_baseline_bit_for_bit(classifier_dir):
+    encoder = load_encoder(str(classifier_dir["bert"]), "cpu")
+    batch = batch_for(encoder)
+    with torch.no_grad():
+        plain = encoder.model(**forward_inputs(encoder.model, batch)).logits.numpy()
+    for cached in (True, False):
+        sweep = AblationSweep(encoder, "uniform", prefix_cache=cached)
+        out = sweep.logits(batch, [Configuration("baseline", ())])
+        assert np.array_equal(out[0], plain)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.mark.parametrize("mode", ["uniform", "zero"])
+def test_disabled_head_equals_a_hand_replaced_forward_pass(classifier_dir, family, mode):
+    path = classifier_dir[family]
+    encoder = load_encoder(str(path), "cpu")
+    batch = batch_for(encoder)  # padded pairs
+    configs = sweep_configurations(LAYERS, HEADS)
+    out = AblationSweep(encoder, mode).logits(batch, configs)
+    for i, config in enumerate(configs):
+        reference = hand_disabled_logits(path, batch, set(config.heads), mode)
+        np.testing.assert_allclose(out[i], reference, atol=1e-5, rtol=0, err_msg=f"{config}")
+    # Every configuration moves the logits far beyond the tolerance (else the test is vacuous).
+    assert (np.abs(out[1:] - out[0]).max(axis=(1, 2)) > 1e-3).all()
+
+
+def test_all_heads_of_a_layer_equal_the_layer_configuration(classifier_dir):
+    encoder = load_encoder(str(classifier_dir["bert"]), "cpu")
+    batch = batch_for(encoder)
+    layer = [c for c in sweep_configurations(LAYERS, HEADS) if c.kind == "layer" and c.layer == 1][0]
+    by_heads = combination("helpful", [(1, h) for h in reversed(range(HEADS))])
+    out = AblationSweep(encoder, "uniform").logits(batch, [layer, by_heads])
+    assert np.array_equal(out[0], out[1])
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert", "electra", "albert"])
+@pytest.mark.parametrize("per_pass", [1, 5])
+def test_cached_prefix_path_equals_the_full_path(classifier_dir, family, per_pass):
+    encoder = load_encoder(str(classifier_dir[family]), "cpu")
+    batch = batch_for(encoder)
+    configs = sweep_configurations(LAYERS, HEADS) + [combination("top_k", [(2, 1), (1, 3)], k=2)]
+    full = AblationSweep(encoder, "uniform", prefix_cache=False).logits(batch, configs)
+    cached = AblationSweep(encoder, "uniform", prefix_cache=True, configs_per_pass=per_pass).logits(batch, configs)
+    if per_pass == 1:
+        assert np.array_equal(cached, full)  # same operations on the same tensors
+    else:
+        np.testing.assert_allclose(cached, full, atol=1e-5, rtol=0)
+
+
+def test_importance_is_the_gradient_of_the_loss_with_respect_to_a_head_gate(classifier_dir):
+    """Finite differences of the summed loss with one head's output scaled by 1 ± eps."""
+    encoder = load_encoder(str(classifier_dir["bert"]), "cpu")
+    batch = batch_for(encoder, n=1)  # one example: |sum of gradients| = sum of |gradients|
+    targets = torch.tensor([1])
+    importance = head_importance_batch(encoder, batch, targets, regression=False)
+    assert importance.shape == (LAYERS, HEADS)
+
+    from attnwh.ingest import attention
+    from attnwh.ingest.ablation import HeadGates
+
+    def loss(layer: int, head: int, scale: float) -> float:
+        gates = torch.ones((LAYERS, 1, HEADS), dtype=torch.float64)
+        gates[layer, 0, head] = scale
+        with torch.no_grad(), attention.observing(HeadGates(gates)):
+            logits = encoder.model(**forward_inputs(encoder.model, batch)).logits.double()
+        return float(torch.nn.functional.cross_entropy(logits, targets))
+
+    eps = 1e-3
+    for layer, head in [(0, 0), (1, 2), (2, 3)]:
+        numeric = (loss(layer, head, 1 + eps) - loss(layer, head, 1 - eps)) / (2 * eps)
+        assert importance[layer, head] == pytest.approx(abs(numeric), rel=2e-2, abs=1e-5)
