@@ -12,7 +12,9 @@ import typer
 
 from attnwh.errors import AttnwhError
 from attnwh.ingest.cli import ingest_app
+from attnwh.ingest import ablation_cli  # noqa: F401  registers `attnwh ingest ablation`
 from attnwh.ingest.finetune_cli import finetune
+from attnwh.ingest.patterns_cli import patterns_app
 from attnwh.reports.cli import report
 from attnwh.sql.cli import queries, query, sql
 
@@ -31,6 +33,8 @@ app.command()(queries)
 app.command()(query)
 app.command()(report)
 app.command()(finetune)
+# A group: `attnwh patterns reclassify | import-labels | train`.
+app.add_typer(patterns_app, name="patterns")
 
 
 def main() -> None:

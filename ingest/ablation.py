@@ -11,9 +11,12 @@ A disabled head is changed inside attnwh's registered attention function
 Disabling a head in layer l cannot change layers 0..l-1. :class:`AblationSweep` therefore
 runs the model once with nothing disabled, keeping every layer's output, and runs each
 configuration from its first disabled layer on: the layers below return their stored output
-instead of computing it. Several configurations with the same first layer can share one
-pass, each on its own copy of the batch (`configs_per_pass`; worth it on a GPU). ALBERT
-shares one layer module across depths, so its configurations always run the whole model.
+instead of computing it, and the first disabled layer takes its query, key and value
+projections (a quarter of a layer's work) from that pass too. The same operations run on the
+same tensors as in a full pass, so the logits are bit for bit those of the naive sweep.
+Several configurations with the same first layer can share one pass, each on its own copy of
+the batch (`configs_per_pass`; worth it on a GPU). ALBERT shares one layer module across
+depths, so its configurations always run the whole model.
 
 Gradient importance (Michel et al. 2019) puts a gate ξ_h = 1 on each head's output and
 measures E_x |∂L(x)/∂ξ_h|; with one gate per example, a single backward pass gives every
@@ -127,24 +130,51 @@ def encoder_layers(model: nn.Module) -> nn.ModuleList | None:
     return None
 
 
+_PROJECTIONS = (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"))  # BERT-like / DistilBERT
+
+
+def qkv_projections(layers: nn.ModuleList) -> list[tuple[nn.Linear, ...]] | None:
+    """Each layer's query, key and value projections, or None where one is not found."""
+    found = []
+    for layer in layers:
+        for module in layer.modules():
+            linears = next(
+                (tuple(getattr(module, n) for n in names) for names in _PROJECTIONS
+                 if all(isinstance(getattr(module, n, None), nn.Linear) for n in names)),
+                None,
+            )
+            if linears:
+                found.append(linears)
+                break
+        else:
+            return None
+    return found
+
+
 @contextlib.contextmanager
-def _skipping(layers: nn.ModuleList, start: int, hidden: torch.Tensor | None) -> Iterator[None]:
-    """Inside the block, layers 0..start-1 do no work and the last of them returns `hidden`
-    (the stored input of layer `start`); always undone."""
-    if start == 0 or hidden is None:
-        yield
-        return
+def _replacing(outputs: Sequence[tuple[nn.Module, object]]) -> Iterator[None]:
+    """Inside the block, each module returns its given output without computing anything;
+    always undone."""
 
-    def stored(*args: object, **kwargs: object) -> torch.Tensor:
-        return hidden
+    def returning(value: object):
+        return lambda *args, **kwargs: value
 
-    for layer in layers[:start]:
-        layer.forward = stored  # an instance attribute shadows the class's forward
+    for module, value in outputs:
+        module.forward = returning(value)  # an instance attribute shadows the class's forward
     try:
         yield
     finally:
-        for layer in layers[:start]:
-            del layer.forward
+        for module, _ in outputs:
+            del module.forward
+
+
+@dataclass
+class _Reference:
+    """One batch's pass with nothing disabled: every layer's output and, where found, every
+    layer's query, key and value projections."""
+
+    outputs: list[torch.Tensor]
+    projections: list[list[torch.Tensor]] | None
 
 
 class AblationSweep:
@@ -154,10 +184,12 @@ class AblationSweep:
         self, encoder: EncoderModel, mode: str, prefix_cache: bool = True, configs_per_pass: int = 1
     ) -> None:
         self.encoder = encoder
+        self.mode = mode
         self.disabler = HeadDisabler(mode)
         self.layers = encoder_layers(encoder.model) if prefix_cache else None
         if self.layers is not None and len(self.layers) != encoder.num_layers:
             self.layers = None
+        self.projections = qkv_projections(self.layers) if self.layers is not None else None
         self.configs_per_pass = max(1, configs_per_pass)
 
     @torch.inference_mode()
@@ -167,8 +199,8 @@ class AblationSweep:
         inputs = forward_inputs(model, batch)
         key_mask = batch["attention_mask"].bool()
         rows = key_mask.shape[0]
-        stored = self._layer_outputs(inputs) if self.layers is not None else None
-        starts = [c.start(L) if stored is not None else 0 for c in configurations]
+        reference = self._reference(inputs) if self.layers is not None else None
+        starts = [c.start(L) if reference is not None else 0 for c in configurations]
         out: np.ndarray | None = None
         order = sorted(range(len(configurations)), key=lambda i: (starts[i], i))
         groups = [order[i : i + self.configs_per_pass] for i in range(0, len(order), self.configs_per_pass)]
@@ -180,9 +212,15 @@ class AblationSweep:
             for j, i in enumerate(group):
                 for layer, head in configurations[i].heads:
                     disabled[layer, j, head] = True
+            stubs: list[tuple[nn.Module, object]] = []
+            if start > 0:
+                hidden = reference.outputs[start - 1].repeat(k, 1, 1)
+                stubs += [(layer, hidden) for layer in self.layers[:start]]
+            if reference is not None and reference.projections is not None and start < L:
+                stubs += [(linear, stored.repeat(k, 1, 1))
+                          for linear, stored in zip(self.projections[start], reference.projections[start])]
             self.disabler.begin(key_mask.repeat(k, 1), np.repeat(disabled, rows, axis=1), start)
-            hidden = None if start == 0 else stored[start - 1].repeat(k, 1, 1)
-            with attention.observing(self.disabler), _skipping(self.layers, start, hidden):
+            with attention.observing(self.disabler), _replacing(stubs):
                 logits = model(**{name: t.repeat(k, 1) for name, t in inputs.items()}).logits
             values = logits.float().view(k, rows, -1).cpu().numpy()
             if out is None:
@@ -190,16 +228,23 @@ class AblationSweep:
             out[group] = values
         return out
 
-    def _layer_outputs(self, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-        """Every layer's output for the batch with nothing disabled."""
+    def _reference(self, inputs: dict[str, torch.Tensor]) -> _Reference:
         outputs: list[torch.Tensor] = []
         hooks = [layer.register_forward_hook(lambda m, a, out: outputs.append(out)) for layer in self.layers]
+        projections: dict[nn.Module, torch.Tensor] = {}
+        if self.projections is not None:
+            hooks += [
+                linear.register_forward_hook(lambda m, a, out: projections.__setitem__(m, out))
+                for linears in self.projections for linear in linears
+            ]
         try:
             self.encoder.model(**inputs)
         finally:
             for hook in hooks:
                 hook.remove()
-        return outputs
+        if self.projections is None:
+            return _Reference(outputs, None)
+        return _Reference(outputs, [[projections[linear] for linear in linears] for linears in self.projections])
 
 
 def _split_by(group: list[int], starts: list[int]) -> Iterator[list[int]]:

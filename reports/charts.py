@@ -207,3 +207,263 @@ def finetune_change_layers(frame: pl.DataFrame) -> alt.LayerChart:
         ],
     )
     return alt.layer(band, line).properties(width=420, height=220).configure(font=_FONT)
+
+
+def relations_label(frame: pl.DataFrame) -> pl.Expr:
+    """'run 5 · all-MiniLM-L6-v2 · en_ewt-ud-dev.conllu': one label per relations run."""
+    short = pl.col("model").str.split("/").list.last()
+    return pl.format("run {} · {} · {}", pl.col("run_id"), short, pl.col("dataset"))
+
+
+_DEP_MEASURES = ("best head: dependent → head", "best head: head → dependent", "best fixed offset")
+
+
+def dependency_heads(frame: pl.DataFrame, relations: int = 15) -> alt.FacetChart:
+    """Per relation (the `relations` most frequent of each run), the accuracy of the best head
+    in each direction next to the best fixed-offset baseline (Clark et al. Table 2), one panel
+    per run. `frame` is the `dependency_heads` query."""
+    frame = frame.with_columns(panel=relations_label(frame))
+    top = (
+        frame.group_by("panel", "relation").agg(pl.col("dependencies").max())
+        .sort(["panel", "dependencies", "relation"], descending=[False, True, False])
+        .group_by("panel", maintain_order=True).head(relations)
+    )
+    frame = frame.join(top.select("panel", "relation"), on=["panel", "relation"])
+    heads = frame.select(
+        "panel", "relation", "dependencies",
+        measure=pl.when(pl.col("direction") == "dep_to_head").then(pl.lit(_DEP_MEASURES[0]))
+        .otherwise(pl.lit(_DEP_MEASURES[1])),
+        value="accuracy",
+        detail=pl.format("head {}-{}", pl.col("layer"), pl.col("head")),
+    )
+    baseline = frame.filter(pl.col("direction") == "dep_to_head").select(
+        "panel", "relation", "dependencies", measure=pl.lit(_DEP_MEASURES[2]), value="baseline_accuracy",
+        detail=pl.format("offset {}", pl.col("baseline_offset")),
+    )
+    data = pl.concat([heads, baseline])
+    return (
+        alt.Chart(data)
+        .mark_point(filled=True, size=70, opacity=0.85)
+        .encode(
+            x=alt.X("value:Q", title="accuracy", scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y("relation:N", title="relation", sort=alt.EncodingSortField("dependencies", op="max", order="descending")),
+            color=alt.Color(
+                "measure:N", title=None,
+                scale=alt.Scale(domain=list(_DEP_MEASURES), range=["#4c78a8", "#f58518", "#333333"]),
+                legend=alt.Legend(orient="bottom", direction="vertical"),
+            ),
+            shape=alt.Shape("measure:N", scale=alt.Scale(domain=list(_DEP_MEASURES), range=["circle", "circle", "diamond"]),
+                            legend=None),
+            tooltip=[
+                alt.Tooltip("panel:N", title="run"),
+                alt.Tooltip("relation:N"),
+                alt.Tooltip("measure:N"),
+                alt.Tooltip("detail:N", title="which"),
+                alt.Tooltip("value:Q", title="accuracy", format=".3f"),
+                alt.Tooltip("dependencies:Q"),
+            ],
+        )
+        .properties(width=320, height=alt.Step(16))
+        .facet(facet=alt.Facet("panel:N", title=None, header=alt.Header(labelFontWeight="bold", labelLimit=360)),
+               columns=2, spacing=24)
+        .configure(font=_FONT)
+        .configure_view(stroke="#ddd")
+    )
+
+
+def frame_heads(frame: pl.DataFrame, direction: str = "either") -> alt.FacetChart:
+    """Heatmaps layer × head of the mean max attention on frame links, one panel per run
+    (Kovaleva et al. Fig. 4). `frame` is the `frame_heads` query."""
+    data = frame.filter(pl.col("direction") == direction).with_columns(panel=relations_label(frame))
+    heads = int(frame["head"].max()) + 1 if frame.height else 12
+    cell = max(14, -(-84 // heads))
+    return (
+        alt.Chart(data)
+        .mark_rect()
+        .encode(
+            x=alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0, labelFontSize=9)),
+            y=alt.Y("layer:O", title="layer", axis=alt.Axis(labelFontSize=9)),
+            color=alt.Color("mean_max_attention:Q", title="mean max attention",
+                            scale=alt.Scale(scheme="viridis", domainMin=0)),
+            stroke=alt.condition("datum.percentile >= 99", alt.value("#e45756"), alt.value(None)),
+            strokeWidth=alt.value(2),
+            tooltip=[
+                alt.Tooltip("panel:N", title="run"),
+                alt.Tooltip("layer:O"),
+                alt.Tooltip("head:O"),
+                alt.Tooltip("mean_max_attention:Q", title="mean max attention", format=".3f"),
+                alt.Tooltip("percentile:Q", format=".1f"),
+                alt.Tooltip("rank:Q"),
+                alt.Tooltip("annotations:Q"),
+            ],
+        )
+        .properties(width=alt.Step(cell), height=alt.Step(cell))
+        .facet(facet=alt.Facet("panel:N", title=None, header=alt.Header(labelFontWeight="bold", labelLimit=360)),
+               columns=3, spacing=16)
+        .configure(font=_FONT)
+        .configure_view(stroke=None)
+    )
+
+
+def feature_attention(frame: pl.DataFrame) -> alt.FacetChart:
+    """Heatmaps layer × head of the attention received by each feature (columns) relative to
+    an evenly attending head, one row of panels per run. `frame` is `feature_attention`."""
+    data = frame.with_columns(panel=relations_label(frame))
+    heads = int(frame["head"].max()) + 1 if frame.height else 12
+    cell = max(11, -(-84 // heads))
+    order = ["noun", "verb", "pronoun", "subject", "object", "negation"]
+    return (
+        alt.Chart(data)
+        .mark_rect()
+        .encode(
+            x=alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0, labelFontSize=9)),
+            y=alt.Y("layer:O", title="layer", axis=alt.Axis(labelFontSize=9)),
+            color=alt.Color("vs_uniform:Q", title="× uniform head", scale=alt.Scale(scheme="viridis", domainMin=0)),
+            tooltip=[
+                alt.Tooltip("panel:N", title="run"),
+                alt.Tooltip("feature:N"),
+                alt.Tooltip("layer:O"),
+                alt.Tooltip("head:O"),
+                alt.Tooltip("mean_attention:Q", title="mean attention", format=".3f"),
+                alt.Tooltip("uniform_attention:Q", title="uniform head", format=".3f"),
+                alt.Tooltip("vs_uniform:Q", title="ratio", format=".2f"),
+                alt.Tooltip("sentences:Q"),
+            ],
+        )
+        .properties(width=alt.Step(cell), height=alt.Step(cell))
+        .facet(
+            row=alt.Row("panel:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left",
+                                                                   labelFontWeight="bold", labelLimit=210)),
+            column=alt.Column("feature:N", title=None, sort=order),
+            spacing={"row": 18, "column": 10},
+        )
+        .configure(font=_FONT)
+        .configure_view(stroke=None)
+    )
+
+
+# Pattern types (Kovaleva et al. Fig. 1), in the order of their codes, with fixed colours so
+# a type has the same colour in every chart.
+PATTERN_TYPES: tuple[str, ...] = ("heterogeneous", "vertical", "diagonal", "vertical+diagonal", "block")
+_PATTERN_COLOURS = ("#bab0ac", "#4c78a8", "#f58518", "#b279a2", "#54a24b")
+
+
+def _pattern_colour() -> alt.Color:
+    return alt.Color(
+        "pattern:N", title="pattern type", sort=list(PATTERN_TYPES),
+        scale=alt.Scale(domain=list(PATTERN_TYPES), range=list(_PATTERN_COLOURS)),
+        legend=alt.Legend(orient="bottom", direction="horizontal"),
+    )
+
+
+def pattern_frequency(frame: pl.DataFrame) -> alt.Chart:
+    """One stacked bar per run: the share of its maps of each pattern type (Kovaleva et al.
+    Fig. 2). `frame` is the `pattern_frequency` query."""
+    order = {name: k for k, name in enumerate(PATTERN_TYPES)}
+    data = frame.with_columns(
+        panel=panel_label(frame), order=pl.col("pattern").replace_strict(order, default=len(order))
+    )
+    return (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            y=alt.Y("panel:N", title=None, axis=alt.Axis(labelLimit=320)),
+            x=alt.X("share:Q", title="share of maps", stack="normalize", axis=alt.Axis(format="%")),
+            color=_pattern_colour(),
+            order=alt.Order("order:Q"),
+            tooltip=[
+                alt.Tooltip("panel:N", title="run"),
+                alt.Tooltip("pattern:N", title="type"),
+                alt.Tooltip("share:Q", format=".1%"),
+                alt.Tooltip("maps:Q"),
+            ],
+        )
+        .properties(width=520, height=alt.Step(22))
+        .configure(font=_FONT)
+        .configure_view(stroke=None)
+    )
+
+
+def pattern_layers(frame: pl.DataFrame) -> alt.FacetChart:
+    """Stacked bars per layer of the pattern types' shares, one panel per run. `frame` is the
+    `pattern_by_layer` query."""
+    order = {name: k for k, name in enumerate(PATTERN_TYPES)}
+    data = frame.with_columns(
+        panel=panel_label(frame), order=pl.col("pattern").replace_strict(order, default=len(order))
+    )
+    return (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0)),
+            y=alt.Y("share:Q", title="share of maps", stack="normalize", axis=alt.Axis(format="%")),
+            color=_pattern_colour(),
+            order=alt.Order("order:Q"),
+            tooltip=[
+                alt.Tooltip("panel:N", title="run"),
+                alt.Tooltip("layer:O"),
+                alt.Tooltip("pattern:N", title="type"),
+                alt.Tooltip("share:Q", format=".1%"),
+                alt.Tooltip("maps:Q"),
+            ],
+        )
+        .properties(width=alt.Step(22), height=150)
+        .facet(
+            facet=alt.Facet("panel:N", title=None, header=alt.Header(labelFontWeight="bold", labelLimit=300)),
+            columns=3,
+            spacing=16,
+        )
+        .configure(font=_FONT)
+        .configure_view(stroke=None)
+    )
+
+
+def gallery_cells(frame: pl.DataFrame, size: int = 16) -> pl.DataFrame:
+    """Long rows (map, pattern, x, y, value) of the `pattern_gallery` thumbnails, pooled from
+    32 × 32 to `size` × `size` cells (the page stays small) and scaled to each map's largest
+    cell, so that every map uses the whole colour scale."""
+    rows: list[dict] = []
+    for k, r in enumerate(frame.iter_rows(named=True)):
+        side = int(round(len(r["thumbnail"]) ** 0.5))
+        step = max(1, side // size)
+        cells = [[0.0] * (side // step) for _ in range(side // step)]
+        for idx, value in enumerate(r["thumbnail"]):
+            i, j = divmod(idx, side)
+            if i // step < len(cells) and j // step < len(cells):
+                cells[i // step][j // step] += value / (step * step)
+        top = max(max(row) for row in cells) or 1.0
+        rank = sum(1 for earlier in frame["pattern"][:k] if earlier == r["pattern"])
+        label = (f"run {r['run_id']} · L{r['layer']} H{r['head']} · n={r['n_tokens']} · "
+                 f"V {r['vertical']:.2f} D {r['diagonal']:.2f} B {r['block']:.2f}")
+        for i, row in enumerate(cells):
+            for j, value in enumerate(row):
+                rows.append({"pattern": r["pattern"], "slot": rank, "map": label, "query": i, "key": j,
+                             "value": round(value / top, 4)})
+    return pl.DataFrame(rows, schema={"pattern": pl.String, "slot": pl.Int64, "map": pl.String, "query": pl.Int64,
+                                      "key": pl.Int64, "value": pl.Float64})
+
+
+def pattern_gallery(frame: pl.DataFrame) -> alt.FacetChart:
+    """Small heatmaps of stored thumbnails, a row per pattern type. `frame` is the
+    `pattern_gallery` query."""
+    data = gallery_cells(frame)
+    return (
+        alt.Chart(data)
+        .mark_rect()
+        .encode(
+            x=alt.X("key:O", axis=None),
+            y=alt.Y("query:O", axis=None),
+            color=alt.Color("value:Q", title="weight / map's max", scale=alt.Scale(scheme="greys", domain=[0, 1])),
+            tooltip=[alt.Tooltip("pattern:N", title="type"), alt.Tooltip("map:N"), alt.Tooltip("query:O"),
+                     alt.Tooltip("key:O"), alt.Tooltip("value:Q", format=".2f")],
+        )
+        .properties(width=96, height=96)
+        .facet(
+            row=alt.Row("pattern:N", title=None, sort=list(PATTERN_TYPES),
+                        header=alt.Header(labelAngle=0, labelAlign="left", labelFontWeight="bold")),
+            column=alt.Column("slot:O", title=None, header=None),
+            spacing={"row": 10, "column": 6},
+        )
+        .configure(font=_FONT)
+        .configure_view(stroke="#ddd")
+    )

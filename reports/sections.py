@@ -163,16 +163,94 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _relations_dependencies(ctx: ReportContext) -> list[Block]:
+    return [
+        ChartBlock(
+            "chart-relations-dependencies",
+            "Heads that track dependency relations (Clark et al. Table 2): per relation (the most frequent 15 of "
+            "each run, most frequent on top), the accuracy of the single best head at pointing from the dependent to "
+            "its head (blue) and from the head to the dependent (orange), next to the best fixed-offset baseline "
+            "(black diamond: the head is always k words away); word-level attention, [CLS]/[SEP] excluded; query "
+            "dependency_heads.",
+            charts.dependency_heads(ctx.query("dependency_heads")),
+        )
+    ]
+
+
+def _relations_frames(ctx: ReportContext) -> list[Block]:
+    return [
+        ChartBlock(
+            "chart-relations-frames",
+            "Heads that link frame-evoking words to their frame elements (Kovaleva et al. §4.2, FrameNet 1.7): per "
+            "layer and head, the mean over annotations of the largest word-level attention on a target–element link, "
+            "in either direction; outlined: heads above the 99th percentile of all heads. Sentences of at most 12 "
+            "words, elements of at most 3, linked words at least 2 apart; query frame_heads.",
+            charts.frame_heads(ctx.query("frame_heads")),
+        )
+    ]
+
+
+def _relations_features(ctx: ReportContext) -> list[Block]:
+    return [
+        ChartBlock(
+            "chart-relations-features",
+            "Attention to feature words (Kovaleva et al. §4.4): per feature, layer and head, the mean over sentences "
+            "of the largest attention a feature word receives (mean over the sentence's words, word level), divided "
+            "by what a head attending evenly to every token would give; nouns and verbs from UPOS, subjects (nsubj) "
+            "and objects (obj, iobj) from the CoNLL-U deprels, negation from a 17-word list; query feature_attention.",
+            charts.feature_attention(ctx.query("feature_attention")),
+        )
+    ]
+
+
+def _pattern_types(ctx: ReportContext) -> list[Block]:
+    return [
+        ChartBlock(
+            "chart-pattern-types",
+            "Share of each attention pattern type (Kovaleva et al. Fig. 1–2) among a run's (example, layer, head) "
+            "maps; types from explicit rules on features of each map computed during ingest: V = mass on [CLS], "
+            "[SEP], punctuation and the heaviest other column, D = mass on the token and its neighbours, B = mass "
+            "kept inside each sentence of a pair (thresholds in attnwh.ingest.patterns.Thresholds); query "
+            "pattern_frequency.",
+            charts.pattern_frequency(ctx.query("pattern_frequency")),
+        ),
+        ChartBlock(
+            "chart-pattern-layers",
+            "The same shares per layer, one panel per run; query pattern_by_layer.",
+            charts.pattern_layers(ctx.query("pattern_by_layer")),
+        ),
+    ]
+
+
+def _pattern_gallery(ctx: ReportContext) -> list[Block]:
+    return [
+        ChartBlock(
+            "chart-pattern-gallery",
+            "Up to three stored maps of each type (rows = queries, columns = keys, [CLS] at the top left), each "
+            "pooled to 16 × 16 and scaled to its largest cell; hover a map for its run, layer, head, length and the "
+            "scores V, D, B that decided its type; query pattern_gallery.",
+            charts.pattern_gallery(ctx.query("pattern_gallery")),
+        )
+    ]
+
+
 # Order of the page. Sections without `build` wait for the command that writes their tables;
 # their table names are placeholders for that command to settle, not a schema.
 SECTIONS: tuple[Section, ...] = (
     Section("special-tokens", "Attention to [CLS], [SEP] and punctuation", ("head_stats", "runs", "models"),
             "attnwh ingest", _special_tokens),
-    Section("pattern-types", "Pattern types per task", ("head_patterns",), "attnwh ingest", planned=True),
-    Section("pattern-gallery", "Pattern gallery", ("head_patterns", "pattern_thumbnails"), "attnwh ingest",
-            planned=True),
+    Section("pattern-types", "Pattern types per task", ("head_patterns",), "attnwh ingest", _pattern_types),
+    Section("pattern-gallery", "Pattern gallery", ("head_patterns", "pattern_thumbnails"),
+            "attnwh ingest --thumbnails N", _pattern_gallery),
     Section("finetuning-change", "Change through fine-tuning per layer and head", ("attention_change",),
             "attnwh ingest compare", _finetune_change),
+    Section("relations-dependencies", "Heads that track linguistic relations: dependencies",
+            ("dependency_heads", "dependency_baselines"), "attnwh ingest relations --conllu FILE",
+            _relations_dependencies),
+    Section("relations-frames", "Heads that track linguistic relations: frame links", ("frame_heads",),
+            "attnwh ingest relations --framenet FILE", _relations_frames),
+    Section("relations-features", "Heads that track linguistic relations: feature words", ("feature_attention",),
+            "attnwh ingest relations --conllu FILE", _relations_features),
     Section("ablation", "Disabling heads and layers", ("ablations",), "attnwh ingest ablation", planned=True),
     Section("importance", "Head importance against the effect of disabling", ("ablations", "head_importance"),
             "attnwh ingest ablation", planned=True),

@@ -87,6 +87,7 @@ def build_synthetic_warehouse(
                     f" * (((e.i * 7919 + l.i * 104729 + h.i * 1299709) % 1000) / 1000.0)"
                     f" FROM range({examples}) AS e(i), range({layers}) AS l(i), range({heads}) AS h(i)"
                 )
+        _insert_relations(con, run_id, layers, heads)
         con.commit()
         return con.execute("SELECT count(*) FROM head_stats").fetchall()[0][0]
     except BaseException:
@@ -101,7 +102,9 @@ def _insert_head_stats(con, run_id: int, task_index: int, examples: int, layers:
     # position in [0, 1]. The three shares stay below 1 together.
     con.execute(
         f"""
-        INSERT INTO head_stats
+        INSERT INTO head_stats (run_id, example_id, layer, head, to_cls, to_sep, to_punct, to_self, to_prev,
+                                to_next, entropy, max_weight, norm_to_cls, norm_to_sep, norm_to_punct,
+                                col_cls, col_sep, col_punct, col_other, band, block, pattern)
         WITH grid AS (
             SELECT e.i AS i, l.i::SMALLINT AS layer, h.i::SMALLINT AS head,
                    ((e.i * 7919 + l.i * 104729 + h.i * 1299709 + {run_id} * 15485863) % 1000) / 1000.0 AS u,
@@ -119,7 +122,100 @@ def _insert_head_stats(con, run_id: int, task_index: int, examples: int, layers:
                cls, sep, punct,
                0.05 + 0.1 * u, 0.1 * (1 - depth) * u, 0.1 * depth * u,
                0.5 + 2.5 * (1 - head_bias) * (1 - 0.3 * u), 0.2 + 0.6 * head_bias,
-               cls * 0.4, sep * 0.3, punct * 0.8
+               cls * 0.4, sep * 0.3, punct * 0.8,
+               -- pattern features and a type: vertical where the shares are high, diagonal
+               -- and block in some heads of some layers, heterogeneous otherwise
+               cls * 0.9, sep * 0.9, punct * 0.9, 0.05 * u, 0.1 + 0.5 * (1 - head_bias) * depth * u,
+               {0.4 if task_index % 2 else 0.0} + 0.3 * u,
+               CASE WHEN cls + sep + punct >= 0.4 THEN 1
+                    WHEN head_bias > 0.9 AND u > 0.3 THEN 2
+                    WHEN head_bias < 0.1 AND depth > 0.5 THEN 3
+                    WHEN {task_index % 2} = 1 AND u > 0.85 THEN 4
+                    ELSE 0 END
         FROM shares
         """
     )
+    # Thumbnails of the first two examples: stripes on the first and last columns for
+    # vertical maps, a diagonal for diagonal ones, both, two blocks, or a faint checker.
+    con.execute(
+        f"""
+        INSERT INTO pattern_thumbnails (run_id, example_id, layer, head, n_tokens, thumbnail)
+        SELECT run_id, example_id, layer, head, 20 + (example_id % 1000000000)::INTEGER % 40,
+               list_transform(range(1024), lambda x:
+                   (CASE pattern
+                        WHEN 1 THEN CASE WHEN x % 32 IN (0, 31) THEN 0.4 ELSE 0.01 END
+                        WHEN 2 THEN CASE WHEN x % 32 = x // 32 + 1 THEN 0.6 ELSE 0.01 END
+                        WHEN 3 THEN CASE WHEN x % 32 = 0 OR x % 32 = x // 32 - 1 THEN 0.3 ELSE 0.01 END
+                        WHEN 4 THEN CASE WHEN (x % 32 < 16) = (x // 32 < 16) THEN 0.06 ELSE 0.005 END
+                        ELSE 0.02 + 0.02 * (((x * 37 + layer * 11 + head * 5) % 7) / 7.0)
+                    END)::FLOAT)
+        FROM head_stats
+        WHERE run_id = {run_id} AND example_id % 1000000000 < 2
+        """
+    )
+
+
+def _insert_relations(con, last_run_id: int, layers: int, heads: int) -> None:
+    """One `attnwh ingest relations` pair of runs for the first model: dependencies with
+    feature words, and frame links. Accuracies rise with depth for some heads, as in BERT."""
+    deps, frames = last_run_id + 1, last_run_id + 2
+    for run_id, task, dataset, n in ((deps, "dependencies", "synthetic-ud.conllu", 200),
+                                     (frames, "frames", "synthetic-fn.conll", 60)):
+        con.execute(
+            "INSERT INTO runs (run_id, kind, run_key, model_id, dataset, task, split, source, example_limit, seed,"
+            " max_length, n_examples, n_truncated, device, dtype, batch_size, versions, command, status, started_at,"
+            " finished_at, seconds) VALUES (?, 'relations', ?, 1, ?, ?, 'dev', 'attnwh.reports.synthetic', NULL, 42,"
+            " 512, ?, 0, 'cpu', 'float32', 32, '{\"attnwh\": \"synthetic\"}', 'build_synthetic_warehouse',"
+            " 'complete', TIMESTAMP '2025-01-01 00:00:00', TIMESTAMP '2025-01-01 00:01:00', 60.0)",
+            [run_id, f"synthetic-{run_id}", dataset, task, n],
+        )
+    relations = ("det", "nsubj", "obj", "amod", "case", "advmod")
+    totals = ", ".join(f"('{r}', {k}, {400 - 50 * k})" for k, r in enumerate(relations))
+    con.execute(
+        f"""
+        INSERT INTO dependency_heads
+        WITH rel(relation, k, total) AS (VALUES {totals}),
+        grid AS (
+            SELECT relation, k, total, d.i AS d, l.i AS layer, h.i AS head,
+                   ((k * 7919 + d.i * 104729 + l.i * 1299709 + h.i * 15485863) % 1000) / 1000.0 AS u
+            FROM rel, range(2) AS d(i), range({layers}) AS l(i), range({heads}) AS h(i)
+        )
+        SELECT {deps}, relation, CASE d WHEN 0 THEN 'dep_to_head' ELSE 'head_to_dep' END, layer, head,
+               round(total * (0.05 + 0.85 * u * u * (layer + 1) / {layers}))::INTEGER AS correct, total,
+               round(total * (0.05 + 0.85 * u * u * (layer + 1) / {layers}))::INTEGER / total::DOUBLE
+        FROM grid
+        """
+    )
+    con.execute(
+        f"INSERT INTO dependency_baselines SELECT {deps}, relation, CASE WHEN k % 2 = 0 THEN 1 ELSE -1 END,"
+        f" total * (3 + k) // 10, total, (total * (3 + k) // 10) / total::DOUBLE FROM (VALUES {totals}) AS rel(relation, k, total)"
+    )
+    features = ", ".join(f"('{f}', {k})" for k, f in
+                         enumerate(("noun", "verb", "pronoun", "subject", "object", "negation")))
+    con.execute(
+        f"""
+        INSERT INTO feature_attention
+        SELECT {deps}, feature, l.i, h.i, 150 - 20 * k, 300 - 40 * k,
+               0.08 * (1 + ((k * 31 + l.i * 17 + h.i * 7) % 10) / 5.0),
+               0.06 * (1 + ((k * 31 + l.i * 17 + h.i * 7) % 10) / 5.0),
+               0.08, 0.06
+        FROM (VALUES {features}) AS f(feature, k), range({layers}) AS l(i), range({heads}) AS h(i)
+        """
+    )
+    con.execute(
+        f"""
+        INSERT INTO frame_heads
+        WITH grid AS (
+            SELECT d.direction, l.i AS layer, h.i AS head,
+                   0.05 + 0.4 * (((l.i * 104729 + h.i * 1299709 + d.k * 7919) % 1000) / 1000.0) AS m
+            FROM (VALUES ('target_to_element', 0), ('element_to_target', 1), ('either', 2)) AS d(direction, k),
+                 range({layers}) AS l(i), range({heads}) AS h(i)
+        )
+        SELECT {frames}, direction, layer, head, 60, m,
+               100.0 * (count(*) OVER (PARTITION BY direction ORDER BY m
+                                       RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) / ({layers} * {heads}),
+               row_number() OVER (PARTITION BY direction ORDER BY m DESC, layer, head)
+        FROM grid
+        """
+    )
+    con.execute(f"INSERT INTO frame_filters VALUES ({frames}, 300, 40, 150, 30, 20, 60, 45, 60, 12, 3, 2)")

@@ -18,21 +18,12 @@ LAYERS, HEADS = 3, 4
 
 @pytest.fixture(scope="module")
 def classifier_dir(tmp_path_factory):
-    from tiny_models import make_tiny
+    from tiny_models import make_sharp_classifier
 
-    paths = {}
-    for family in ("bert", "roberta", "distilbert", "electra", "albert"):
-        path = make_tiny(family, tmp_path_factory.mktemp(f"abl-{family}"), classifier=True, layers=LAYERS, heads=HEADS)
-        # A freshly initialised head gives logits near 0.004 that barely move; scaled, a
-        # disabled head moves them far more than the tolerances below.
-        model = AutoModelForSequenceClassification.from_pretrained(path)
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if "classifier" in name or "pooler" in name:
-                    param.mul_(30.0)
-        model.save_pretrained(path)
-        paths[family] = path
-    return paths
+    return {
+        family: make_sharp_classifier(family, tmp_path_factory.mktemp(f"abl-{family}"), LAYERS, HEADS)
+        for family in ("bert", "roberta", "distilbert", "electra", "albert")
+    }
 
 
 def batch_for(encoder, n: int = 6, pairs: bool = True) -> dict[str, torch.Tensor]:
@@ -114,16 +105,18 @@ def test_all_heads_of_a_layer_equal_the_layer_configuration(classifier_dir):
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "distilbert", "electra", "albert"])
 @pytest.mark.parametrize("per_pass", [1, 5])
-def test_cached_prefix_path_equals_the_full_path(classifier_dir, family, per_pass):
+@pytest.mark.parametrize("mode", ["uniform", "zero"])
+def test_cached_prefix_path_equals_the_full_path(classifier_dir, family, per_pass, mode):
     encoder = load_encoder(str(classifier_dir[family]), "cpu")
     batch = batch_for(encoder)
     configs = sweep_configurations(LAYERS, HEADS) + [combination("top_k", [(2, 1), (1, 3)], k=2)]
-    full = AblationSweep(encoder, "uniform", prefix_cache=False).logits(batch, configs)
-    cached = AblationSweep(encoder, "uniform", prefix_cache=True, configs_per_pass=per_pass).logits(batch, configs)
+    full = AblationSweep(encoder, mode, prefix_cache=False).logits(batch, configs)
+    cached = AblationSweep(encoder, mode, prefix_cache=True, configs_per_pass=per_pass).logits(batch, configs)
     if per_pass == 1:
-        assert np.array_equal(cached, full)  # same operations on the same tensors
-    else:
+        assert np.array_equal(cached, full)  # the same operations on the same tensors
+    else:  # a batch of another size may take other kernels
         np.testing.assert_allclose(cached, full, atol=1e-5, rtol=0)
+    assert (np.abs(full[1:] - full[0]).max(axis=(1, 2)) > 5e-5).all()  # every configuration matters
 
 
 def test_importance_is_the_gradient_of_the_loss_with_respect_to_a_head_gate(classifier_dir):
@@ -137,6 +130,8 @@ def test_importance_is_the_gradient_of_the_loss_with_respect_to_a_head_gate(clas
     from attnwh.ingest import attention
     from attnwh.ingest.ablation import HeadGates
 
+    encoder.model.double()  # finite differences need more precision than float32 gives
+
     def loss(layer: int, head: int, scale: float) -> float:
         gates = torch.ones((LAYERS, 1, HEADS), dtype=torch.float64)
         gates[layer, 0, head] = scale
@@ -144,7 +139,8 @@ def test_importance_is_the_gradient_of_the_loss_with_respect_to_a_head_gate(clas
             logits = encoder.model(**forward_inputs(encoder.model, batch)).logits.double()
         return float(torch.nn.functional.cross_entropy(logits, targets))
 
-    eps = 1e-3
+    eps = 1e-4
     for layer, head in [(0, 0), (1, 2), (2, 3)]:
         numeric = (loss(layer, head, 1 + eps) - loss(layer, head, 1 - eps)) / (2 * eps)
-        assert importance[layer, head] == pytest.approx(abs(numeric), rel=2e-2, abs=1e-5)
+        assert abs(numeric) > 1e-5  # the head matters, so the comparison can fail
+        assert importance[layer, head] == pytest.approx(abs(numeric), rel=1e-3)

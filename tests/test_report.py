@@ -19,9 +19,9 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 GOLDEN = Path(__file__).parent / "golden"
 CHART_IDS = ("chart-special-tokens-heads", "chart-special-tokens-layers")
 COMPARE_CHART_IDS = ("chart-finetune-change-heads", "chart-finetune-change-layers")
+PATTERN_CHART_IDS = ("chart-pattern-types", "chart-pattern-layers", "chart-pattern-gallery")
+RELATIONS_CHART_IDS = ("chart-relations-dependencies", "chart-relations-frames", "chart-relations-features")
 ABSENT = {
-    "pattern-types": "attnwh ingest",
-    "pattern-gallery": "attnwh ingest",
     "ablation": "attnwh ingest ablation",
     "importance": "attnwh ingest ablation",
 }
@@ -95,10 +95,10 @@ def _report(db: Path, out: Path, *extra: str) -> str:
 def test_page_has_every_section_and_chart(page):
     html = page.read_text(encoding="utf-8")
     assert "<title>attnwh report</title>" in html and str(page.parent) not in html
-    for chart_id in CHART_IDS:
+    for chart_id in (*CHART_IDS, *PATTERN_CHART_IDS):
         assert html.count(f'id="{chart_id}"') == 1 and f'data-chart="{chart_id}"' in html
     assert 'id="table-provenance"' in html and "rte-like" in html and "mrpc-like" in html
-    for section in ("special-tokens", "finetuning-change", "provenance", *ABSENT):
+    for section in ("special-tokens", "pattern-types", "pattern-gallery", "finetuning-change", "provenance", *ABSENT):
         assert f'id="section-{section}"' in html and f'href="#section-{section}"' in html
     # Sections without data say which command will add them, and that it is still to come.
     for section, command in ABSENT.items():
@@ -118,12 +118,14 @@ def test_page_has_every_section_and_chart(page):
 def test_page_specs_are_parsable_json(page):
     html = page.read_text(encoding="utf-8")
     holders = re.findall(r'<script type="application/json" data-chart="([^"]+)">(.*?)</script>', html, re.S)
-    assert [h[0] for h in holders] == list(CHART_IDS)
-    for _, text in holders:
+    assert [h[0] for h in holders] == [*CHART_IDS, *PATTERN_CHART_IDS]
+    for chart_id, text in holders:
         spec = json.loads(text)
         assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
         values = next(iter(spec["datasets"].values()))
-        assert values and {"layer", "value", "panel"} <= set(values[0])
+        expected = {"pattern", "share", "panel"} if chart_id in PATTERN_CHART_IDS[:2] else (
+            {"pattern", "query", "key", "value"} if chart_id in PATTERN_CHART_IDS else {"layer", "value", "panel"})
+        assert values and expected <= set(values[0])
 
 
 def test_filters_keep_only_matching_runs(warehouse, tmp_path):
@@ -198,7 +200,7 @@ def test_golden_vega_lite_specs(tmp_path):
     db = tmp_path / "synthetic.duckdb"
     build_synthetic_warehouse(db, examples=3, layers=3, heads=4)
     charts = build_report(db).charts()
-    assert [c.id for c in charts] == [*CHART_IDS, *COMPARE_CHART_IDS]
+    assert [c.id for c in charts] == [*CHART_IDS, *PATTERN_CHART_IDS, *COMPARE_CHART_IDS, *RELATIONS_CHART_IDS]
     update = os.environ.get("ATTNWH_UPDATE_GOLDEN") == "1"
     for chart in charts:
         golden = GOLDEN / f"{chart.id}.vl.json"
@@ -222,6 +224,6 @@ def test_png_and_svg_export(warehouse, tmp_path, monkeypatch, capsys):
         folder = tmp_path / fmt
         code, out, err = run(monkeypatch, capsys, "report", "--db", str(warehouse), "--format", fmt, "--out", str(folder))
         assert code == 0, err
-        assert sorted(p.name for p in folder.iterdir()) == sorted([*(f"{c}.{fmt}" for c in CHART_IDS), "report.html"])
+        assert sorted(p.name for p in folder.iterdir()) == sorted([*(f"{c}.{fmt}" for c in (*CHART_IDS, *PATTERN_CHART_IDS)), "report.html"])
     assert (tmp_path / "png" / f"{CHART_IDS[0]}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "<svg" in (tmp_path / "svg" / f"{CHART_IDS[1]}.svg").read_text(encoding="utf-8")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from test_report import ARTIFACTS, CHART_IDS, HOSTILE, _report, hostile_warehouse, page, warehouse  # noqa: F401
+from test_report import ARTIFACTS, CHART_IDS, HOSTILE, PATTERN_CHART_IDS, _report, hostile_warehouse, page, warehouse  # noqa: F401
 
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -66,13 +66,13 @@ def open_offline(browser, path: Path):
 
 
 def _wait_for_charts(page) -> None:
-    for chart_id in CHART_IDS:
+    for chart_id in (*CHART_IDS, *PATTERN_CHART_IDS):
         page.wait_for_selector(f"#{chart_id} svg, #{chart_id} canvas", timeout=20_000)
     # vega-embed draws asynchronously; marks are in once every view holds some.
     page.wait_for_function(
         "ids => ids.every(id => document.querySelectorAll('#' + id + ' svg .mark-rect path, #' + id"
         " + ' svg .mark-line path, #' + id + ' svg .mark-symbol path').length > 0)",
-        arg=list(CHART_IDS),
+        arg=[*CHART_IDS, *PATTERN_CHART_IDS],
         timeout=20_000,
     )
 
@@ -80,12 +80,15 @@ def _wait_for_charts(page) -> None:
 def test_report_renders_offline_in_chromium(browser, page):
     tab, log = open_offline(browser, page)
     _wait_for_charts(tab)
-    for chart_id in CHART_IDS:
+    for chart_id in (*CHART_IDS, *PATTERN_CHART_IDS):
         marks = tab.locator(f"#{chart_id} svg path").count()
         assert marks > 10, f"{chart_id} drew {marks} paths"
         assert "could not be drawn" not in tab.locator(f"#{chart_id}").inner_text()
     assert tab.locator("#table-provenance tbody tr").count() == 2
-    assert tab.locator(".note").count() == 5 and tab.locator("h2").count() == 7
+    from attnwh.reports.sections import SECTIONS
+
+    # Drawn: special tokens, pattern types, pattern gallery, provenance; the others have a note.
+    assert tab.locator(".note").count() == len(SECTIONS) - 4 and tab.locator("h2").count() == len(SECTIONS)
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "report.png"
     tab.screenshot(path=str(shot), full_page=True)

@@ -15,7 +15,8 @@ from attnwh.ingest.encoding import collate, encode_task
 from attnwh.ingest.examples import Example, TaskData
 from attnwh.ingest.models import load_encoder
 from attnwh.ingest.runner import StatisticsCapture
-from attnwh.ingest.statistics import STAT_COLUMNS
+from attnwh.ingest.patterns import THRESHOLDS
+from attnwh.ingest.statistics import OBSERVED_COLUMNS, STAT_COLUMNS
 
 TEXTS = [
     ("The quick brown fox jumps over the lazy dog.", None),
@@ -33,8 +34,39 @@ def task(pair: bool) -> TaskData:
     return TaskData("test", "pair" if pair else "single", "dev", examples, None, "test")
 
 
+def pattern_reference(A: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np.ndarray) -> list[float]:
+    """Pattern features and type of one cropped map, written out plainly (patterns.py)."""
+    n = len(A)
+    cls, sep, punct = cls.astype(bool), sep.astype(bool), punct.astype(bool)
+    ordinary = ~cls & ~sep
+    other = ordinary & ~punct
+    near = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :]) <= 1
+    column = np.where(near, 0, A).mean(0)  # mean mass per column, off the band
+    col_other = column[other].max() if other.any() else 0.0
+    band = np.where(near & other[None, :], A, 0).sum(1).mean()
+    segment = np.cumsum(sep) - sep
+    groups = sorted(set(segment[ordinary].tolist()))
+    block = 0.0
+    if len(groups) >= 2:
+        block = min(A[np.ix_(ordinary & (segment == g), ordinary & (segment == g))].sum(1).mean() for g in groups)
+    v = column[cls].sum() + column[sep].sum() + column[punct].sum() + col_other
+    t = THRESHOLDS
+    if v >= t.vertical and band < t.mixed_diagonal:
+        code = 1
+    elif band >= t.diagonal and v < t.mixed_vertical:
+        code = 2
+    elif block >= t.block and v < t.vertical and band < t.diagonal:
+        code = 4
+    elif v >= t.mixed_vertical and band >= t.mixed_diagonal:
+        code = 3
+    else:
+        code = 0
+    return [column[cls].sum(), column[sep].sum(), column[punct].sum(), col_other, band, block, code]
+
+
 def reference(model, tokenizer, ids: list[int], types: list[int] | None) -> np.ndarray:
-    """(layer, head, stat) for one unpadded example, from eager output_attentions maps."""
+    """(layer, head, column) for one unpadded example, from eager output_attentions maps:
+    the statistics, then the pattern features and type."""
     inputs = {"input_ids": torch.tensor([ids])}
     if types is not None and "token_type_ids" in inspect.signature(model.forward).parameters:
         inputs["token_type_ids"] = torch.tensor([types])
@@ -73,6 +105,7 @@ def reference(model, tokenizer, ids: list[int], types: list[int] | None) -> np.n
                 (A @ cls).mean(), (A @ sep).mean(), (A @ punct).mean(),
                 np.diag(A).mean(), prev.mean(), nxt.mean(), ent.mean(), A.max(1).mean(),
                 (W @ cls).mean(), (W @ sep).mean(), (W @ punct).mean(),
+                *pattern_reference(A, cls, sep, punct),
             ])
         result.append(per_head)
     return np.array(result)
@@ -90,7 +123,7 @@ def test_statistics_match_eager_output_attentions(tiny_model_dir, family, pair):
     # All examples in one batch: the shorter ones are padded to the longest.
     everything = list(range(len(data.examples)))
     batched = capture.run(collate(encoded, everything, encoder.tokenizer.pad_token_id, encoder.device))
-    assert batched.shape == (len(everything), encoder.num_layers, encoder.num_heads, len(STAT_COLUMNS))
+    assert batched.shape == (len(everything), encoder.num_layers, encoder.num_heads, len(OBSERVED_COLUMNS))
     for i in everything:
         ids = encoded.input_ids[i].tolist()
         types = None if encoded.token_type_ids is None else encoded.token_type_ids[i].tolist()
@@ -104,6 +137,9 @@ def test_statistics_match_eager_output_attentions(tiny_model_dir, family, pair):
     assert batched[..., STAT_COLUMNS.index("to_cls")].std() > 1e-3
     assert batched[..., STAT_COLUMNS.index("to_punct")].max() > 0
     assert batched[..., STAT_COLUMNS.index("to_sep")].max() > 0
+    for name in ("col_cls", "col_other", "band"):
+        assert batched[..., OBSERVED_COLUMNS.index(name)].std() > 1e-3, name
+    assert (batched[..., OBSERVED_COLUMNS.index("block")].max() > 0) == pair
 
 
 @pytest.mark.parametrize("family", ["distilbert", "electra", "albert"])

@@ -131,3 +131,30 @@ def make_gpt2(out: Path) -> Path:
     config = GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=100, n_positions=64)
     AutoModel.from_config(config).save_pretrained(out)
     return out
+
+
+def make_sharp_classifier(family: str, out: Path, layers: int = 2, heads: int = 4, seed: int = 0) -> Path:
+    """A tiny classifier whose logits depend visibly on every head: a freshly initialised
+    head gives logits near 0.004 that barely move and predict one class for every input;
+    scaled, they spread over both classes and a disabled head moves them far beyond the
+    tolerances of the ablation tests."""
+    make_tiny(family, out, classifier=True, layers=layers, heads=heads, seed=seed)
+    model = AutoModelForSequenceClassification.from_pretrained(out).eval()
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(out)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "classifier" in name or "pooler" in name:
+                param.mul_(30.0)
+        # Centre the decision on sentence pairs like the tests' (the median margin becomes 0),
+        # so that disabling heads flips some predictions.
+        sentences = list(dict.fromkeys(CORPUS))
+        pairs = [(a, sentences[(3 * i + 1) % len(sentences)]) for i, a in enumerate(sentences)]
+        batch = tokenizer([a for a, _ in pairs], [b for _, b in pairs], padding=True, truncation=True, max_length=48,
+                          return_tensors="pt")
+        if family == "distilbert":
+            batch.pop("token_type_ids", None)
+        logits = model(**batch).logits
+        last_bias = [p for name, p in model.named_parameters() if name.endswith("bias")][-1]
+        last_bias[1] -= (logits[:, 1] - logits[:, 0]).median()
+    model.save_pretrained(out)
+    return out

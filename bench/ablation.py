@@ -1,0 +1,93 @@
+"""Benchmark: the full ablation sweep with prefix caching against the naive sweep, in one run.
+
+The sweep is every configuration of `attnwh ingest ablation` (the baseline, L×H heads and
+L whole layers, mode uniform) on a fine-tuned classifier:
+
+- naive: one full forward pass per configuration (the baseline of the ratio);
+- attnwh: the layers below a configuration's first disabled layer are not recomputed but
+  taken from one pass with nothing disabled (`AblationSweep`, prefix caching).
+
+Both run on the same batches, interleaved batch by batch so that machine noise hits both
+alike. Prints both times, their ratio, the arithmetic floor of prefix caching (layer passes
+done / layer passes of the naive sweep), and checks that every prediction is identical.
+
+Usage: ``python bench/ablation.py --model DIR [--glue-dir ../shared/data/glue --task sst2]
+[--limit N]``, DIR a classifier fine-tuned on the task (e.g. by `attnwh finetune`). Without
+--model, MiniLM is first fine-tuned on 2000 SST-2 training examples (one epoch, lr 1e-4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from attnwh.ingest import data as loaders
+from attnwh.ingest.ablation import AblationSweep, sweep_configurations
+from attnwh.ingest.encoding import collate, encode_task, length_buckets
+from attnwh.ingest.finetune import FinetuneOptions, finetune
+from attnwh.ingest.models import load_encoder
+
+SHARED_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="fine-tuned classifier directory")
+    parser.add_argument("--glue-dir", type=Path, default=SHARED_GLUE)
+    parser.add_argument("--task", default="sst2")
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--configs-per-pass", type=int, default=1)
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+
+    model = args.model
+    if model is None:
+        model = tempfile.mkdtemp(prefix="attnwh-bench-")
+        print(f"fine-tuning MiniLM on 2000 {args.task} training examples into {model} …", flush=True)
+        train = loaders.load_glue(args.glue_dir, args.task, "train").sample(2000, 42)
+        dev = loaders.load_glue(args.glue_dir, args.task, "dev")
+        result = finetune(None, train, dev, Path(model), FinetuneOptions(epochs=1, learning_rate=1e-4), args.device)
+        print(f"  dev {result.scores} after {result.train_seconds:.0f} s")
+
+    data = loaders.load_glue(args.glue_dir, args.task, "dev").sample(args.limit, 42)
+    encoder = load_encoder(model, args.device)
+    encoded = encode_task(encoder.tokenizer, data, 128)
+    configs = sweep_configurations(encoder.num_layers, encoder.num_heads)
+    naive = AblationSweep(encoder, "uniform", prefix_cache=False)
+    cached = AblationSweep(encoder, "uniform", prefix_cache=True, configs_per_pass=args.configs_per_pass)
+    batches = list(length_buckets(encoded.n_tokens, range(len(data.examples)), args.batch_size))
+
+    first = collate(encoded, batches[0], encoder.tokenizer.pad_token_id, encoder.device)
+    naive.logits(first, configs[:3]), cached.logits(first, configs[:3])  # warm-up
+    times = {"naive": 0.0, "attnwh": 0.0}
+    same, worst = True, 0.0
+    for indices in batches:
+        batch = collate(encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
+        start = time.perf_counter()
+        full = naive.logits(batch, configs)
+        times["naive"] += time.perf_counter() - start
+        start = time.perf_counter()
+        fast = cached.logits(batch, configs)
+        times["attnwh"] += time.perf_counter() - start
+        same &= bool(np.array_equal(full.argmax(-1), fast.argmax(-1)))
+        worst = max(worst, float(np.abs(full - fast).max()))
+
+    L = encoder.num_layers
+    passes = L + sum(L - c.start(L) for c in configs)
+    print(f"{data.task}/{data.split}: {len(data.examples)} examples, {len(configs)} configurations "
+          f"({L} layers × {encoder.num_heads} heads + {L} layers + baseline), device {encoder.device}, "
+          f"{args.configs_per_pass} configuration(s) per pass")
+    print(f"naive sweep (baseline)   {times['naive']:8.1f} s")
+    print(f"attnwh (prefix cache)    {times['attnwh']:8.1f} s   ratio {times['attnwh'] / times['naive']:.3f}")
+    print(f"arithmetic floor of prefix caching: {passes}/{len(configs) * L} layer passes = "
+          f"{passes / (len(configs) * L):.3f}")
+    print(f"identical predictions: {'yes' if same else 'NO'}; largest logit difference {worst:.2e}")
+
+
+if __name__ == "__main__":
+    main()

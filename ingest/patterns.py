@@ -1,0 +1,190 @@
+"""Attention pattern types (Kovaleva et al. 2019, Fig. 1): features, rules and thumbnails.
+
+Kovaleva et al. sorted attention maps into five types with a CNN trained on ~400 hand labels
+that were never released. attnwh classifies every (example, layer, head) map with explicit
+rules on a few features of the map, computed on the device while the model runs (in the
+statistics observer, `statistics.py`), and stores the features next to the type so that
+anyone can see why a map got its type and re-label stored rows when the thresholds change
+(`attnwh patterns reclassify`), without the model.
+
+Features, for a map A cropped to the n real tokens (rows = queries, each summing to 1). The
+*band* is the cells with |i - j| <= 1 (self, previous and next token); *ordinary* tokens are
+the real tokens other than [CLS] and [SEP]. Column features leave the band out and band
+features leave the special columns out, so that the two structures do not leak into each
+other (the token after [CLS] attends to its previous token *and* to [CLS]):
+
+- ``col_cls``, ``col_sep``, ``col_punct``: mean over rows of the mass on the [CLS] column,
+  on all [SEP] columns, on all punctuation columns, off the band;
+- ``col_other``: the largest mean mass, off the band, of any single other ordinary column
+  (a stripe on some content token);
+- ``band``: mean over rows of A[i, i-1] + A[i, i] + A[i, i+1], counting keys that are
+  neither special nor punctuation (a stripe on the closing "." crosses the band of its
+  neighbours; it is a column, not a diagonal);
+- ``block``: for sentence pairs, per segment the mean over its ordinary query rows of the
+  mass on ordinary keys of the same segment (band included: a diagonal map keeps its mass in
+  its segment too, and the rules test for diagonal first); then the smaller of the segments'
+  values (a block map keeps attention inside *each* sentence; taking the smaller one stops a
+  long sentence beside a short one from looking like a block by chance). 0 for single
+  sentences: block attention is defined for pairs. Segments are read from the [SEP]
+  positions (the number of [SEP]s before a token), which works for BERT's ``[SEP]`` and
+  RoBERTa's ``</s></s>`` alike and needs no token_type_ids.
+
+The rules (:class:`Thresholds`, :func:`classify`) read three scores: vertical
+V = col_cls + col_sep + col_punct + col_other ("column mass"), diagonal D = band, block
+B = block.
+
+Thumbnails: for a seeded sample of examples, each head's cropped n × n map is resized to
+32 × 32 with ``adaptive_avg_pool2d``: each cell is the mean attention weight over the map
+cells its bin covers; maps shorter than 32 tokens are upsampled by repeating cells (each bin
+covers at least one cell), so a thumbnail never invents structure between tokens.
+Thumbnails feed the CNN (`pattern_cnn.py`) and the report's gallery. Reclassifying with the
+rules uses the exact stored features, not features re-computed from thumbnails (which would
+only approximate them: pooling blurs the band into neighbouring cells).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+# Codes stored in head_stats.pattern; the names are the lookup table pattern_types
+# (sql/schema/0005_patterns.sql), in the same order.
+PATTERN_TYPES: tuple[str, ...] = ("heterogeneous", "vertical", "diagonal", "vertical+diagonal", "block")
+HETEROGENEOUS, VERTICAL, DIAGONAL, VERTICAL_DIAGONAL, BLOCK = range(5)
+
+# Feature columns the observer appends to the head statistics, then the type's code.
+FEATURE_COLUMNS: tuple[str, ...] = ("col_cls", "col_sep", "col_punct", "col_other", "band", "block")
+PATTERN_COLUMNS: tuple[str, ...] = (*FEATURE_COLUMNS, "pattern")
+
+THUMBNAIL_SIZE = 32
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The rules' thresholds, all in one place. Scores are shares of a map's attention mass
+    (0 to 1): V = col_cls + col_sep + col_punct + col_other, D = band, B = block.
+
+    The rules, first match wins:
+
+    1. vertical if V >= vertical and D < mixed_diagonal;
+    2. diagonal if D >= diagonal and V < mixed_vertical;
+    3. block if B >= block and V < vertical and D < diagonal (a pair whose sentences keep
+       their attention to themselves, whatever faint stripes the map also has);
+    4. vertical+diagonal if V >= mixed_vertical and D >= mixed_diagonal;
+    5. heterogeneous otherwise.
+
+    The values were set on synthetic maps of known type (`synthetic_maps.py`, seed 0) and
+    are checked on other seeds by the tests; the generator's ranges say what each type
+    means in numbers.
+    """
+
+    vertical: float = 0.45
+    """V at or above this (with D below mixed_diagonal): most of the mass sits on a few
+    columns, the special tokens or one other token."""
+    diagonal: float = 0.35
+    """D at or above this (with V below mixed_vertical): most of the mass sits on the
+    token itself and its neighbours."""
+    mixed_vertical: float = 0.2
+    """With D >= mixed_diagonal: both stripes are clearly visible, the map is
+    vertical+diagonal. Uniform attention puts about 3/n on the special columns."""
+    mixed_diagonal: float = 0.2
+    """See mixed_vertical. Uniform attention puts about 3/n on the band."""
+    block: float = 0.6
+    """B at or above this (pairs only; neither vertical nor diagonal): ordinary tokens keep
+    their attention inside their own sentence. Uniform attention over a pair puts about
+    one half there."""
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+THRESHOLDS = Thresholds()
+
+
+def scores(features: torch.Tensor) -> torch.Tensor:
+    """(…, 3) scores V, D, B from (…, len(FEATURE_COLUMNS)) features."""
+    f = features.float()
+    vertical = f[..., 0] + f[..., 1] + f[..., 2] + f[..., 3]
+    return torch.stack([vertical, f[..., 4], f[..., 5]], dim=-1)
+
+
+def classify(features: torch.Tensor, thresholds: Thresholds = THRESHOLDS) -> torch.Tensor:
+    """Pattern codes (…) from features (…, len(FEATURE_COLUMNS)); a pure function, used on
+    the device during ingest and on stored features by `attnwh patterns reclassify`."""
+    s = scores(features)
+    v, d, b = s[..., 0], s[..., 1], s[..., 2]
+    t = thresholds
+    # Applied from the last rule to the first, so that the first match wins.
+    code = torch.full(v.shape, HETEROGENEOUS, dtype=torch.int64, device=v.device)
+    code = torch.where((v >= t.mixed_vertical) & (d >= t.mixed_diagonal), VERTICAL_DIAGONAL, code)
+    code = torch.where((b >= t.block) & (v < t.vertical) & (d < t.diagonal), BLOCK, code)
+    code = torch.where((d >= t.diagonal) & (v < t.mixed_vertical), DIAGONAL, code)
+    return torch.where((v >= t.vertical) & (d < t.mixed_diagonal), VERTICAL, code)
+
+
+class PatternMasks:
+    """Per-batch masks the features need, built once per batch from the token masks."""
+
+    def __init__(self, key_mask: torch.Tensor, cls: torch.Tensor, sep: torch.Tensor, punct: torch.Tensor) -> None:
+        real = key_mask.float()
+        self.row_weight = real / real.sum(-1, keepdim=True)  # (B, S) mean over the n real rows
+        ordinary = key_mask & ~cls & ~sep
+        self.cls = cls.float()
+        self.sep = sep.float()
+        self.ordinary = ordinary.float()
+        self.punct = (punct & ordinary).float()
+        self.other = (ordinary & ~punct).float()
+        # Segment of each token: how many [SEP]s come before it.
+        segment = torch.cumsum(sep.long(), dim=-1) - sep.long()
+        self.segment = segment
+        groups = int(segment.max()) + 1 if segment.numel() else 1
+        self.segment_columns = nn.functional.one_hot(segment, groups).float() * self.ordinary[..., None]  # (B, S, G)
+        sizes = self.segment_columns.sum(1)  # (B, G) ordinary tokens per segment
+        self.segment_size = sizes.clamp_min(1)
+        # Segments without ordinary tokens (RoBERTa's empty one between </s></s>) never count.
+        self.segment_absent = (sizes == 0).float() * 2.0
+        self.pair = ((sizes > 0).sum(-1) >= 2).float()  # (B,)
+        # Band keys are the other ordinary tokens: key i-1 / i+1 is one, at row i.
+        self.band_prev = nn.functional.pad(self.other[:, :-1], (1, 0))
+        self.band_next = nn.functional.pad(self.other[:, 1:], (0, 1))
+
+
+def map_features(a: torch.Tensor, m: PatternMasks) -> torch.Tensor:
+    """Features (B, H, len(FEATURE_COLUMNS)) of maps `a` (B, H, S, S) whose padding keys are
+    0; padding query rows are ignored. A few passes over the maps, all on the device."""
+    d0 = a.diagonal(dim1=-2, dim2=-1)  # A[i, i]
+    below = a.diagonal(offset=-1, dim1=-2, dim2=-1)  # A[i+1, i], i = 0..S-2
+    above = a.diagonal(offset=1, dim1=-2, dim2=-1)  # A[i, i+1], i = 0..S-2
+    prev = nn.functional.pad(below, (1, 0))  # A[i, i-1] at row i
+    nxt = nn.functional.pad(above, (0, 1))  # A[i, i+1] at row i
+    w = m.row_weight[:, None]  # (B, 1, S)
+    # Mean mass per column, then without its band cells: column j loses w_j A[j, j],
+    # w_{j+1} A[j+1, j] and w_{j-1} A[j-1, j].
+    column = torch.einsum("bhij,bi->bhj", a, m.row_weight)
+    band_of_column = (
+        w * d0
+        + nn.functional.pad(w[..., 1:] * below, (0, 1))
+        + nn.functional.pad(w[..., :-1] * above, (1, 0))
+    )
+    off = column - band_of_column
+    col_cls = (off * m.cls[:, None]).sum(-1)
+    col_sep = (off * m.sep[:, None]).sum(-1)
+    col_punct = (off * m.punct[:, None]).sum(-1)
+    other = (off * m.other[:, None]).amax(-1)
+    # Band mass on ordinary keys, per row, then the mean over rows.
+    band_rows = d0 * m.other[:, None] + prev * m.band_prev[:, None] + nxt * m.band_next[:, None]
+    band = (band_rows * w).sum(-1)
+    # Own-segment mass of each ordinary row (band included: the rules test diagonal first).
+    own = (a @ m.segment_columns[:, None]).gather(-1, m.segment[:, None, :, None].expand(-1, a.shape[1], -1, 1))[..., 0]
+    per_segment = (own @ m.segment_columns) / m.segment_size[:, None]  # (B, H, G)
+    block = (per_segment + m.segment_absent[:, None]).amin(-1) * m.pair[:, None]
+    return torch.stack([col_cls, col_sep, col_punct, other, band, block], dim=-1).clamp_min(0)
+
+
+def thumbnails(a: torch.Tensor, rows: list[int], lengths: list[int], size: int = THUMBNAIL_SIZE) -> torch.Tensor:
+    """(len(rows), H, size * size) thumbnails of the maps of batch rows `rows`, each cropped
+    to its `lengths` real tokens and resized with adaptive average pooling."""
+    out = [nn.functional.adaptive_avg_pool2d(a[r, :, :n, :n], size).flatten(1) for r, n in zip(rows, lengths)]
+    return torch.stack(out) if out else a.new_zeros((0, a.shape[1], size * size))
