@@ -467,3 +467,144 @@ def pattern_gallery(frame: pl.DataFrame) -> alt.FacetChart:
         .configure(font=_FONT)
         .configure_view(stroke="#ddd")
     )
+
+
+def ablation_label(frame: pl.DataFrame) -> pl.Expr:
+    """'run 7 · minilm-sst2 · sst2 (dev) · uniform · accuracy': one label per ablation run and
+    metric."""
+    short = pl.col("model").str.split("/").list.last()
+    return pl.format("run {} · {} · {} ({}) · {} · {}", pl.col("run_id"), short, pl.col("task"), pl.col("split"),
+                     pl.col("mode"), pl.col("metric"))
+
+
+def _delta_colour(frame: pl.DataFrame) -> alt.Color:
+    # Symmetric around 0 so that white is "no effect" in every panel; blue: disabling helped.
+    reach = float(frame["delta"].abs().max() or 0.0) or 1e-3
+    return alt.Color("delta:Q", title="Δ score (disabled − baseline)",
+                     scale=alt.Scale(scheme="redblue", domain=[-reach, reach]))
+
+
+def ablation_heads(frame: pl.DataFrame) -> alt.FacetChart:
+    """Heatmaps layer × head of the change in task score when the head is disabled, one panel
+    per ablation run and metric (Kovaleva et al. Fig. 6); a dot marks a change that survives
+    the Benjamini–Hochberg correction. `frame` is `ablation_effect`."""
+    data = frame.with_columns(panel=ablation_label(frame), mark=pl.when(pl.col("significant")).then(pl.lit("●"))
+                              .otherwise(pl.lit("")))
+    heads = int(frame["head"].max()) + 1 if frame.height else 12
+    cell = max(16, -(-84 // heads))
+    base = alt.Chart().encode(
+        x=alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0, labelFontSize=9)),
+        y=alt.Y("layer:O", title="layer", axis=alt.Axis(labelFontSize=9)),
+    )
+    cells = base.mark_rect().encode(
+        color=_delta_colour(frame),
+        tooltip=[
+            alt.Tooltip("panel:N", title="run"),
+            alt.Tooltip("layer:O"),
+            alt.Tooltip("head:O"),
+            alt.Tooltip("baseline:Q", format=".4f"),
+            alt.Tooltip("value:Q", title="disabled", format=".4f"),
+            alt.Tooltip("delta:Q", title="Δ", format="+.4f"),
+            alt.Tooltip("ci_low:Q", title="95 % CI low", format="+.4f"),
+            alt.Tooltip("ci_high:Q", title="95 % CI high", format="+.4f"),
+            alt.Tooltip("p_value:Q", title="p", format=".3g"),
+            alt.Tooltip("p_adjusted:Q", title="p adjusted (BH)", format=".3g"),
+        ],
+    )
+    dots = base.mark_text(fontSize=8, color="#111").encode(text="mark:N")
+    return (
+        alt.layer(cells, dots, data=data)
+        .properties(width=alt.Step(cell), height=alt.Step(cell))
+        .facet(facet=alt.Facet("panel:N", title=None, header=alt.Header(labelFontWeight="bold", labelLimit=420)),
+               columns=2, spacing=16)
+        .configure(font=_FONT)
+        .configure_view(stroke=None)
+    )
+
+
+def ablation_layers(frame: pl.DataFrame) -> alt.LayerChart:
+    """The change in task score per disabled layer with its 95 % bootstrap interval, one colour
+    per ablation run and metric. `frame` is `layer_ablation`."""
+    data = frame.with_columns(panel=ablation_label(frame))
+    base = alt.Chart(data).encode(
+        x=alt.X("layer:O", title="layer disabled", axis=alt.Axis(labelAngle=0)),
+        xOffset=alt.XOffset("panel:N"),
+        color=alt.Color("panel:N", title=None, legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=420)),
+    )
+    bars = base.mark_rule(strokeWidth=2).encode(y=alt.Y("ci_low:Q", title="Δ score (disabled − baseline)"), y2="ci_high:Q")
+    points = base.mark_point(filled=True, size=60).encode(
+        y="delta:Q",
+        shape=alt.Shape("significant:N", title="adjusted p < 0.05", scale=alt.Scale(domain=[True, False],
+                                                                                  range=["diamond", "circle"])),
+        tooltip=[
+            alt.Tooltip("panel:N", title="run"),
+            alt.Tooltip("layer:O"),
+            alt.Tooltip("baseline:Q", format=".4f"),
+            alt.Tooltip("value:Q", title="disabled", format=".4f"),
+            alt.Tooltip("delta:Q", title="Δ", format="+.4f"),
+            alt.Tooltip("p_adjusted:Q", title="p adjusted (BH)", format=".3g"),
+        ],
+    )
+    zero = alt.Chart().mark_rule(color="#888", strokeDash=[4, 3]).encode(y=alt.datum(0))
+    return alt.layer(zero, bars, points).properties(width=alt.Step(28), height=220).configure(font=_FONT)
+
+
+def ablation_curve(frame: pl.DataFrame) -> alt.LayerChart:
+    """The change in task score with the k most helpful heads disabled together, k = 1, 2, …,
+    with its 95 % bootstrap band, one line per ablation run and metric; the dashed line is
+    the baseline. `frame` is `ablation_combinations`."""
+    data = frame.filter(pl.col("kind") == "top_k").with_columns(panel=ablation_label(frame.filter(pl.col("kind") == "top_k")))
+    base = alt.Chart(data).encode(
+        x=alt.X("k:Q", title="heads disabled together (the k that helped most alone)", axis=alt.Axis(tickMinStep=1)),
+        color=alt.Color("panel:N", title=None, legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=420)),
+    )
+    band = base.mark_area(opacity=0.15).encode(y=alt.Y("ci_low:Q", title="Δ score (disabled − baseline)"), y2="ci_high:Q")
+    line = base.mark_line(point=True).encode(
+        y="delta:Q",
+        tooltip=[
+            alt.Tooltip("panel:N", title="run"),
+            alt.Tooltip("k:Q"),
+            alt.Tooltip("disabled:N", title="heads"),
+            alt.Tooltip("value:Q", title="score", format=".4f"),
+            alt.Tooltip("delta:Q", title="Δ", format="+.4f"),
+            alt.Tooltip("p_value:Q", title="p (unadjusted)", format=".3g"),
+        ],
+    )
+    zero = alt.Chart().mark_rule(color="#888", strokeDash=[4, 3]).encode(y=alt.datum(0))
+    return alt.layer(zero, band, line).properties(width=420, height=220).configure(font=_FONT)
+
+
+def importance_scatter(frame: pl.DataFrame, correlations: pl.DataFrame) -> alt.FacetChart:
+    """Per head, gradient importance (Michel et al.) against the score drop when the head is
+    disabled, one panel per ablation run and metric, labelled with their Spearman correlation.
+    `frame` is `ablation_effect`, `correlations` is `importance_vs_ablation`."""
+    rho = correlations.select("run_id", "metric", "spearman")
+    data = (
+        frame.filter(pl.col("importance").is_not_null())
+        .join(rho, on=["run_id", "metric"], how="left")
+        .with_columns(
+            drop=-pl.col("delta"),
+            panel=pl.format("{} · Spearman {}", ablation_label(frame),
+                            pl.col("spearman").round(2).cast(pl.String).fill_null("–")),
+        )
+    )
+    return (
+        alt.Chart(data)
+        .mark_circle(size=36, opacity=0.7)
+        .encode(
+            x=alt.X("importance:Q", title="gradient importance (mean |∂L/∂ξ|)"),
+            y=alt.Y("drop:Q", title="score drop when disabled"),
+            color=alt.Color("layer:O", title="layer", scale=alt.Scale(scheme="viridis")),
+            tooltip=[
+                alt.Tooltip("panel:N", title="run"),
+                alt.Tooltip("layer:O"),
+                alt.Tooltip("head:O"),
+                alt.Tooltip("importance:Q", format=".4g"),
+                alt.Tooltip("drop:Q", title="score drop", format="+.4f"),
+            ],
+        )
+        .properties(width=300, height=220)
+        .facet(facet=alt.Facet("panel:N", title=None, header=alt.Header(labelFontWeight="bold", labelLimit=420)),
+               columns=2, spacing=24)
+        .configure(font=_FONT)
+    )

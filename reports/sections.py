@@ -2,9 +2,7 @@
 
 A section is drawn only when every table it needs exists in the warehouse and holds rows;
 otherwise the page keeps its heading and shows a note naming the command that produces the
-data. That is how analyses whose data attnwh does not collect yet (pattern types, fine-tuning
-change, head ablation) are already part of the page's design: when a future `attnwh ingest …`
-writes their tables, writing the section's `build` function is all that is left.
+data, so a warehouse with some analyses still says which others exist and how to add them.
 """
 
 from __future__ import annotations
@@ -65,16 +63,13 @@ class ReportContext:
 @dataclass(frozen=True)
 class Section:
     """One analysis of the page. `tables` are what it needs; `produced_by` is the command
-    that writes them, named in the note shown while they are absent or empty. `planned`
-    marks data that this version of attnwh cannot produce yet, so the note does not send
-    the reader to a command that does not exist."""
+    that writes them, named in the note shown while they are absent or empty."""
 
     id: str
     title: str
     tables: tuple[str, ...]
     produced_by: str
-    build: Callable[[ReportContext], list[Block]] | None = None
-    planned: bool = False
+    build: Callable[[ReportContext], list[Block]]
 
 
 @dataclass(frozen=True)
@@ -121,6 +116,46 @@ def _finetune_change(ctx: ReportContext) -> list[Block]:
             "query finetune_change_by_layer. The paper found the last two layers change most.",
             charts.finetune_change_layers(ctx.query("finetune_change_by_layer")),
         ),
+    ]
+
+
+def _ablation(ctx: ReportContext) -> list[Block]:
+    return [
+        ChartBlock(
+            "chart-ablation-heads",
+            "What disabling one head does to the task score (Kovaleva et al. Fig. 6): per layer and head, the "
+            "fine-tuned model's score with that head disabled minus its score with none (blue: disabling helped), on "
+            "the same examples; ● marks a change whose paired test (exact McNemar for accuracy, permutation otherwise) "
+            "survives the Benjamini–Hochberg correction across the run's heads and layers (adjusted p < 0.05); the "
+            "tooltip gives the 95 % bootstrap interval; query ablation_effect.",
+            charts.ablation_heads(ctx.query("ablation_effect")),
+        ),
+        ChartBlock(
+            "chart-ablation-layers",
+            "The same for every head of a layer disabled at once (Kovaleva et al. Table 3), with the 95 % paired "
+            "bootstrap interval of the change; a diamond marks adjusted p < 0.05; query layer_ablation.",
+            charts.ablation_layers(ctx.query("layer_ablation")),
+        ),
+        ChartBlock(
+            "chart-ablation-curve",
+            "Do helpful heads add up? The change in score with the k heads whose own disabling helped most disabled "
+            "together, k = 1, 2, …, with the 95 % bootstrap band; the heads were chosen on the same examples, so the "
+            "curve is optimistic; query ablation_combinations.",
+            charts.ablation_curve(ctx.query("ablation_combinations")),
+        ),
+    ]
+
+
+def _importance(ctx: ReportContext) -> list[Block]:
+    return [
+        ChartBlock(
+            "chart-importance",
+            "Does the cheap estimate find the heads that matter? Per head, gradient importance (Michel et al.: mean "
+            "over examples of |∂L/∂ξ| for a gate ξ on the head's output) against the score drop measured by "
+            "disabling it, with the Spearman correlation across heads in each panel's title; queries ablation_effect "
+            "and importance_vs_ablation.",
+            charts.importance_scatter(ctx.query("ablation_effect"), ctx.query("importance_vs_ablation")),
+        )
     ]
 
 
@@ -251,9 +286,10 @@ SECTIONS: tuple[Section, ...] = (
             "attnwh ingest relations --framenet FILE", _relations_frames),
     Section("relations-features", "Heads that track linguistic relations: feature words", ("feature_attention",),
             "attnwh ingest relations --conllu FILE", _relations_features),
-    Section("ablation", "Disabling heads and layers", ("ablations",), "attnwh ingest ablation", planned=True),
+    Section("ablation", "Disabling heads and layers", ("ablations", "ablation_configs"),
+            "attnwh ingest ablation --model FINETUNED", _ablation),
     Section("importance", "Head importance against the effect of disabling", ("ablations", "head_importance"),
-            "attnwh ingest ablation", planned=True),
+            "attnwh ingest ablation --model FINETUNED", _importance),
     Section("provenance", "Provenance", ("runs", "models"), "attnwh ingest", _provenance),
 )
 
@@ -275,17 +311,8 @@ def render_sections(ctx: ReportContext, sections: tuple[Section, ...] = SECTIONS
     rendered = []
     for section in sections:
         missing = [t for t in section.tables if t not in available]
-        if missing and section.planned:
-            note = (
-                f"No data for this section yet: it will come from `{section.produced_by}` "
-                "in a later version of attnwh."
-            )
-            rendered.append(RenderedSection(section, note=note))
-        elif missing:
+        if missing:
             note = f"No data for this section yet: run `{section.produced_by}` to add this section."
-            rendered.append(RenderedSection(section, note=note))
-        elif section.build is None:
-            note = "The data for this section is here, but this version of attnwh cannot draw it yet."
             rendered.append(RenderedSection(section, note=note))
         else:
             rendered.append(RenderedSection(section, blocks=section.build(ctx)))

@@ -88,6 +88,7 @@ def build_synthetic_warehouse(
                     f" FROM range({examples}) AS e(i), range({layers}) AS l(i), range({heads}) AS h(i)"
                 )
         _insert_relations(con, run_id, layers, heads)
+        _insert_ablations(con, run_id + 2, len(models), tasks, examples, layers, heads)
         con.commit()
         return con.execute("SELECT count(*) FROM head_stats").fetchall()[0][0]
     except BaseException:
@@ -219,3 +220,64 @@ def _insert_relations(con, last_run_id: int, layers: int, heads: int) -> None:
         """
     )
     con.execute(f"INSERT INTO frame_filters VALUES ({frames}, 300, 40, 150, 30, 20, 60, 45, 60, 12, 3, 2)")
+
+
+def _insert_ablations(con, last_run_id: int, model_id: int, tasks: tuple[str, ...], examples: int, layers: int,
+                      heads: int) -> None:
+    """One uniform ablation run per task on the last model: a few heads help a little, whole
+    layers hurt more the earlier they are; importance follows the harm, loosely."""
+    top_k = 3
+    for t, task in enumerate(tasks):
+        run_id = last_run_id + 1 + t
+        con.execute(
+            "INSERT INTO runs (run_id, kind, run_key, model_id, dataset, task, split, source, example_limit, seed,"
+            " max_length, n_examples, n_truncated, device, dtype, batch_size, versions, command, status, started_at,"
+            " finished_at, seconds) VALUES (?, 'ablation', ?, ?, 'synthetic', ?, 'dev', 'attnwh.reports.synthetic',"
+            " NULL, 42, 512, ?, 0, 'cpu', 'float32', 32, '{\"attnwh\": \"synthetic\"}', 'build_synthetic_warehouse',"
+            " 'complete', TIMESTAMP '2025-01-01 00:00:00', TIMESTAMP '2025-01-01 00:20:00', 1200.0)",
+            [run_id, f"synthetic-{run_id}", model_id, task, examples],
+        )
+        con.execute(
+            f"""
+            INSERT INTO ablation_configs
+            SELECT {run_id}, 0, 'baseline', 'uniform', NULL, NULL, NULL, 0, ''
+            UNION ALL
+            SELECT {run_id}, 1 + l.i * {heads} + h.i, 'head', 'uniform', l.i, h.i, NULL, 1, l.i || '-' || h.i
+            FROM range({layers}) AS l(i), range({heads}) AS h(i)
+            UNION ALL
+            SELECT {run_id}, 1 + {layers * heads} + l.i, 'layer', 'uniform', l.i, NULL, NULL, {heads}, ''
+            FROM range({layers}) AS l(i)
+            UNION ALL
+            SELECT {run_id}, 1 + {layers * heads + layers} + k.i, 'top_k', 'uniform', NULL, NULL, k.i + 1, k.i + 1, ''
+            FROM range({top_k}) AS k(i)
+            """
+        )
+        # delta per configuration: heads mostly near 0 (a few helpful), layers more harmful early.
+        con.execute(
+            f"""
+            INSERT INTO ablations
+            WITH c AS (
+                SELECT config_id, kind, layer, head, k,
+                       CASE kind
+                           WHEN 'baseline' THEN 0.0
+                           WHEN 'head' THEN 0.02 * ((((layer * 131 + head * 71 + {t} * 17) % 9) - 6) / 6.0)
+                           WHEN 'layer' THEN -0.12 * ({layers} - layer) / {layers}
+                           ELSE 0.01 * k - 0.006 * k * k
+                       END AS delta
+                FROM ablation_configs WHERE run_id = {run_id}
+            )
+            SELECT {run_id}, config_id, 'accuracy', 0.85 + delta, 0.85, delta, delta - 0.02, delta + 0.02,
+                   CASE WHEN kind = 'baseline' THEN 1.0 ELSE least(1.0, 0.5 * exp(-60 * abs(delta))) END,
+                   CASE WHEN kind IN ('head', 'layer') THEN least(1.0, 0.9 * exp(-60 * abs(delta))) END,
+                   'mcnemar-exact', {examples}, 1000
+            FROM c
+            """
+        )
+        con.execute(
+            f"""
+            INSERT INTO head_importance
+            SELECT {run_id}, layer, head, imp, imp / sqrt(sum(imp * imp) OVER (PARTITION BY layer)), {examples}
+            FROM (SELECT l.i AS layer, h.i AS head, 0.01 + 0.002 * (8 - (l.i * 131 + h.i * 71 + {t} * 17) % 9) AS imp
+                  FROM range({layers}) AS l(i), range({heads}) AS h(i))
+            """
+        )

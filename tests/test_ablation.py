@@ -103,9 +103,11 @@ def test_all_heads_of_a_layer_equal_the_layer_configuration(classifier_dir):
     assert np.array_equal(out[0], out[1])
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert", "electra", "albert"])
+@pytest.mark.parametrize(
+    ("family", "mode"),
+    [(f, "uniform") for f in ("bert", "roberta", "distilbert", "electra", "albert")] + [("bert", "zero"), ("distilbert", "zero")],
+)
 @pytest.mark.parametrize("per_pass", [1, 5])
-@pytest.mark.parametrize("mode", ["uniform", "zero"])
 def test_cached_prefix_path_equals_the_full_path(classifier_dir, family, per_pass, mode):
     encoder = load_encoder(str(classifier_dir[family]), "cpu")
     batch = batch_for(encoder)

@@ -21,9 +21,12 @@ CHART_IDS = ("chart-special-tokens-heads", "chart-special-tokens-layers")
 COMPARE_CHART_IDS = ("chart-finetune-change-heads", "chart-finetune-change-layers")
 PATTERN_CHART_IDS = ("chart-pattern-types", "chart-pattern-layers", "chart-pattern-gallery")
 RELATIONS_CHART_IDS = ("chart-relations-dependencies", "chart-relations-frames", "chart-relations-features")
+ABLATION_CHART_IDS = ("chart-ablation-heads", "chart-ablation-layers", "chart-ablation-curve", "chart-importance")
+# Sections this warehouse (statistics only) has no data for, and the command each names.
 ABSENT = {
-    "ablation": "attnwh ingest ablation",
-    "importance": "attnwh ingest ablation",
+    "finetuning-change": "attnwh ingest compare",
+    "ablation": "attnwh ingest ablation --model FINETUNED",
+    "importance": "attnwh ingest ablation --model FINETUNED",
 }
 HOSTILE = "<script>alert(1)</script>"
 
@@ -98,15 +101,12 @@ def test_page_has_every_section_and_chart(page):
     for chart_id in (*CHART_IDS, *PATTERN_CHART_IDS):
         assert html.count(f'id="{chart_id}"') == 1 and f'data-chart="{chart_id}"' in html
     assert 'id="table-provenance"' in html and "rte-like" in html and "mrpc-like" in html
-    for section in ("special-tokens", "pattern-types", "pattern-gallery", "finetuning-change", "provenance", *ABSENT):
+    for section in ("special-tokens", "pattern-types", "pattern-gallery", "provenance", *ABSENT):
         assert f'id="section-{section}"' in html and f'href="#section-{section}"' in html
-    # Sections without data say which command will add them, and that it is still to come.
+    # Sections without data say which command adds them.
     for section, command in ABSENT.items():
         note = re.search(rf'<p class="note" id="note-{section}">([^<]*)</p>', html)
-        assert note and f"it will come from `{command}` in a later version of attnwh" in note.group(1)
-    # This warehouse has no comparison yet: the section names the command that adds one.
-    note = re.search(r'<p class="note" id="note-finetuning-change">([^<]*)</p>', html)
-    assert note and "run `attnwh ingest compare` to add this section" in note.group(1)
+        assert note and f"run `{command}` to add this section" in note.group(1)
     # The JavaScript is inlined once; nothing is fetched from anywhere.
     assert html.count("window.vegaEmbed=") == 1
     markup = re.sub(r"(<script[^>]*>).*?</script>", r"\1</script>", html, flags=re.S)  # tags, not JS strings
@@ -200,7 +200,9 @@ def test_golden_vega_lite_specs(tmp_path):
     db = tmp_path / "synthetic.duckdb"
     build_synthetic_warehouse(db, examples=3, layers=3, heads=4)
     charts = build_report(db).charts()
-    assert [c.id for c in charts] == [*CHART_IDS, *PATTERN_CHART_IDS, *COMPARE_CHART_IDS, *RELATIONS_CHART_IDS]
+    assert [c.id for c in charts] == [
+        *CHART_IDS, *PATTERN_CHART_IDS, *COMPARE_CHART_IDS, *RELATIONS_CHART_IDS, *ABLATION_CHART_IDS
+    ]
     update = os.environ.get("ATTNWH_UPDATE_GOLDEN") == "1"
     for chart in charts:
         golden = GOLDEN / f"{chart.id}.vl.json"

@@ -65,14 +65,14 @@ def open_offline(browser, path: Path):
     return page, log
 
 
-def _wait_for_charts(page) -> None:
-    for chart_id in (*CHART_IDS, *PATTERN_CHART_IDS):
+def _wait_for_charts(page, ids: tuple[str, ...] = (*CHART_IDS, *PATTERN_CHART_IDS)) -> None:
+    for chart_id in ids:
         page.wait_for_selector(f"#{chart_id} svg, #{chart_id} canvas", timeout=20_000)
     # vega-embed draws asynchronously; marks are in once every view holds some.
     page.wait_for_function(
         "ids => ids.every(id => document.querySelectorAll('#' + id + ' svg .mark-rect path, #' + id"
         " + ' svg .mark-line path, #' + id + ' svg .mark-symbol path').length > 0)",
-        arg=[*CHART_IDS, *PATTERN_CHART_IDS],
+        arg=list(ids),
         timeout=20_000,
     )
 
@@ -112,4 +112,26 @@ def test_hostile_names_show_as_text_in_chromium(browser, hostile_warehouse, tmp_
     tab.screenshot(path=str(ARTIFACTS / "report-hostile.png"), full_page=True) if ARTIFACTS.exists() else None
     assert log["dialogs"] == [], f"a script from the data ran: {log['dialogs']}"
     assert log["errors"] == [] and log["requests"] == []
+    tab.context.close()
+
+
+def test_every_section_renders_in_chromium(browser, tmp_path):
+    """The synthetic warehouse has data for every section: each chart draws, with no error."""
+    from attnwh.reports.build import build_report
+    from attnwh.reports.synthetic import build_synthetic_warehouse
+
+    db = tmp_path / "synthetic.duckdb"
+    build_synthetic_warehouse(db, examples=4, layers=3, heads=4)
+    ids = tuple(c.id for c in build_report(db).charts())
+    out = tmp_path / "all.html"
+    _report(db, out)
+    tab, log = open_offline(browser, out)
+    _wait_for_charts(tab, ids)
+    assert tab.locator(".note").count() == 0
+    for chart_id in ids:
+        assert tab.locator(f"#{chart_id} svg path").count() > 3, chart_id
+        assert "could not be drawn" not in tab.locator(f"#{chart_id}").inner_text()
+    if ARTIFACTS.exists():
+        tab.screenshot(path=str(ARTIFACTS / "report-all-sections.png"), full_page=True)
+    assert log["errors"] == [] and log["requests"] == [] and log["dialogs"] == []
     tab.context.close()
