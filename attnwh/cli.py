@@ -14,6 +14,7 @@ from attnwh.errors import AttnwhError
 from attnwh.ingest.cli import ingest_app
 from attnwh.ingest import ablation_cli  # noqa: F401  registers `attnwh ingest ablation`
 from attnwh.ingest.finetune_cli import finetune
+from attnwh.ingest.study_cli import study
 from attnwh.ingest.patterns_cli import patterns_app
 from attnwh.reports.cli import report
 from attnwh.sql.cli import queries, query, sql
@@ -33,6 +34,7 @@ app.command()(queries)
 app.command()(query)
 app.command()(report)
 app.command()(finetune)
+app.command()(study)
 # A group: `attnwh patterns reclassify | import-labels | train`.
 app.add_typer(patterns_app, name="patterns")
 

@@ -82,9 +82,6 @@ def ingest_run(
         measured = measure()
         con.begin()
         try:
-            if found:  # store.delete_run clears the tables it knows; these are this module's
-                for table in measured.tables:
-                    con.execute(f"DELETE FROM {table} WHERE run_id = ?", [found[0]])
             model_id = store.upsert_model(con, encoder.facts())
             state = store.open_run(
                 con,

@@ -130,6 +130,7 @@ def open_run(con: duckdb.DuckDBPyConnection, run_key: str, replace: bool, fields
 # Every table holding rows of a run; deleting a run (--replace) clears all of them.
 RUN_TABLES: tuple[str, ...] = (
     "head_stats", "attention_change", "dependency_heads", "dependency_baselines", "run_examples",
+    "feature_attention", "frame_heads", "frame_filters",
     "ablation_configs", "ablation_predictions", "ablations", "head_importance",
     "pattern_thumbnails", "pattern_labels",
 )

@@ -4,7 +4,7 @@
 -- One row per ablation run and metric: the Spearman rank correlation, across the model's
 -- heads, between gradient importance (Michel et al.: mean |dL/d gate|) and the score drop
 -- when the head is disabled (baseline - value); near 1 = the cheap estimate ranks heads as
--- the sweep does. Ties get their average rank. Also: how many of the 10 most important heads
+-- the sweep does; NULL when all heads tie. Ties get their average rank. Also: how many of the 10 most important heads
 -- are among the 10 whose disabling hurts most.
 WITH paired AS (
     SELECT
@@ -46,7 +46,9 @@ SELECT
     run_id,
     mode,
     metric,
-    corr(importance_rank, drop_rank)                                 AS spearman,
+    -- Undefined (NULL, not NaN) when every head had the same effect or the same importance.
+    CASE WHEN isnan(corr(importance_rank, drop_rank)) THEN NULL
+         ELSE corr(importance_rank, drop_rank) END                   AS spearman,
     count(*)                                                         AS heads,
     count(*) FILTER (WHERE importance_top <= 10 AND drop_top <= 10)  AS top10_overlap
 FROM ranked

@@ -12,7 +12,7 @@ from scipy import stats
 from sklearn import metrics as sk
 
 from attnwh.ingest.ablation import sweep_configurations
-from test_ingest_cli import digest, run, write_pairs
+from test_ingest_cli import digest, ingest_args, run, write_pairs
 
 LAYERS, HEADS, N = 2, 4, 30
 
@@ -244,3 +244,23 @@ def test_sweep_configurations_count():
     configs = sweep_configurations(LAYERS, HEADS)
     assert len(configs) == 1 + LAYERS * HEADS + LAYERS
     assert [c.start(LAYERS) for c in configs[:2]] == [LAYERS, 0]
+
+
+def test_heads_that_all_tie_give_no_correlation_and_the_report_still_renders(monkeypatch, capsys, swept, tmp_path):
+    import json
+    import shutil
+
+    model, data, source = swept
+    db = tmp_path / "tied.duckdb"
+    shutil.copy(source, db)
+    with duckdb.connect(str(db)) as con:
+        con.execute("UPDATE ablations SET delta = 0")  # as a classifier that never changes its mind
+    code, out, err = run(monkeypatch, capsys, "query", "importance_vs_ablation", "--db", str(db), "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)[0]["spearman"] is None
+    # The report needs statistics besides the ablation.
+    code, _, err = run(monkeypatch, capsys, *ingest_args(model, data, db))
+    assert code == 0, err
+    code, out, err = run(monkeypatch, capsys, "report", "--db", str(db), "--out", str(tmp_path / "r.html"))
+    assert code == 0, err
+    assert 'id="chart-importance"' in (tmp_path / "r.html").read_text(encoding="utf-8")

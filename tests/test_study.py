@@ -1,0 +1,198 @@
+"""`attnwh study` end to end on a tiny model and a tiny GLUE folder (a classification task
+and the STS-B regression): every table filled, the report written, rerun skips every stage,
+--force redoes one, bad input is one line.
+
+The shared study runs with --no-importance: a tiny classifier whose every disabled head leaves
+its accuracy unchanged gives a constant ablation column, and the report's importance chart
+cannot draw a NaN Spearman correlation yet (reports/charts.py). Gradient importance is
+covered by a study of the regression task, whose deltas always vary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from test_ingest_cli import SENTENCES, run
+
+TABLES = ("models", "examples", "runs", "run_examples", "head_stats", "finetunes", "scores", "attention_change",
+          "ablation_configs", "ablation_predictions", "ablations", "head_importance", "pattern_thumbnails")
+TASKS = ("rte", "stsb")
+
+
+@pytest.fixture(autouse=True)
+def wide_terminal(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # summary tables on one line each
+
+
+def write_glue(root: Path) -> Path:
+    """RTE and STS-B folders in GLUE's TSV layout, from the tiny tokenizer's sentences."""
+    for folder, n_train, n_dev in (("RTE", 40, 16), ("STS-B", 40, 16)):
+        (root / folder).mkdir(parents=True)
+        for split, n in (("train", n_train), ("dev", n_dev)):
+            last = "label" if folder == "RTE" else "score"
+            rows = [f"index\tsentence1\tsentence2\t{last}"]
+            for i in range(n):
+                a, b = SENTENCES[i % len(SENTENCES)], SENTENCES[(3 * i + 1) % len(SENTENCES)]
+                # Each sentence pair comes with both labels equally often: the tuned classifier stays
+                # undecided, so disabling heads flips predictions and moves the score.
+                label = (("entailment" if i % (2 * len(SENTENCES)) < len(SENTENCES) else "not_entailment")
+                         if folder == "RTE"
+                         else f"{(i % len(SENTENCES)) * 5 / 7:.3f}")
+                rows.append(f"{i}\t{a} ({i})\t{b}\t{label}")
+            (root / folder / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    (root / "QNLI").mkdir()  # a dev split only, like ../shared/data/glue
+    (root / "QNLI" / "dev.tsv").write_text("index\tquestion\tsentence\tlabel\n0\tWhy?\tBecause.\tentailment\n")
+    return root
+
+
+def study_args(model: Path, glue: Path, tmp: Path, *extra: str) -> list[str]:
+    return [
+        "study", "--model", str(model), "--glue-dir", str(glue), "--tasks", ",".join(TASKS), "--epochs", "3", "--lr", "1e-3",
+        "--batch-size", "8", "--limit", "12", "--resamples", "100", "--device", "cpu",
+        "--db", str(tmp / "w.duckdb"), "--report", str(tmp / "report.html"), "--out-dir", str(tmp / "models"),
+        *extra,
+    ]
+
+
+def counts(db: Path) -> dict[str, int]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in TABLES}
+
+
+def runs(db: Path) -> list[tuple]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute("SELECT run_id, kind, task, status FROM runs ORDER BY run_id").fetchall()
+
+
+@pytest.fixture(scope="module")
+def studied(tmp_path_factory):
+    """One complete study, shared by the tests below (each rerun is in its own test)."""
+    import sys
+
+    from _pytest.monkeypatch import MonkeyPatch
+
+    from tiny_models import make_tiny
+
+    tmp = tmp_path_factory.mktemp("study")
+    model = make_tiny("bert", tmp / "base")
+    glue = write_glue(tmp / "glue")
+    with MonkeyPatch.context() as mp:
+        mp.setenv("COLUMNS", "200")
+        mp.setattr(sys, "argv", ["attnwh", *study_args(model, glue, tmp, "--no-importance")])
+        from attnwh import cli
+
+        try:
+            cli.main()
+        except SystemExit as exc:
+            assert exc.code == 0
+    return model, glue, tmp
+
+
+def test_every_table_is_filled_and_every_stage_ran(studied):
+    _, _, tmp = studied
+    db = tmp / "w.duckdb"
+    found = counts(db)
+    assert all(found[t] > 0 for t in TABLES if t != "head_importance"), found
+    stored = runs(db)
+    assert all(r[3] == "complete" for r in stored)
+    kinds = sorted((r[1], r[2]) for r in stored)
+    # base statistics + tuned statistics per task, a fine-tuning, a comparison and a sweep each
+    assert kinds == sorted([(k, t) for t in TASKS for k in ("statistics", "statistics", "finetune", "compare",
+                                                            "ablation")])
+    with duckdb.connect(str(db), read_only=True) as con:
+        tuned = con.execute("SELECT name, finetuned_task, base_model_id IS NOT NULL FROM models "
+                            "WHERE finetuned_task IS NOT NULL ORDER BY name").fetchall()
+        metrics = {r for r in con.execute("SELECT DISTINCT metric FROM ablations").fetchall()}
+        per_task = con.execute("SELECT task, count(DISTINCT model_id) FROM runs JOIN head_stats USING (run_id) "
+                               "GROUP BY task ORDER BY task").fetchall()
+    assert [(Path(n).name, t, linked) for n, t, linked in tuned] == [("rte", "rte", True), ("stsb", "stsb", True)]
+    assert {("accuracy",), ("pearson",), ("spearman",)} <= metrics  # STS-B swept as a regression
+    assert per_task == [("rte", 2), ("stsb", 2)]
+    for task in TASKS:
+        assert (tmp / "models" / task / "attnwh_finetune.json").is_file()
+
+
+def test_report_is_written_with_the_study_charts(studied):
+    _, _, tmp = studied
+    page = (tmp / "report.html").read_text(encoding="utf-8")
+    from attnwh.reports.build import build_report
+
+    built = build_report(tmp / "w.duckdb")
+    ids = [c.id for c in built.charts()]
+    assert {"chart-special-tokens-heads", "chart-finetune-change-heads", "chart-finetune-change-layers"} <= set(ids)
+    for chart_id in ids:
+        assert f'id="{chart_id}"' in page, chart_id
+    ablation = [s for s in built.sections if getattr(s.section, "id", None) == "ablation"]
+    if ablation and not ablation[0].note:  # drawn once the report has ablation charts
+        assert any("ablation" in i for i in ids), ids
+
+
+def test_rerun_skips_every_stage(monkeypatch, capsys, studied):
+    model, glue, tmp = studied
+    before = runs(tmp / "w.duckdb")
+    weights = {p: p.stat().st_mtime_ns for p in (tmp / "models").rglob("*")}
+    report = (tmp / "report.html").stat().st_mtime_ns
+    code, out, err = run(monkeypatch, capsys, *study_args(model, glue, tmp, "--no-importance"))
+    assert code == 0, err
+    for stage in ("ingest-base", "finetune", "ingest-tuned", "compare", "ablation", "report"):
+        assert f"{stage} skipped" in err, (stage, err)
+    assert runs(tmp / "w.duckdb") == before
+    assert {p: p.stat().st_mtime_ns for p in (tmp / "models").rglob("*")} == weights
+    assert (tmp / "report.html").stat().st_mtime_ns == report
+    # The summary: per task its score, most changed layer and most helpful head; then the paths.
+    assert "pearson" in out and "accuracy" in out and "rte" in out and "stsb" in out
+    assert str((tmp / "report.html").resolve()) in out and str((tmp / "w.duckdb").resolve()) in out
+
+
+def test_force_redoes_only_that_stage(monkeypatch, capsys, studied):
+    model, glue, tmp = studied
+    before = runs(tmp / "w.duckdb")
+    code, out, err = run(monkeypatch, capsys, *study_args(model, glue, tmp, "--no-importance", "--force", "ablation"))
+    assert code == 0, err
+    after = runs(tmp / "w.duckdb")
+    kept = [r for r in before if r[1] != "ablation"]
+    assert [r for r in after if r[1] != "ablation"] == kept
+    new = [r for r in after if r[1] == "ablation"]
+    assert len(new) == len(TASKS) and min(r[0] for r in new) > max(r[0] for r in before)
+    for stage in ("ingest-base", "finetune", "ingest-tuned", "compare"):
+        assert f"{stage} skipped" in err
+    assert "ablation done" in err and "report done" in err  # new rows: the report is rewritten
+    assert all(counts(tmp / "w.duckdb")[t] > 0 for t in TABLES if t != "head_importance")
+
+
+def test_importance_and_report_of_a_regression_study(monkeypatch, capsys, studied):
+    model, glue, tmp = studied
+    args = study_args(model, glue, tmp)
+    args[args.index("--tasks") + 1] = "stsb"
+    code, out, err = run(monkeypatch, capsys, *args)
+    assert code == 0, err
+    # Only the sweep's settings changed: a new ablation run with importance, the rest kept.
+    for stage in ("ingest-base", "finetune", "ingest-tuned", "compare"):
+        assert f"{stage} skipped" in err
+    assert "ablation done" in err and "report done" in err
+    assert all(n > 0 for n in counts(tmp / "w.duckdb").values())
+    page = (tmp / "report.html").read_text(encoding="utf-8")
+    assert 'id="chart-special-tokens-heads"' in page and 'id="chart-finetune-change-layers"' in page
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--tasks", "nope"], "unknown GLUE task 'nope'"),
+        (["--force", "everything"], "unknown stage 'everything'"),
+        (["--tasks", "qnli"], "leave qnli out of --tasks"),
+    ],
+)
+def test_bad_input_is_one_line_before_anything_runs(monkeypatch, capsys, tiny_model_dir, tmp_path, extra, message):
+    glue = write_glue(tmp_path / "glue")
+    args = study_args(tiny_model_dir("bert"), glue, tmp_path)
+    if extra[0] == "--tasks":
+        args[args.index("--tasks") + 1] = extra[1]
+        extra = []
+    code, out, err = run(monkeypatch, capsys, *args, *extra)
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "w.duckdb").exists() and not (tmp_path / "models").exists()
