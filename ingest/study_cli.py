@@ -41,7 +41,8 @@ def study(
         list[str] | None,
         typer.Option("--tasks", "--task", help="Tasks, comma-separated or repeated. GLUE (with --glue-dir or "
                      "--dataset): sst2 mrpc rte cola stsb qnli qqp mnli. Default: the bundled sample's sentiment "
-                     "and entailment."),
+                     "task (entailment needs about 8 epochs on 2000 examples to beat chance: --tasks entailment "
+                     "--max-train-examples 2000 --epochs 8)."),
     ] = None,
     glue_dir: GlueDirOpt = None,
     dataset: Annotated[
