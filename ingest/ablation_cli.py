@@ -31,7 +31,6 @@ from .cli import (
     MaxLengthOpt,
     PairColumnOpt,
     ReplaceOpt,
-    SeedOpt,
     SplitOpt,
     TaskOpt,
     TextColumnOpt,

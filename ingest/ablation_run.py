@@ -23,6 +23,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -115,7 +116,7 @@ def gold_labels(encoder: EncoderModel, data: TaskData) -> tuple[np.ndarray, bool
 
 
 def ingest_ablation(
-    db_path,
+    db_path: Path,
     encoder: EncoderModel,
     tasks: Sequence[PreparedTask],
     options: IngestOptions,
@@ -176,8 +177,7 @@ def _run_task(
                 ids, task.encoded.n_tokens[indices], task.encoded.n_tokens_full[indices], time.perf_counter() - tick,
             )
             on_batch(len(indices))
-        _finish(con, state.run_id, sweep, task, labels, regression, singles, options, ablation, on_start, on_batch,
-                time.perf_counter())
+        _finish(con, state.run_id, sweep, task, labels, regression, singles, options, ablation, on_start, on_batch)
     except KeyboardInterrupt:
         store.finish_run(con, state.run_id, "interrupted")
         raise
@@ -257,8 +257,8 @@ def _finish(
     ablation: AblationOptions,
     on_start: ProgressStart,
     on_batch: ProgressBatch,
-    started: float,
 ) -> None:
+    started = time.perf_counter()
     encoder = sweep.encoder
     metrics = metrics_for(task.data.task, regression)
     predictions = _stored_predictions(con, run_id, task.example_ids, len(singles))

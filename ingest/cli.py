@@ -265,6 +265,7 @@ def relations(
         from attnwh.ingest import frames as fn
         from attnwh.ingest import relations as rel
         from attnwh.ingest.models import load_encoder
+        from attnwh.ingest.wordlevel import check_supported
 
         sentences = rel.sample(rel.read_conllu(conllu), limit, seed) if conllu is not None else None
         frame_data = None
@@ -273,7 +274,7 @@ def relations(
             frame_data = fn.subset(frame_data, rel.sample(frame_data.links, limit, seed))
         warehouse.check_writable(db)
         encoder = load_encoder(model, device.value, "float32")
-        rel.check_supported(encoder)  # before the database is opened
+        check_supported(encoder)  # before the database is opened
 
     inputs = []
     if sentences is not None:

@@ -28,15 +28,7 @@ from attnwh.errors import DataError
 from .features import FeatureCounts, feature_words, received_attention
 from .models import EncoderModel
 from .relation_runs import Measured, RelationsSummary, ingest_run, run_key
-from .wordlevel import (  # noqa: F401  (re-exported: the word-level helpers used to live here)
-    UNSUPPORTED_FAMILIES,
-    check_supported,
-    fitting,
-    most_attended,
-    piece_matrix,
-    word_attention,
-    word_batches,
-)
+from .wordlevel import check_supported, fitting, most_attended, word_batches
 
 OFFSETS = tuple(k for k in range(-5, 6) if k != 0)
 DIRECTIONS = ("dep_to_head", "head_to_dep")

@@ -162,7 +162,6 @@ def parse_force(names: Sequence[str]) -> frozenset[str]:
 
 def load_study_tasks(options: StudyOptions) -> list[StudyTask]:
     """Every task's train and eval split from the data options; raises before anything heavy."""
-    from attnwh.ingest import data as loaders
     from attnwh.ingest.cli import load_tasks
 
     tasks = list(dict.fromkeys(t.strip() for item in options.tasks for t in item.split(",") if t.strip()))

@@ -19,7 +19,6 @@ from attnwh.errors import Interrupted
 from .cli import (
     DEFAULT_DB,
     DatasetConfigOpt,
-    DatasetOpt,
     DbOpt,
     Device,
     DeviceOpt,

@@ -469,6 +469,9 @@ def pattern_gallery(frame: pl.DataFrame) -> alt.FacetChart:
     )
 
 
+_DELTA_TITLE = "Δ score (disabled − baseline)"
+
+
 def ablation_label(frame: pl.DataFrame) -> pl.Expr:
     """'run 7 · minilm-sst2 · sst2 (dev) · uniform · accuracy': one label per ablation run and
     metric."""
@@ -480,7 +483,7 @@ def ablation_label(frame: pl.DataFrame) -> pl.Expr:
 def _delta_colour(frame: pl.DataFrame) -> alt.Color:
     # Symmetric around 0 so that white is "no effect" in every panel; blue: disabling helped.
     reach = float(frame["delta"].abs().max() or 0.0) or 1e-3
-    return alt.Color("delta:Q", title="Δ score (disabled − baseline)",
+    return alt.Color("delta:Q", title=_DELTA_TITLE,
                      scale=alt.Scale(scheme="redblue", domain=[-reach, reach]))
 
 
@@ -522,6 +525,19 @@ def ablation_heads(frame: pl.DataFrame) -> alt.FacetChart:
     )
 
 
+def _run_colour() -> alt.Color:
+    return alt.Color("panel:N", title=None, legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=420))
+
+
+def _interval_around_zero(base: alt.Chart, mark: str, line: alt.Chart) -> alt.LayerChart:
+    """The 95 % interval of the delta (`mark`: rule or area), its point estimate `line` and a
+    dashed rule at 0, the baseline."""
+    interval = getattr(base, f"mark_{mark}")(**({"strokeWidth": 2} if mark == "rule" else {"opacity": 0.15}))
+    interval = interval.encode(y=alt.Y("ci_low:Q", title=_DELTA_TITLE), y2="ci_high:Q")
+    zero = alt.Chart().mark_rule(color="#888", strokeDash=[4, 3]).encode(y=alt.datum(0))
+    return alt.layer(zero, interval, line)
+
+
 def ablation_layers(frame: pl.DataFrame) -> alt.LayerChart:
     """The change in task score per disabled layer with its 95 % bootstrap interval, one colour
     per ablation run and metric. `frame` is `layer_ablation`."""
@@ -529,9 +545,8 @@ def ablation_layers(frame: pl.DataFrame) -> alt.LayerChart:
     base = alt.Chart(data).encode(
         x=alt.X("layer:O", title="layer disabled", axis=alt.Axis(labelAngle=0)),
         xOffset=alt.XOffset("panel:N"),
-        color=alt.Color("panel:N", title=None, legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=420)),
+        color=_run_colour(),
     )
-    bars = base.mark_rule(strokeWidth=2).encode(y=alt.Y("ci_low:Q", title="Δ score (disabled − baseline)"), y2="ci_high:Q")
     points = base.mark_point(filled=True, size=60).encode(
         y="delta:Q",
         shape=alt.Shape("significant:N", title="adjusted p < 0.05", scale=alt.Scale(domain=[True, False],
@@ -545,20 +560,18 @@ def ablation_layers(frame: pl.DataFrame) -> alt.LayerChart:
             alt.Tooltip("p_adjusted:Q", title="p adjusted (BH)", format=".3g"),
         ],
     )
-    zero = alt.Chart().mark_rule(color="#888", strokeDash=[4, 3]).encode(y=alt.datum(0))
-    return alt.layer(zero, bars, points).properties(width=alt.Step(28), height=220).configure(font=_FONT)
+    return _interval_around_zero(base, "rule", points).properties(width=alt.Step(28), height=220).configure(font=_FONT)
 
 
 def ablation_curve(frame: pl.DataFrame) -> alt.LayerChart:
     """The change in task score with the k most helpful heads disabled together, k = 1, 2, …,
     with its 95 % bootstrap band, one line per ablation run and metric; the dashed line is
     the baseline. `frame` is `ablation_combinations`."""
-    data = frame.filter(pl.col("kind") == "top_k").with_columns(panel=ablation_label(frame.filter(pl.col("kind") == "top_k")))
-    base = alt.Chart(data).encode(
+    curve = frame.filter(pl.col("kind") == "top_k")
+    base = alt.Chart(curve.with_columns(panel=ablation_label(curve))).encode(
         x=alt.X("k:Q", title="heads disabled together (the k that helped most alone)", axis=alt.Axis(tickMinStep=1)),
-        color=alt.Color("panel:N", title=None, legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=420)),
+        color=_run_colour(),
     )
-    band = base.mark_area(opacity=0.15).encode(y=alt.Y("ci_low:Q", title="Δ score (disabled − baseline)"), y2="ci_high:Q")
     line = base.mark_line(point=True).encode(
         y="delta:Q",
         tooltip=[
@@ -570,8 +583,7 @@ def ablation_curve(frame: pl.DataFrame) -> alt.LayerChart:
             alt.Tooltip("p_value:Q", title="p (unadjusted)", format=".3g"),
         ],
     )
-    zero = alt.Chart().mark_rule(color="#888", strokeDash=[4, 3]).encode(y=alt.datum(0))
-    return alt.layer(zero, band, line).properties(width=420, height=220).configure(font=_FONT)
+    return _interval_around_zero(base, "area", line).properties(width=420, height=220).configure(font=_FONT)
 
 
 def importance_scatter(frame: pl.DataFrame, correlations: pl.DataFrame) -> alt.FacetChart:

@@ -7,29 +7,12 @@
 -- disabled together, k = 1, 2, ... (a curve). The heads were chosen on the same examples, so
 -- p_value is optimistic and not adjusted. Parameters as in ablation_effect; NULL = all.
 SELECT
-    m.name                       AS model,
-    r.task,
-    r.split,
-    r.run_id,
-    c.mode,
-    c.kind,
-    c.k,
-    c.disabled,
-    a.metric,
-    a.baseline,
-    a.value,
-    a.delta,
-    a.ci_low,
-    a.ci_high,
-    a.p_value,
-    a.n_examples                 AS examples
-FROM ablations AS a
-JOIN ablation_configs AS c USING (run_id, config_id)
-JOIN runs AS r USING (run_id)
-JOIN models AS m USING (model_id)
-WHERE c.kind IN ('helpful', 'top_k')
-  AND ($model IS NULL OR m.name = $model)
-  AND ($task IS NULL OR r.task = $task)
-  AND ($mode IS NULL OR c.mode = $mode)
-  AND ($metric IS NULL OR a.metric = $metric)
-ORDER BY model, r.task, r.split, r.run_id, a.metric, c.kind, c.k;
+    model, task, split, run_id, mode, kind, k, disabled, metric,
+    baseline, value, delta, ci_low, ci_high, p_value, examples
+FROM ablation_results
+WHERE kind IN ('helpful', 'top_k')
+  AND ($model IS NULL OR model = $model)
+  AND ($task IS NULL OR task = $task)
+  AND ($mode IS NULL OR mode = $mode)
+  AND ($metric IS NULL OR metric = $metric)
+ORDER BY model, task, split, run_id, metric, kind, k;

@@ -9,33 +9,15 @@
 -- importance, when the run measured it. model is a model name as stored; mode uniform or
 -- zero; metric accuracy, f1, mcc, pearson or spearman; NULL = all.
 SELECT
-    m.name                       AS model,
-    r.task,
-    r.split,
-    r.run_id,
-    c.mode,
-    c.layer,
-    c.head,
-    a.metric,
-    a.baseline,
-    a.value,
-    a.delta,
-    a.ci_low,
-    a.ci_high,
-    a.p_value,
-    a.p_adjusted,
-    a.p_adjusted < 0.05          AS significant,
-    a.test,
+    v.model, v.task, v.split, v.run_id, v.mode, v.layer, v.head, v.metric,
+    v.baseline, v.value, v.delta, v.ci_low, v.ci_high, v.p_value, v.p_adjusted, v.significant, v.test,
     i.importance,
-    a.n_examples                 AS examples
-FROM ablations AS a
-JOIN ablation_configs AS c USING (run_id, config_id)
-JOIN runs AS r USING (run_id)
-JOIN models AS m USING (model_id)
-LEFT JOIN head_importance AS i ON i.run_id = a.run_id AND i.layer = c.layer AND i.head = c.head
-WHERE c.kind = 'head'
-  AND ($model IS NULL OR m.name = $model)
-  AND ($task IS NULL OR r.task = $task)
-  AND ($mode IS NULL OR c.mode = $mode)
-  AND ($metric IS NULL OR a.metric = $metric)
-ORDER BY model, r.task, r.split, r.run_id, a.metric, c.layer, c.head;
+    v.examples
+FROM ablation_results AS v
+LEFT JOIN head_importance AS i ON i.run_id = v.run_id AND i.layer = v.layer AND i.head = v.head
+WHERE v.kind = 'head'
+  AND ($model IS NULL OR v.model = $model)
+  AND ($task IS NULL OR v.task = $task)
+  AND ($mode IS NULL OR v.mode = $mode)
+  AND ($metric IS NULL OR v.metric = $metric)
+ORDER BY v.model, v.task, v.split, v.run_id, v.metric, v.layer, v.head;

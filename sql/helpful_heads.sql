@@ -7,31 +7,13 @@
 -- and metric, best first. An empty result means no improvement beyond the noise of the
 -- examples.
 SELECT
-    m.name                       AS model,
-    r.task,
-    r.split,
-    r.run_id,
-    c.mode,
-    c.kind,
-    c.layer,
-    c.head,
-    a.metric,
-    a.baseline,
-    a.value,
-    a.delta,
-    a.ci_low,
-    a.ci_high,
-    a.p_value,
-    a.p_adjusted,
-    a.n_examples                 AS examples
-FROM ablations AS a
-JOIN ablation_configs AS c USING (run_id, config_id)
-JOIN runs AS r USING (run_id)
-JOIN models AS m USING (model_id)
-WHERE c.kind IN ('head', 'layer')
-  AND a.delta > 0
-  AND a.p_adjusted < 0.05
-  AND ($model IS NULL OR m.name = $model)
-  AND ($task IS NULL OR r.task = $task)
-  AND ($mode IS NULL OR c.mode = $mode)
-ORDER BY model, r.task, r.split, r.run_id, a.metric, a.delta DESC, a.p_adjusted, c.layer, c.head;
+    model, task, split, run_id, mode, kind, layer, head, metric,
+    baseline, value, delta, ci_low, ci_high, p_value, p_adjusted, examples
+FROM ablation_results
+WHERE kind IN ('head', 'layer')
+  AND delta > 0
+  AND significant
+  AND ($model IS NULL OR model = $model)
+  AND ($task IS NULL OR task = $task)
+  AND ($mode IS NULL OR mode = $mode)
+ORDER BY model, task, split, run_id, metric, delta DESC, p_adjusted, layer, head;

@@ -4,29 +4,16 @@
 -- One row per ablation run and metric: the Spearman rank correlation, across the model's
 -- heads, between gradient importance (Michel et al.: mean |dL/d gate|) and the score drop
 -- when the head is disabled (baseline - value); near 1 = the cheap estimate ranks heads as
--- the sweep does; NULL when all heads tie. Ties get their average rank. Also: how many of the 10 most important heads
--- are among the 10 whose disabling hurts most.
+-- the sweep does; NULL when all heads tie. Ties get their average rank. Also: how many of
+-- the 10 most important heads are among the 10 whose disabling hurts most.
 WITH paired AS (
-    SELECT
-        m.name                   AS model,
-        r.task,
-        r.split,
-        r.run_id,
-        c.mode,
-        a.metric,
-        c.layer,
-        c.head,
-        i.importance,
-        -a.delta                 AS drop
-    FROM ablations AS a
-    JOIN ablation_configs AS c USING (run_id, config_id)
-    JOIN head_importance AS i ON i.run_id = a.run_id AND i.layer = c.layer AND i.head = c.head
-    JOIN runs AS r ON r.run_id = a.run_id
-    JOIN models AS m ON m.model_id = r.model_id
-    WHERE c.kind = 'head'
-      AND ($model IS NULL OR m.name = $model)
-      AND ($task IS NULL OR r.task = $task)
-      AND ($mode IS NULL OR c.mode = $mode)
+    SELECT v.model, v.task, v.split, v.run_id, v.mode, v.metric, v.layer, v.head, i.importance, -v.delta AS drop
+    FROM ablation_results AS v
+    JOIN head_importance AS i ON i.run_id = v.run_id AND i.layer = v.layer AND i.head = v.head
+    WHERE v.kind = 'head'
+      AND ($model IS NULL OR v.model = $model)
+      AND ($task IS NULL OR v.task = $task)
+      AND ($mode IS NULL OR v.mode = $mode)
 ),
 ranked AS (
     SELECT

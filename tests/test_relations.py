@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from attnwh.ingest import relations as rel
+from attnwh.ingest import wordlevel
 from test_ingest_cli import run
 
 # Three sentences; "museum" and "robot" split into several pieces with the tiny BERT
@@ -72,8 +73,8 @@ def test_word_level_attention_sums_to_and_averages_from_pieces():
     torch.manual_seed(0)
     a = torch.rand(6, 6)
     a = a / a.sum(-1, keepdim=True)
-    pieces = rel.piece_matrix(word_ids, 3)
-    w = rel.word_attention(a, pieces)
+    pieces = wordlevel.piece_matrix(word_ids, 3)
+    w = wordlevel.word_attention(a, pieces)
     groups = [[1], [2, 3], [4]]
     expected = torch.tensor(
         [[float(np.mean([sum(a[q, k] for k in to) for q in frm])) for to in groups] for frm in groups]
@@ -88,7 +89,7 @@ def test_word_level_attention_sums_to_and_averages_from_pieces():
     a2 = torch.full((6, 6), 0.01)
     a2[:, 0] = 0.9
     a2[2, 4] = 0.05  # piece w1a likes w2
-    pred = rel.most_attended(rel.word_attention(a2, pieces), torch.ones(3, dtype=torch.bool))
+    pred = wordlevel.most_attended(wordlevel.word_attention(a2, pieces), torch.ones(3, dtype=torch.bool))
     assert pred.tolist()[1] == 2 and all(p != i for i, p in enumerate(pred.tolist()))
 
 
@@ -107,7 +108,7 @@ def test_accuracy_when_attention_points_to_the_head_or_the_previous_word(treeban
         head_targets = [h if h >= 0 else (i + 1) % n for i, h in enumerate(s.heads)]
         prev_targets = [(i - 1) % n for i in range(n)]
         maps = torch.stack([_one_hot_attention(head_targets, n), _one_hot_attention(prev_targets, n)])
-        pred = rel.most_attended(maps, torch.ones(n, dtype=torch.bool))[None].numpy()  # (1, 2, n)
+        pred = wordlevel.most_attended(maps, torch.ones(n, dtype=torch.bool))[None].numpy()  # (1, 2, n)
         to_head.add(s, pred)
     assert to_head.total == EXPECTED_TOTALS
     for relation, total in EXPECTED_TOTALS.items():

@@ -60,3 +60,36 @@ CREATE TABLE head_importance (
     n_examples    INTEGER NOT NULL,
     PRIMARY KEY (run_id, layer, head)
 );
+
+-- Every configuration's scores with its run's model, task and split: what the named ablation
+-- queries (and ad hoc SQL) read. significant = adjusted p < 0.05.
+CREATE VIEW ablation_results AS
+SELECT
+    m.name                       AS model,
+    r.task,
+    r.split,
+    a.run_id,
+    a.config_id,
+    c.kind,
+    c.mode,
+    c.layer,
+    c.head,
+    c.k,
+    c.n_disabled,
+    c.disabled,
+    a.metric,
+    a.baseline,
+    a.value,
+    a.delta,
+    a.ci_low,
+    a.ci_high,
+    a.p_value,
+    a.p_adjusted,
+    a.p_adjusted < 0.05          AS significant,
+    a.test,
+    a.n_examples                 AS examples,
+    a.n_resamples
+FROM ablations AS a
+JOIN ablation_configs AS c USING (run_id, config_id)
+JOIN runs AS r USING (run_id)
+JOIN models AS m USING (model_id);
