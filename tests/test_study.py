@@ -1,11 +1,6 @@
 """`attnwh study` end to end on a tiny model and a tiny GLUE folder (a classification task
 and the STS-B regression): every table filled, the report written, rerun skips every stage,
---force redoes one, bad input is one line.
-
-The shared study runs with --no-importance: a tiny classifier whose every disabled head leaves
-its accuracy unchanged gives a constant ablation column, and the report's importance chart
-cannot draw a NaN Spearman correlation yet (reports/charts.py). Gradient importance is
-covered by a study of the regression task, whose deltas always vary.
+--force redoes one, bad input is one line, and the report renders in Chromium.
 """
 
 from __future__ import annotations
@@ -81,7 +76,7 @@ def studied(tmp_path_factory):
     glue = write_glue(tmp / "glue")
     with MonkeyPatch.context() as mp:
         mp.setenv("COLUMNS", "200")
-        mp.setattr(sys, "argv", ["attnwh", *study_args(model, glue, tmp, "--no-importance")])
+        mp.setattr(sys, "argv", ["attnwh", *study_args(model, glue, tmp)])
         from attnwh import cli
 
         try:
@@ -95,7 +90,7 @@ def test_every_table_is_filled_and_every_stage_ran(studied):
     _, _, tmp = studied
     db = tmp / "w.duckdb"
     found = counts(db)
-    assert all(found[t] > 0 for t in TABLES if t != "head_importance"), found
+    assert all(found[t] > 0 for t in TABLES), found
     stored = runs(db)
     assert all(r[3] == "complete" for r in stored)
     kinds = sorted((r[1], r[2]) for r in stored)
@@ -125,9 +120,30 @@ def test_report_is_written_with_the_study_charts(studied):
     assert {"chart-special-tokens-heads", "chart-finetune-change-heads", "chart-finetune-change-layers"} <= set(ids)
     for chart_id in ids:
         assert f'id="{chart_id}"' in page, chart_id
-    ablation = [s for s in built.sections if getattr(s.section, "id", None) == "ablation"]
-    if ablation and not ablation[0].note:  # drawn once the report has ablation charts
-        assert any("ablation" in i for i in ids), ids
+    assert {"chart-ablation-heads", "chart-ablation-layers", "chart-ablation-curve", "chart-importance"} <= set(ids)
+
+
+def test_report_renders_in_chromium(studied):
+    from test_report_browser import _wait_for_charts, browser, open_offline  # noqa: F401
+
+    _, _, tmp = studied
+    from attnwh.reports.build import build_report
+
+    ids = tuple(c.id for c in build_report(tmp / "w.duckdb").charts())
+    pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    from test_report_browser import CHROMIUM_ARGS, _chromium
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
+        try:
+            tab, log = open_offline(chromium, tmp / "report.html")
+            _wait_for_charts(tab, ids)
+            for chart_id in ids:
+                assert "could not be drawn" not in tab.locator(f"#{chart_id}").inner_text(), chart_id
+            assert log["errors"] == [] and log["requests"] == [] and log["dialogs"] == []
+        finally:
+            chromium.close()
 
 
 def test_rerun_skips_every_stage(monkeypatch, capsys, studied):
@@ -135,7 +151,7 @@ def test_rerun_skips_every_stage(monkeypatch, capsys, studied):
     before = runs(tmp / "w.duckdb")
     weights = {p: p.stat().st_mtime_ns for p in (tmp / "models").rglob("*")}
     report = (tmp / "report.html").stat().st_mtime_ns
-    code, out, err = run(monkeypatch, capsys, *study_args(model, glue, tmp, "--no-importance"))
+    code, out, err = run(monkeypatch, capsys, *study_args(model, glue, tmp))
     assert code == 0, err
     for stage in ("ingest-base", "finetune", "ingest-tuned", "compare", "ablation", "report"):
         assert f"{stage} skipped" in err, (stage, err)
@@ -150,7 +166,7 @@ def test_rerun_skips_every_stage(monkeypatch, capsys, studied):
 def test_force_redoes_only_that_stage(monkeypatch, capsys, studied):
     model, glue, tmp = studied
     before = runs(tmp / "w.duckdb")
-    code, out, err = run(monkeypatch, capsys, *study_args(model, glue, tmp, "--no-importance", "--force", "ablation"))
+    code, out, err = run(monkeypatch, capsys, *study_args(model, glue, tmp, "--force", "ablation"))
     assert code == 0, err
     after = runs(tmp / "w.duckdb")
     kept = [r for r in before if r[1] != "ablation"]
@@ -160,22 +176,24 @@ def test_force_redoes_only_that_stage(monkeypatch, capsys, studied):
     for stage in ("ingest-base", "finetune", "ingest-tuned", "compare"):
         assert f"{stage} skipped" in err
     assert "ablation done" in err and "report done" in err  # new rows: the report is rewritten
-    assert all(counts(tmp / "w.duckdb")[t] > 0 for t in TABLES if t != "head_importance")
+    assert all(counts(tmp / "w.duckdb")[t] > 0 for t in TABLES)
 
 
-def test_importance_and_report_of_a_regression_study(monkeypatch, capsys, studied):
+def test_other_sweep_settings_add_only_an_ablation_run(monkeypatch, capsys, studied):
     model, glue, tmp = studied
-    args = study_args(model, glue, tmp)
-    args[args.index("--tasks") + 1] = "stsb"
+    args = study_args(model, glue, tmp, "--no-importance")
+    args[args.index("--tasks") + 1] = "stsb"  # the regression task alone
+    before = runs(tmp / "w.duckdb")
     code, out, err = run(monkeypatch, capsys, *args)
     assert code == 0, err
-    # Only the sweep's settings changed: a new ablation run with importance, the rest kept.
+    # Only the sweep's settings changed: a new ablation run, the rest kept.
     for stage in ("ingest-base", "finetune", "ingest-tuned", "compare"):
         assert f"{stage} skipped" in err
     assert "ablation done" in err and "report done" in err
-    assert all(n > 0 for n in counts(tmp / "w.duckdb").values())
-    page = (tmp / "report.html").read_text(encoding="utf-8")
-    assert 'id="chart-special-tokens-heads"' in page and 'id="chart-finetune-change-layers"' in page
+    new = [r for r in runs(tmp / "w.duckdb") if r not in before]
+    assert [(r[1], r[2], r[3]) for r in new] == [("ablation", "stsb", "complete")]
+    with duckdb.connect(str(tmp / "w.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM head_importance WHERE run_id = ?", [new[0][0]]).fetchall()[0][0] == 0
 
 
 @pytest.mark.parametrize(
