@@ -32,7 +32,6 @@ from .cli import (
     PairColumnOpt,
     ReplaceOpt,
     SplitOpt,
-    TaskOpt,
     TextColumnOpt,
     TruncateOpt,
     _progress,
@@ -53,7 +52,11 @@ def ablation(
         str,
         typer.Option(help="A fine-tuned classifier (hub name or local directory, e.g. the --out of `attnwh finetune`)."),
     ],
-    task: TaskOpt = None,
+    task: Annotated[
+        list[str] | None,
+        typer.Option(help="Task(s) to read, as in `attnwh ingest`. Without a data source: the sample task the model "
+                     "was fine-tuned on by `attnwh finetune`, else both sample tasks."),
+    ] = None,
     glue_dir: GlueDirOpt = None,
     dataset: DatasetOpt = None,
     dataset_config: DatasetConfigOpt = None,
@@ -97,12 +100,17 @@ def ablation(
     warehouse.check_writable(db)
     with console.status("Loading data and model…"):
         from attnwh.ingest.ablation_run import AblationOptions, check_classifier, gold_labels, ingest_ablation
+        from attnwh.ingest.data import SAMPLE_TASKS
         from attnwh.ingest.models import load_encoder
         from attnwh.ingest.runner import model_identity, prepare_tasks
 
-        loaded = load_tasks(task, glue_dir, dataset, dataset_config, data, text_column, pair_column, label_column, split)
         encoder = load_encoder(model, device.value)
         check_classifier(encoder)
+        if not task and glue_dir is None and dataset is None and data is None:
+            # On the bundled sample, a model made by `attnwh finetune` is swept on its own task.
+            tuned_on = (encoder.lineage or {}).get("task")
+            task = [tuned_on] if tuned_on in SAMPLE_TASKS else None
+        loaded = load_tasks(task, glue_dir, dataset, dataset_config, data, text_column, pair_column, label_column, split)
         options = ingest_options(limit, seed, max_length, truncate, batch_size, replace)
         per_pass = configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
         settings = [

@@ -264,3 +264,17 @@ def test_heads_that_all_tie_give_no_correlation_and_the_report_still_renders(mon
     code, out, err = run(monkeypatch, capsys, "report", "--db", str(db), "--out", str(tmp_path / "r.html"))
     assert code == 0, err
     assert 'id="chart-importance"' in (tmp_path / "r.html").read_text(encoding="utf-8")
+
+
+def test_a_model_tuned_on_a_sample_task_is_swept_on_that_task_by_default(monkeypatch, capsys, tmp_path):
+    import json
+
+    from tiny_models import make_sharp_classifier
+
+    model = make_sharp_classifier("bert", tmp_path / "tuned")
+    (model / "attnwh_finetune.json").write_text(json.dumps({"task": "sentiment", "base_weights_hash": None}))
+    db = tmp_path / "w.duckdb"
+    code, out, err = run(monkeypatch, capsys, "ingest", "ablation", "--model", str(model), "--limit", "8",
+                         "--resamples", "100", "--no-importance", "--db", str(db))
+    assert code == 0, err
+    assert frame(db, "SELECT task, dataset, status FROM runs") == [("sentiment", "sample", "complete")]
