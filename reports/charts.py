@@ -24,6 +24,20 @@ _LABELS = {column: f"{target} · {weighting}" for column, target, weighting in S
 _FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 
 
+# The axes of every layer × head heatmap.
+_HEAD_GRID = {
+    "x": alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0, labelFontSize=9)),
+    "y": alt.Y("layer:O", title="layer", axis=alt.Axis(labelFontSize=9)),
+}
+
+
+def _cell(frame: pl.DataFrame, smallest: int) -> int:
+    """Cell size in px of a layer × head heatmap: at least `smallest`, and wide enough that a
+    panel of few heads is never narrower than its header (84 px)."""
+    heads = int(frame["head"].max()) + 1 if frame.height else 12
+    return max(smallest, -(-84 // heads))
+
+
 def panel_label(frame: pl.DataFrame) -> pl.Expr:
     """'run 3 · bert-base-uncased · rte (dev)': one label per run, so two runs of a model on
     a task are never drawn into one panel. Model names keep only their last path part; the
@@ -54,14 +68,12 @@ def special_tokens_heads(frame: pl.DataFrame) -> alt.FacetChart:
     data = _long(frame, ["layer", "head"])
     # 11 px cells: six 12-head panels and the run labels fit a 1280 px screen; models with
     # few heads get wider cells so that a panel is never narrower than its two-line header.
-    heads = int(frame["head"].max()) + 1 if frame.height else 12
-    cell = max(11, -(-84 // heads))
+    cell = _cell(frame, 11)
     return (
         alt.Chart(data)
         .mark_rect()
         .encode(
-            x=alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0, labelFontSize=9)),
-            y=alt.Y("layer:O", title="layer", axis=alt.Axis(labelFontSize=9)),
+            **_HEAD_GRID,
             color=alt.Color(
                 "value:Q",
                 title="mean share",
@@ -152,14 +164,12 @@ def finetune_change_heads(frame: pl.DataFrame) -> alt.FacetChart:
     """Heatmaps layer × head of the mean cosine between base and tuned attention maps, one
     panel per compare run (Kovaleva et al. Fig. 5). `frame` is `finetune_change_by_head`."""
     data = frame.with_columns(panel=pair_label(frame))
-    heads = int(frame["head"].max()) + 1 if frame.height else 12
-    cell = max(14, -(-84 // heads))
+    cell = _cell(frame, 14)
     return (
         alt.Chart(data)
         .mark_rect()
         .encode(
-            x=alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0, labelFontSize=9)),
-            y=alt.Y("layer:O", title="layer", axis=alt.Axis(labelFontSize=9)),
+            **_HEAD_GRID,
             # Reversed: the heads that changed most (low cosine) are the bright ones.
             color=alt.Color(
                 "mean_cosine:Q", title="mean cosine", scale=alt.Scale(scheme="viridis", reverse=True, domainMax=1)
@@ -275,14 +285,12 @@ def frame_heads(frame: pl.DataFrame, direction: str = "either") -> alt.FacetChar
     """Heatmaps layer × head of the mean max attention on frame links, one panel per run
     (Kovaleva et al. Fig. 4). `frame` is the `frame_heads` query."""
     data = frame.filter(pl.col("direction") == direction).with_columns(panel=relations_label(frame))
-    heads = int(frame["head"].max()) + 1 if frame.height else 12
-    cell = max(14, -(-84 // heads))
+    cell = _cell(frame, 14)
     return (
         alt.Chart(data)
         .mark_rect()
         .encode(
-            x=alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0, labelFontSize=9)),
-            y=alt.Y("layer:O", title="layer", axis=alt.Axis(labelFontSize=9)),
+            **_HEAD_GRID,
             color=alt.Color("mean_max_attention:Q", title="mean max attention",
                             scale=alt.Scale(scheme="viridis", domainMin=0)),
             stroke=alt.condition("datum.percentile >= 99", alt.value("#e45756"), alt.value(None)),
@@ -309,15 +317,13 @@ def feature_attention(frame: pl.DataFrame) -> alt.FacetChart:
     """Heatmaps layer × head of the attention received by each feature (columns) relative to
     an evenly attending head, one row of panels per run. `frame` is `feature_attention`."""
     data = frame.with_columns(panel=relations_label(frame))
-    heads = int(frame["head"].max()) + 1 if frame.height else 12
-    cell = max(11, -(-84 // heads))
+    cell = _cell(frame, 11)
     order = ["noun", "verb", "pronoun", "subject", "object", "negation"]
     return (
         alt.Chart(data)
         .mark_rect()
         .encode(
-            x=alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0, labelFontSize=9)),
-            y=alt.Y("layer:O", title="layer", axis=alt.Axis(labelFontSize=9)),
+            **_HEAD_GRID,
             color=alt.Color("vs_uniform:Q", title="× uniform head", scale=alt.Scale(scheme="viridis", domainMin=0)),
             tooltip=[
                 alt.Tooltip("panel:N", title="run"),
@@ -493,11 +499,9 @@ def ablation_heads(frame: pl.DataFrame) -> alt.FacetChart:
     the Benjamini–Hochberg correction. `frame` is `ablation_effect`."""
     data = frame.with_columns(panel=ablation_label(frame), mark=pl.when(pl.col("significant")).then(pl.lit("●"))
                               .otherwise(pl.lit("")))
-    heads = int(frame["head"].max()) + 1 if frame.height else 12
-    cell = max(16, -(-84 // heads))
+    cell = _cell(frame, 16)
     base = alt.Chart().encode(
-        x=alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0, labelFontSize=9)),
-        y=alt.Y("layer:O", title="layer", axis=alt.Axis(labelFontSize=9)),
+        **_HEAD_GRID,
     )
     cells = base.mark_rect().encode(
         color=_delta_colour(frame),
