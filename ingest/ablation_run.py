@@ -165,7 +165,7 @@ def _run_task(
     todo = [i for i, eid in enumerate(task.example_ids.tolist()) if eid not in state.done]
     started = time.perf_counter()
     on_start(f"{task.data.task} · {ablation.mode}: {len(singles)} configurations", len(todo))
-    try:
+    with store.marking_failure(con, state.run_id):
         for indices in length_buckets(task.encoded.n_tokens, todo, options.batch_size):
             tick = time.perf_counter()
             batch = collate(task.encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
@@ -178,14 +178,7 @@ def _run_task(
             )
             on_batch(len(indices))
         _finish(con, state.run_id, sweep, task, labels, regression, singles, options, ablation, on_start, on_batch)
-    except KeyboardInterrupt:
-        store.finish_run(con, state.run_id, "interrupted")
-        raise
-    except BaseException:
-        store.finish_run(con, state.run_id, "failed")
-        raise
-    outcome = {"new": "complete", "replaced": "replaced"}.get(state.status, "resumed")
-    return _summary(con, state.run_id, task, ablation, outcome, len(todo), time.perf_counter() - started)
+    return _summary(con, state.run_id, task, ablation, state.outcome, len(todo), time.perf_counter() - started)
 
 
 def _predictions(logits: np.ndarray, regression: bool) -> np.ndarray:

@@ -84,8 +84,9 @@ class ChangeCapture:
         encoder.model(**forward_inputs(encoder.model, {k: v.to(encoder.device) for k, v in batch.items()}))
 
     @torch.inference_mode()
-    def run(self, batch: dict[str, torch.Tensor]) -> np.ndarray:
-        """Cosines of one collated batch (see `encoding.collate`)."""
+    def run(self, batch: dict[str, torch.Tensor], thumbnail_rows: Sequence[int] = ()) -> np.ndarray:
+        """Cosines of one collated batch (see `encoding.collate`); a comparison keeps no
+        thumbnails."""
         keep = attention.KeepMaps()
         with attention.observing(keep):
             self._forward(self.base, batch)
@@ -97,6 +98,9 @@ class ChangeCapture:
         if len(cosine.cosines) != self.encoder.num_layers:
             raise RuntimeError(f"saw {len(cosine.cosines)} attention layers, expected {self.encoder.num_layers}")
         return torch.stack(cosine.cosines, dim=1)[..., None].cpu().numpy()  # (B, L, H, 1)
+
+    def extra_rows(self, run_id: int, example_ids: np.ndarray) -> dict[str, object]:
+        return {}
 
 
 def check_compatible(base: EncoderModel, tuned: EncoderModel) -> None:

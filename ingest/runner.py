@@ -126,8 +126,13 @@ class BatchCapture(Protocol):
         """The runs columns naming models (model_id, base_model_id) and their encoders."""
         ...
 
-    def run(self, batch: dict[str, torch.Tensor]) -> np.ndarray:
-        """Values (batch, layer, head, len(columns)) of one collated batch."""
+    def run(self, batch: dict[str, torch.Tensor], thumbnail_rows: Sequence[int] = ()) -> np.ndarray:
+        """Values (batch, layer, head, len(columns)) of one collated batch; batch rows in
+        `thumbnail_rows` are the run's thumbnail sample (a capture may ignore them)."""
+        ...
+
+    def extra_rows(self, run_id: int, example_ids: np.ndarray) -> dict[str, object]:
+        """Rows of other tables from the last batch, written with it ({} when none)."""
         ...
 
 
@@ -170,12 +175,11 @@ class StatisticsCapture:
     """Runs batches through the model and returns their head statistics, pattern features
     and pattern types (batch, layer, head, column); the observer and token classifier are
     set up once. Batch rows named in `run(..., thumbnail_rows)` also leave thumbnails of
-    their maps (:meth:`thumbnail_table`)."""
+    their maps (:meth:`extra_rows`)."""
 
     kind = "statistics"
     table = "head_stats"
     columns = OBSERVED_COLUMNS
-    thumbnail_table = "pattern_thumbnails"
 
     def __init__(self, encoder: EncoderModel) -> None:
         self.encoder = encoder
@@ -196,12 +200,12 @@ class StatisticsCapture:
             self.encoder.model(**forward_inputs(self.encoder.model, batch))
         return self.observer.collect()
 
-    def thumbnails(self, run_id: int, example_ids: np.ndarray) -> dict[str, object]:
+    def extra_rows(self, run_id: int, example_ids: np.ndarray) -> dict[str, object]:
         """pattern_thumbnails rows of the last batch's thumbnail rows (none: {})."""
         rows, lengths, thumbs = self.observer.collect_thumbnails()
         if not rows:
             return {}
-        return {self.thumbnail_table: store.thumbnail_rows(run_id, example_ids[rows], lengths, thumbs)}
+        return {"pattern_thumbnails": store.thumbnail_rows(run_id, example_ids[rows], lengths, thumbs)}
 
 
 def open_task_run(
@@ -270,18 +274,13 @@ def _ingest_task(
     started = time.perf_counter()
     thumbnail_ids = store.thumbnail_sample(task.example_ids, options.thumbnails, options.seed)
     rows = 0
-    try:
+    with store.marking_failure(con, state.run_id):
         for indices in length_buckets(lengths, todo, options.batch_size):
             tick = time.perf_counter()
             batch = collate(encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
             example_ids = task.example_ids[indices]
-            extra = {}
-            if hasattr(capture, "thumbnail_table"):  # statistics runs keep thumbnails of a sample
-                keep = [k for k, eid in enumerate(example_ids.tolist()) if eid in thumbnail_ids]
-                values = capture.run(batch, keep)
-                extra = capture.thumbnails(state.run_id, example_ids)
-            else:
-                values = capture.run(batch)
+            keep = [k for k, eid in enumerate(example_ids.tolist()) if eid in thumbnail_ids]
+            values = capture.run(batch, keep)
             store.write_batch(
                 con,
                 state.run_id,
@@ -291,19 +290,12 @@ def _ingest_task(
                 lengths[indices],
                 encoded.n_tokens_full[indices],
                 time.perf_counter() - tick,
-                extra,
+                capture.extra_rows(state.run_id, example_ids),
             )
             rows += values.shape[0] * values.shape[1] * values.shape[2]
             if on_batch:
                 on_batch(len(indices))
-    except KeyboardInterrupt:
-        store.finish_run(con, state.run_id, "interrupted")
-        raise
-    except BaseException:
-        store.finish_run(con, state.run_id, "failed")
-        raise
     store.finish_run(con, state.run_id, "complete")
-    outcome = {"new": "complete", "replaced": "replaced"}.get(state.status, "resumed")
     return RunSummary(
-        data.task, state.run_id, outcome, len(data.examples), len(todo), n_truncated, rows, time.perf_counter() - started
+        data.task, state.run_id, state.outcome, len(data.examples), len(todo), n_truncated, rows, time.perf_counter() - started
     )

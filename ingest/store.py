@@ -8,10 +8,11 @@ skips exactly those.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import platform
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import duckdb
@@ -99,6 +100,11 @@ class RunState:
     run_id: int
     status: str  # as found, or "new" / "replaced" for a run created now
     done: frozenset[int]  # example ids already written
+
+    @property
+    def outcome(self) -> str:
+        """What finishing this run is, for summaries: complete, replaced or resumed."""
+        return {"new": "complete", "replaced": "replaced"}.get(self.status, "resumed")
 
 
 def open_run(con: duckdb.DuckDBPyConnection, run_key: str, replace: bool, fields: dict[str, object]) -> RunState:
@@ -239,6 +245,20 @@ def thumbnail_sample(example_ids: np.ndarray, count: int, seed: int) -> frozense
         return frozenset()
     chosen = np.random.default_rng(seed).choice(len(ids), size=min(count, len(ids)), replace=False)
     return frozenset(int(i) for i in ids[chosen])
+
+
+@contextlib.contextmanager
+def marking_failure(con: duckdb.DuckDBPyConnection, run_id: int) -> Iterator[None]:
+    """Inside the block, an exception marks the run `interrupted` (Ctrl-C) or `failed`, so a
+    rerun resumes it; the exception goes on."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        finish_run(con, run_id, "interrupted")
+        raise
+    except BaseException:
+        finish_run(con, run_id, "failed")
+        raise
 
 
 def finish_run(con: duckdb.DuckDBPyConnection, run_id: int, status: str) -> None:
