@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from attnwh.ingest import data as loaders
-from attnwh.ingest.ablation import AblationSweep, sweep_configurations
-from attnwh.ingest.encoding import collate, encode_task, length_buckets
-from attnwh.ingest.finetune import FinetuneOptions, finetune
-from attnwh.ingest.models import load_encoder
+from attnwh.ingest.sources import files as loaders
+from attnwh.ingest.measures.ablation import AblationSweep, sweep_configurations
+from attnwh.ingest.encoder.encoding import collate, encode_task, length_buckets
+from attnwh.ingest.runs.finetune import FinetuneOptions, finetune
+from attnwh.ingest.encoder.loading import load_encoder
 
 SHARED_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
 

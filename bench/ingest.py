@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModel
 
-from attnwh.ingest import data as loaders
-from attnwh.ingest.encoding import TokenKinds, collate, encode_task, length_buckets
-from attnwh.ingest.models import bundled_model_path, load_encoder
-from attnwh.ingest.runner import StatisticsCapture
+from attnwh.ingest.sources import files as loaders
+from attnwh.ingest.encoder.encoding import TokenKinds, collate, encode_task, length_buckets
+from attnwh.ingest.encoder.loading import bundled_model_path, load_encoder
+from attnwh.ingest.runs.loop import StatisticsCapture
 
 
 def eager_maps_statistics(model, kinds: TokenKinds, batch: dict[str, torch.Tensor]) -> torch.Tensor:

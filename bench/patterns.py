@@ -1,6 +1,6 @@
 """Benchmark: precision and recall of the pattern-type rules on synthetic maps of known type.
 
-Generates held-out synthetic maps (`attnwh.ingest.synthetic_maps`; a seed not used to set the
+Generates held-out synthetic maps (`fixtures.synthetic_maps`; a seed not used to set the
 thresholds), runs them through the ingest observer and the rules, and prints per-type
 precision and recall (checked against scikit-learn when it is installed) and the confusion
 matrix. With --cnn it also trains the pattern CNN on thumbnails of other synthetic maps and
@@ -12,12 +12,18 @@ Usage: ``python bench/patterns.py [--per-type 1000] [--seed 20241201] [--cnn]``
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from attnwh.ingest import pattern_cnn, patterns, synthetic_maps
+from attnwh.ingest.measures import pattern_cnn
+from attnwh.ingest.measures import patterns
+# The synthetic fixtures live with the tests.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from fixtures import synthetic_maps
 
 
 def thumbnails(maps: list[synthetic_maps.SyntheticMap]) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Benchmark: `attnwh report` on a warehouse of one million head-statistics rows.
 
-Builds a synthetic warehouse in a temporary folder (attnwh.reports.synthetic: the real schema,
+Builds a synthetic warehouse in a temporary folder (fixtures.synthetic_warehouse: the real schema,
 2 models × 2 tasks × 1737 examples × 12 layers × 12 heads = 1,000,512 head_stats rows, with
 matching runs, models, examples and run_examples rows), then measures in the same run:
 
@@ -16,6 +16,7 @@ machine. Usage: ``python bench/report.py [--examples 1737] [--keep DIR]``
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +24,9 @@ from pathlib import Path
 import polars as pl
 
 from attnwh.reports.build import build_report, write_html
-from attnwh.reports.synthetic import build_synthetic_warehouse
+# The synthetic fixtures live with the tests.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from fixtures.synthetic_warehouse import build_synthetic_warehouse
 from attnwh.sql import queries as named
 from attnwh.sql import warehouse
 

@@ -15,7 +15,7 @@ from typing import Literal
 from attnwh.errors import UsageError
 from attnwh.sql import warehouse
 
-from .sections import SECTIONS, ChartBlock, RenderedSection, ReportContext, Section, render_sections
+from attnwh.reports.sections import SECTIONS, ChartBlock, RenderedSection, ReportContext, Section, render_sections
 
 
 class NothingToReport(UsageError):
@@ -88,7 +88,7 @@ def build_report(
 
 def write_html(report: Report, out: Path | str) -> Path:
     """Write the self-contained page to `out` (its folder is created)."""
-    from .page import render_page
+    from attnwh.reports.page import render_page
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +100,7 @@ def write_images(report: Report, folder: Path | str, format: Literal["png", "svg
     """Write each chart as `<folder>/<chart id>.<format>` with vl-convert; returns the paths."""
     import vl_convert
 
-    from .page import vegalite_version
+    from attnwh.reports.page import vegalite_version
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -21,9 +21,9 @@ import vl_convert
 from markupsafe import Markup
 
 if TYPE_CHECKING:  # build.py imports this module
-    from .build import Report
+    from attnwh.reports.build import Report
 
-from .sections import ChartBlock
+from attnwh.reports.sections import ChartBlock
 
 
 @functools.lru_cache(maxsize=1)

@@ -17,7 +17,7 @@ import polars as pl
 
 from attnwh.sql import queries as named
 
-from . import charts
+from attnwh.reports import charts
 
 
 @dataclass(frozen=True)
@@ -245,7 +245,7 @@ def _pattern_types(ctx: ReportContext) -> list[Block]:
             "Share of each attention pattern type (Kovaleva et al. Fig. 1–2) among a run's (example, layer, head) "
             "maps; types from explicit rules on features of each map computed during ingest: V = mass on [CLS], "
             "[SEP], punctuation and the heaviest other column, D = mass on the token and its neighbours, B = mass "
-            "kept inside each sentence of a pair (thresholds in attnwh.ingest.patterns.Thresholds); query "
+            "kept inside each sentence of a pair (thresholds in attnwh.ingest.measures.patterns.Thresholds); query "
             "pattern_frequency.",
             charts.pattern_frequency(ctx.query("pattern_frequency")),
         ),

@@ -33,3 +33,11 @@ def tiny_model_dir(tmp_path_factory):
         return cache[key]
 
     return build
+
+
+@pytest.fixture
+def pairs(tmp_path) -> Path:
+    """A 24-row sentence-pair TSV (premise, hypothesis, label yes/no)."""
+    from helpers import write_pairs
+
+    return write_pairs(tmp_path / "pairs.tsv")

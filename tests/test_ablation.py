@@ -7,11 +7,11 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from attnwh.ingest.ablation import AblationSweep, Configuration, combination, head_importance_batch, sweep_configurations
-from attnwh.ingest.encoding import collate, encode_task
-from attnwh.ingest.examples import Example, TaskData
-from attnwh.ingest.models import forward_inputs, load_encoder
-from test_ingest_cli import SENTENCES
+from attnwh.ingest.measures.ablation import AblationSweep, Configuration, combination, head_importance_batch, sweep_configurations
+from attnwh.ingest.encoder.encoding import collate, encode_task
+from attnwh.ingest.sources.examples import Example, TaskData
+from attnwh.ingest.encoder.loading import forward_inputs, load_encoder
+from helpers import SENTENCES
 
 LAYERS, HEADS = 3, 4
 
@@ -129,15 +129,15 @@ def test_importance_is_the_gradient_of_the_loss_with_respect_to_a_head_gate(clas
     importance = head_importance_batch(encoder, batch, targets, regression=False)
     assert importance.shape == (LAYERS, HEADS)
 
-    from attnwh.ingest import attention
-    from attnwh.ingest.ablation import HeadGates
+    from attnwh.ingest.encoder import capture
+    from attnwh.ingest.measures.ablation import HeadGates
 
     encoder.model.double()  # finite differences need more precision than float32 gives
 
     def loss(layer: int, head: int, scale: float) -> float:
         gates = torch.ones((LAYERS, 1, HEADS), dtype=torch.float64)
         gates[layer, 0, head] = scale
-        with torch.no_grad(), attention.observing(HeadGates(gates)):
+        with torch.no_grad(), capture.observing(HeadGates(gates)):
             logits = encoder.model(**forward_inputs(encoder.model, batch)).logits.double()
         return float(torch.nn.functional.cross_entropy(logits, targets))
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from scipy import stats
 from sklearn import metrics as sk
 
-from attnwh.ingest.ablation import sweep_configurations
-from test_ingest_cli import digest, ingest_args, run, write_pairs
+from attnwh.ingest.measures.ablation import sweep_configurations
+from helpers import digest, ingest_args, run, write_pairs
 
 LAYERS, HEADS, N = 2, 4, 30
 
@@ -180,7 +180,7 @@ def test_interrupted_sweep_resumes_to_the_same_results(monkeypatch, capsys, swep
     model, data, reference_db = swept
     db = tmp_path / "w.duckdb"
 
-    from attnwh.ingest import ablation_run
+    from attnwh.ingest.runs import ablation as ablation_run
 
     original = ablation_run.store.write_batch
     calls = []

@@ -16,14 +16,14 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from attnwh.ingest import store
-from attnwh.ingest.compare import ChangeCapture, prepare_comparison
-from attnwh.ingest.data import load_file
-from attnwh.ingest.encoding import collate
-from attnwh.ingest.models import load_encoder
-from attnwh.ingest.runner import IngestOptions, ingest_runs
+from attnwh.ingest.runs import rows as store
+from attnwh.ingest.measures.change import ChangeCapture, prepare_comparison
+from attnwh.ingest.sources.files import load_file
+from attnwh.ingest.encoder.encoding import collate
+from attnwh.ingest.encoder.loading import load_encoder
+from attnwh.ingest.runs.loop import IngestOptions, ingest_runs
 from attnwh.sql.queries import get_query, run_query
-from test_ingest_cli import digest, run, write_pairs
+from helpers import digest, run, write_pairs
 from tiny_models import make_tiny
 
 

@@ -12,8 +12,8 @@ import polars as pl
 import pytest
 
 from attnwh.errors import DataError
-from attnwh.ingest import data
-from attnwh.ingest.data import (
+from attnwh.ingest.sources import files as data
+from attnwh.ingest.sources.files import (
     GLUE_TASKS,
     glue_task,
     infer_label_names,
@@ -21,9 +21,9 @@ from attnwh.ingest.data import (
     load_glue,
     load_sample,
 )
-from attnwh.ingest import hub
-from attnwh.ingest.examples import Example, TaskData
-from attnwh.ingest.hub import load_hub
+from attnwh.ingest.sources import hub
+from attnwh.ingest.sources.examples import Example, TaskData
+from attnwh.ingest.sources.hub import load_hub
 
 GLUE_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
 

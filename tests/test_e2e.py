@@ -9,7 +9,7 @@ import pytest
 from transformers import AutoModel
 
 from conftest import SHARED_DATA
-from test_ingest_cli import run
+from helpers import run
 from test_statistics import reference
 
 pytestmark = pytest.mark.e2e
@@ -34,10 +34,10 @@ def test_default_ingest_on_bundled_model_and_sample(monkeypatch, capsys, tmp_pat
 
 
 def test_bundled_model_statistics_match_eager(tmp_path):
-    from attnwh.ingest.data import load_sample
-    from attnwh.ingest.encoding import collate, encode_task
-    from attnwh.ingest.models import bundled_model_path, load_encoder
-    from attnwh.ingest.runner import StatisticsCapture
+    from attnwh.ingest.sources.files import load_sample
+    from attnwh.ingest.encoder.encoding import collate, encode_task
+    from attnwh.ingest.encoder.loading import bundled_model_path, load_encoder
+    from attnwh.ingest.runs.loop import StatisticsCapture
 
     encoder = load_encoder(None, device="cpu")
     eager = AutoModel.from_pretrained(bundled_model_path(), attn_implementation="eager").eval()

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score
 
-from attnwh.ingest.encoding import encode_task
-from attnwh.ingest.examples import Example, TaskData
-from attnwh.ingest.finetune import LINEAGE_FILE, FinetuneOptions, finetune, predict
-from attnwh.ingest.models import load_encoder
-from test_ingest_cli import SENTENCES, run
+from attnwh.ingest.encoder.encoding import encode_task
+from attnwh.ingest.sources.examples import Example, TaskData
+from attnwh.ingest.runs.finetune import LINEAGE_FILE, FinetuneOptions, finetune, predict
+from attnwh.ingest.encoder.loading import load_encoder
+from helpers import SENTENCES, run
 
 OPTIONS = FinetuneOptions(epochs=2, batch_size=8, max_length=32, seed=3)
 
@@ -102,7 +102,7 @@ def test_out_must_not_clobber_a_non_model_folder(monkeypatch, capsys, tiny_model
 
 
 def test_cli_trains_on_local_files(monkeypatch, capsys, tiny_model_dir, tmp_path):
-    from test_ingest_cli import write_pairs
+    from helpers import write_pairs
 
     train, dev = write_pairs(tmp_path / "train.tsv", 24), write_pairs(tmp_path / "dev.tsv", 10)
     common = ["finetune", "--model", str(tiny_model_dir("bert")), "--data", str(train), "--text-column", "premise",

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from attnwh.ingest import features as feat
-from attnwh.ingest import frames as fn
-from attnwh.ingest import relations as rel
-from attnwh.ingest import wordlevel
+from attnwh.ingest.measures import features as feat
+from attnwh.ingest.measures import frames as fn
+from attnwh.ingest.measures import dependencies as rel
+from attnwh.ingest.measures import wordlevel
 from conftest import SHARED_DATA
-from test_ingest_cli import run
+from helpers import run
 from test_relations import CONLLU
 
 # (words, LU per word, frame, FE tag per word): one block per target, as in the Open-SESAME
@@ -231,7 +231,7 @@ def test_frames_match_eager_attention_on_a_tiny_model(tiny_model_dir, framenet):
     word-level maps computed by hand from `output_attentions=True` on the eager path."""
     from transformers import AutoModel
 
-    from attnwh.ingest.models import load_encoder
+    from attnwh.ingest.encoder.loading import load_encoder
 
     folder = tiny_model_dir("bert")
     encoder = load_encoder(str(folder), "cpu")

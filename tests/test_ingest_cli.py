@@ -12,58 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from attnwh import cli
-from tiny_models import CORPUS
-
-# The sentences the tiny tokenizers were trained on, so few pieces are unknown.
-SENTENCES = list(dict.fromkeys(CORPUS))
-
-
-def run(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """Run the real console entry point in-process; returns (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["attnwh", *args])
-    try:
-        cli.main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def write_pairs(path: Path, n: int = 24) -> Path:
-    rows = ["premise\thypothesis\tlabel"]
-    for i in range(n):
-        a = SENTENCES[i % len(SENTENCES)]
-        b = SENTENCES[(3 * i + 1) % len(SENTENCES)]
-        rows.append(f"{a} ({i})\t{b}\t{'yes' if i % 2 else 'no'}")
-    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return path
-
-
-def counts(db: Path) -> dict[str, int]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return {
-            t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
-            for t in ("models", "examples", "runs", "run_examples", "head_stats")
-        }
-
-
-def digest(path: Path) -> str | None:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
-
-
-@pytest.fixture
-def pairs(tmp_path) -> Path:
-    return write_pairs(tmp_path / "pairs.tsv")
-
-
-def ingest_args(model: Path, data: Path, db: Path, *extra: str) -> list[str]:
-    return [
-        "ingest", "--model", str(model), "--data", str(data), "--text-column", "premise",
-        "--pair-column", "hypothesis", "--label-column", "label", "--db", str(db), "--batch-size", "5", *extra,
-    ]
-
+from helpers import counts, digest, ingest_args, run, write_pairs
 
 def test_ingest_writes_one_row_per_example_layer_head(monkeypatch, capsys, tiny_model_dir, pairs, tmp_path):
     db = tmp_path / "w.duckdb"
@@ -211,9 +160,9 @@ KILLER = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    from attnwh.ingest.data import load_file
-    from attnwh.ingest.models import load_encoder
-    from attnwh.ingest.runner import IngestOptions, ingest_statistics, prepare_tasks
+    from attnwh.ingest.sources.files import load_file
+    from attnwh.ingest.encoder.loading import load_encoder
+    from attnwh.ingest.runs.loop import IngestOptions, ingest_statistics, prepare_tasks
 
     model, data, db = sys.argv[1:4]
     encoder = load_encoder(model, device="cpu")
@@ -258,7 +207,7 @@ def test_sigkill_mid_run_leaves_an_openable_file_and_rerun_completes(monkeypatch
 
 
 def test_ctrl_c_marks_the_run_interrupted_and_rerun_resumes(monkeypatch, capsys, tiny_model_dir, pairs, tmp_path):
-    from attnwh.ingest import store
+    from attnwh.ingest.runs import rows as store
 
     db = tmp_path / "w.duckdb"
     real_write = store.write_batch

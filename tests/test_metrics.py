@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 from sklearn import metrics as sk
 
-from attnwh.ingest import metrics
+from attnwh.ingest.measures import metrics
 
 
 @pytest.mark.parametrize("seed", range(5))

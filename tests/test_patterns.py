@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from attnwh.ingest import pattern_cnn, patterns, synthetic_maps
-from test_ingest_cli import ingest_args, run, write_pairs
+from attnwh.ingest.measures import pattern_cnn
+from attnwh.ingest.measures import patterns
+from fixtures import synthetic_maps
+from helpers import ingest_args, run, write_pairs
 
 # Never used while the thresholds were set (seeds 0–6 were).
 HELD_OUT_SEED = 20241130

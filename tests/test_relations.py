@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnwh.ingest import relations as rel
-from attnwh.ingest import wordlevel
-from test_ingest_cli import run
+from attnwh.ingest.measures import dependencies as rel
+from attnwh.ingest.measures import wordlevel
+from helpers import run
 
 # Three sentences; "museum" and "robot" split into several pieces with the tiny BERT
 # tokenizer; sentence 3 has a multiword-token range (3-4) and an empty node (4.1), and
@@ -168,7 +168,7 @@ def test_relations_command_end_to_end(monkeypatch, capsys, tiny_model_dir, treeb
 
 
 def test_over_long_sentences_are_skipped_and_counted(tiny_model_dir, treebank):
-    from attnwh.ingest.models import load_encoder
+    from attnwh.ingest.encoder.loading import load_encoder
 
     encoder = load_encoder(str(tiny_model_dir("bert")), "cpu")
     long = rel.Sentence(tuple(["fox"] * 100), tuple([1] + [0] * 99), tuple(["x"] * 100))

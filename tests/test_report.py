@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from test_ingest_cli import ingest_args, run, write_pairs
+from helpers import ingest_args, run, write_pairs
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 GOLDEN = Path(__file__).parent / "golden"
@@ -195,7 +195,7 @@ def _strip_data(spec: dict) -> dict:
 
 def test_golden_vega_lite_specs(tmp_path):
     from attnwh.reports.build import build_report
-    from attnwh.reports.synthetic import build_synthetic_warehouse
+    from fixtures.synthetic_warehouse import build_synthetic_warehouse
 
     db = tmp_path / "synthetic.duckdb"
     build_synthetic_warehouse(db, examples=3, layers=3, heads=4)

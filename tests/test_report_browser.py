@@ -118,7 +118,7 @@ def test_hostile_names_show_as_text_in_chromium(browser, hostile_warehouse, tmp_
 def test_every_section_renders_in_chromium(browser, tmp_path):
     """The synthetic warehouse has data for every section: each chart draws, with no error."""
     from attnwh.reports.build import build_report
-    from attnwh.reports.synthetic import build_synthetic_warehouse
+    from fixtures.synthetic_warehouse import build_synthetic_warehouse
 
     db = tmp_path / "synthetic.duckdb"
     build_synthetic_warehouse(db, examples=4, layers=3, heads=4)

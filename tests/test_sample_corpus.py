@@ -1,4 +1,4 @@
-"""The bundled sample corpus (ingest/sample) is well formed and reproducible by its generator."""
+"""The bundled sample corpus (ingest/sources/sample) is well formed and reproducible by its generator."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SAMPLE = REPO / "ingest" / "sample"
+SAMPLE = REPO / "ingest" / "sources" / "sample"
 GENERATOR = REPO / "tools" / "make_sample_corpus.py"
 
 TASKS = {

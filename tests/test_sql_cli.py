@@ -9,7 +9,7 @@ import sys
 import polars as pl
 import pytest
 
-from test_ingest_cli import ingest_args, run, write_pairs
+from helpers import ingest_args, run, write_pairs
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def test_named_queries_listed_and_answer(monkeypatch, capsys, warehouse):
 
 def test_sql_and_reports_do_not_import_torch():
     code = (
-        "import sys, attnwh.cli, attnwh.sql.cli, attnwh.sql.queries, attnwh.reports; "
+        "import sys, attnwh.cli, attnwh.cli.sql, attnwh.sql.queries, attnwh.reports; "
         "heavy = [m for m in ('torch', 'transformers', 'datasets') if m in sys.modules]; "
         "print(','.join(heavy))"
     )

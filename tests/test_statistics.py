@@ -11,12 +11,12 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from attnwh.ingest.encoding import collate, encode_task
-from attnwh.ingest.examples import Example, TaskData
-from attnwh.ingest.models import load_encoder
-from attnwh.ingest.runner import StatisticsCapture
-from attnwh.ingest.patterns import THRESHOLDS
-from attnwh.ingest.statistics import OBSERVED_COLUMNS, STAT_COLUMNS
+from attnwh.ingest.encoder.encoding import collate, encode_task
+from attnwh.ingest.sources.examples import Example, TaskData
+from attnwh.ingest.encoder.loading import load_encoder
+from attnwh.ingest.runs.loop import StatisticsCapture
+from attnwh.ingest.measures.patterns import THRESHOLDS
+from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, STAT_COLUMNS
 
 TEXTS = [
     ("The quick brown fox jumps over the lazy dog.", None),

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from test_ingest_cli import SENTENCES, run
+from helpers import SENTENCES, run
 
 TABLES = ("models", "examples", "runs", "run_examples", "head_stats", "finetunes", "scores", "attention_change",
           "ablation_configs", "ablation_predictions", "ablations", "head_importance", "pattern_thumbnails")

@@ -23,7 +23,7 @@ files are byte-identical from run to run.  Standard library only.
 
 Rerun from the repository root with::
 
-    python tools/make_sample_corpus.py                # writes ingest/sample/
+    python tools/make_sample_corpus.py                # writes ingest/sources/sample/
     python tools/make_sample_corpus.py --out DIR      # writes DIR/sentiment, DIR/entailment
 """
 
@@ -37,7 +37,7 @@ from pathlib import Path
 SEED = 20240611
 TRAIN_SIZE = 2000
 DEV_SIZE = 400
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "ingest" / "sample"
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "ingest" / "sources" / "sample"
 
 MIN_WORDS = 4
 MAX_WORDS = 40
@@ -2058,7 +2058,7 @@ def build(out: Path, seed: int = SEED) -> dict[str, Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help="output folder (default: ingest/sample next to this script's repository)")
+                        help="output folder (default: ingest/sources/sample next to this script's repository)")
     parser.add_argument("--seed", type=int, default=SEED, help=f"random seed (default: {SEED})")
     args = parser.parse_args(argv)
     for name, path in build(args.out, args.seed).items():

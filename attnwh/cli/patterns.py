@@ -1,0 +1,130 @@
+"""`attnwh patterns`: re-label stored maps, import hand labels, train the pattern CNN.
+
+Pattern types are assigned during `attnwh ingest` (rules in `patterns.py`); these commands
+work on the warehouse alone and never load an encoder. torch is imported inside the command
+bodies, so `attnwh --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from attnwh.errors import UsageError
+
+patterns_app = typer.Typer(
+    help="Attention pattern types (Kovaleva et al.): re-label stored maps, import hand labels, train a CNN.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+DbOpt = Annotated[Path, typer.Option(help="Warehouse file.", envvar="ATTNWH_DB")]
+RunOpt = Annotated[list[int] | None, typer.Option("--run", help="Only this run (repeatable); default: every run.")]
+
+
+class Classifier(str, enum.Enum):
+    rules = "rules"
+    cnn = "cnn"
+
+
+def _open(db: Path):
+    from attnwh.sql import warehouse
+
+    if not db.exists():
+        raise UsageError(f"no warehouse at {db}; create one with `attnwh ingest`")
+    return warehouse.connect(db)
+
+
+def _thresholds(settings: list[str] | None):
+    from attnwh.ingest.measures import patterns
+
+    values = patterns.THRESHOLDS.as_dict()
+    for item in settings or []:
+        name, _, value = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if name not in values or not value:
+            raise UsageError(f"--set takes NAME=VALUE with NAME one of {', '.join(values)}; got {item!r}")
+        try:
+            values[name] = float(value)
+        except ValueError:
+            raise UsageError(f"--set {name}: {value!r} is not a number") from None
+    return patterns.Thresholds(**values)
+
+
+@patterns_app.command()
+def reclassify(
+    classifier: Annotated[
+        Classifier, typer.Option(help="rules: re-label every head_stats row from its stored features; "
+                                      "cnn: label every stored thumbnail with a trained CNN.")
+    ] = Classifier.rules,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Rules only: override a threshold for this relabelling, e.g. --set vertical=0.5 "
+                                   "(names: vertical, diagonal, mixed_vertical, mixed_diagonal, block)."),
+    ] = None,
+    model_id: Annotated[int | None, typer.Option(help="CNN only: which trained model (default: the latest).")] = None,
+    run: RunOpt = None,
+    db: DbOpt = Path("attnwh.duckdb"),
+) -> None:
+    """Re-label stored maps without running the model: with the rules (after their thresholds changed) from the features stored in head_stats, or with a trained CNN from the stored thumbnails (into pattern_thumbnails.cnn_pattern; `attnwh query pattern_frequency -p classifier=cnn` reads them)."""
+    thresholds = _thresholds(set_) if classifier is Classifier.rules else None
+    if set_ and classifier is Classifier.cnn:
+        raise UsageError("--set changes the rules' thresholds; it does not apply to --classifier cnn")
+    from attnwh.ingest.runs import patterns as pattern_store
+
+    con = _open(db)
+    try:
+        if thresholds is not None:
+            counts = pattern_store.reclassify_rules(con, thresholds, run)
+            source = "rules " + ", ".join(f"{k}={v:g}" for k, v in thresholds.as_dict().items())
+        else:
+            chosen, counts = pattern_store.reclassify_cnn(con, model_id, run)
+            source = f"CNN {chosen}"
+    finally:
+        con.close()
+    total = sum(counts.values())
+    shares = ", ".join(f"{name} {n / total:.1%}" if total else f"{name} 0" for name, n in counts.items())
+    Console().print(f"{total:,} maps labelled by {source}: {shares}", highlight=False)
+
+
+@patterns_app.command("import-labels")
+def import_labels(
+    csv_file: Annotated[Path, typer.Argument(metavar="CSV", help="Columns run, example, layer, head, type.")],
+    db: DbOpt = Path("attnwh.duckdb"),
+) -> None:
+    """Import hand labels of attention maps from a CSV file with columns run (run_id), example (example_id), layer, head and type (heterogeneous, vertical, diagonal, vertical+diagonal, block) into pattern_labels; labels of the same maps are replaced."""
+    from attnwh.ingest.runs import patterns as pattern_store
+
+    con = _open(db)
+    try:
+        n = pattern_store.import_labels(con, csv_file)
+    finally:
+        con.close()
+    Console().print(f"{n} labels imported from {csv_file} into {db.resolve()}", highlight=False)
+
+
+@patterns_app.command()
+def train(
+    seed: Annotated[int, typer.Option(help="Seed of the split, the initialisation and the batch order.")] = 42,
+    epochs: Annotated[int, typer.Option(min=1, help="Passes over the training maps.")] = 60,
+    test_share: Annotated[float, typer.Option(min=0.05, max=0.9, help="Share of each type's maps held out.")] = 0.25,
+    db: DbOpt = Path("attnwh.duckdb"),
+) -> None:
+    """Train a small CNN on the thumbnails of labelled maps (Kovaleva et al.'s classifier), report its held-out macro F1 against the labels next to that of the rules on the same maps, and store the model and both scores in pattern_models. `attnwh patterns reclassify --classifier cnn` then applies it."""
+    from attnwh.ingest.runs import patterns as pattern_store
+
+    con = _open(db)
+    try:
+        result = pattern_store.train_cnn(con, seed=seed, epochs=epochs, test_share=test_share)
+    finally:
+        con.close()
+    Console().print(
+        f"pattern CNN {result.model_id}: {result.n_labelled} labelled maps, {result.n_train} train / "
+        f"{result.n_test} held out; held-out macro F1: CNN {result.f1_cnn:.3f}, rules {result.f1_rules:.3f}",
+        highlight=False,
+    )

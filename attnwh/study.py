@@ -1,0 +1,492 @@
+"""The whole study in one call: ingest a pre-trained encoder, fine-tune it on each task,
+ingest the tuned models, compare them with the base, sweep head ablations with
+significance, and write the report (`attnwh study`).
+
+Every stage reuses the library entry point of its own command (`attnwh ingest`, `attnwh
+finetune`, `attnwh ingest compare`, `attnwh ingest ablation`, `attnwh report`), so a stage's
+rows are exactly those of that command with the same settings, and the stages resume the
+way those commands do: runs are found by their run keys (model weights, examples, settings),
+so a complete run is skipped and an interrupted one resumes. Fine-tuning is the exception,
+since a half-trained model is not saved: a tuned model folder is reused when its
+`attnwh_finetune.json` says it was trained from the same base weights, on the same task, with
+the same settings; otherwise it is trained (again).
+
+Everything that can be wrong with the input (options, data, the base model) is checked in
+:meth:`Study.__init__`, before any stage runs or the warehouse is opened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from attnwh.errors import DataError, UsageError
+from attnwh.sql import warehouse
+
+from attnwh.ingest.runs.ablation import AblationOptions, AblationSummary, check_classifier, gold_labels, ingest_ablation
+from attnwh.ingest.measures.change import ChangeCapture, prepare_comparison
+from attnwh.ingest.sources.examples import TaskData
+from attnwh.ingest.runs.finetune import FinetuneOptions, FinetuneResult, check_out_dir, finetune, record
+from attnwh.ingest.measures.metrics import metrics_for
+from attnwh.ingest.encoder.loading import LINEAGE_FILE, EncoderModel, load_encoder
+from attnwh.ingest.runs.loop import IngestOptions, RunSummary, ingest_runs, ingest_statistics, model_identity, prepare_tasks
+
+STAGES: tuple[str, ...] = ("ingest-base", "finetune", "ingest-tuned", "compare", "ablation", "report")
+STAGE_HELP: dict[str, str] = {
+    "ingest-base": "head statistics of the pre-trained model on each task's eval split",
+    "finetune": "fine-tune the model on each task's train split, score it on the eval split",
+    "ingest-tuned": "head statistics of each fine-tuned model",
+    "compare": "how each head's attention changed through fine-tuning (cosine of the maps)",
+    "ablation": "disable every head and layer of each tuned model, with significance",
+    "report": "the HTML report of the whole warehouse",
+}
+CPU_MAX_TRAIN_EXAMPLES = 1000  # the default train sample on a CPU; a GPU trains on every example
+DEFAULT_LIMIT = 200
+DEFAULT_ABLATION_LIMIT = 100  # without --limit; with one, the sweep uses it too
+STUDY_KEY = "study"  # the study's part of attnwh_finetune.json
+# Without a data source: the sample task MiniLM learns in a CPU minute (0.93 accuracy after 3
+# epochs on 1000 examples). The sample entailment task stays at chance with that budget (0.50,
+# also at lr 1e-4) and needs about 8 epochs on 2000 examples; `--tasks entailment` asks for it.
+DEFAULT_SAMPLE_TASKS: tuple[str, ...] = ("sentiment",)
+
+
+@dataclass(frozen=True)
+class StudyOptions:
+    """Settings of a study; None means the documented default."""
+
+    model: str | None = None  # hub name or folder of the pre-trained encoder; None: the bundled MiniLM
+    tasks: tuple[str, ...] = ()  # empty: the sample tasks (or --data's own name)
+    glue_dir: Path | None = None
+    dataset: str | None = None
+    dataset_config: str | None = None
+    data: Path | None = None  # a local train file (with eval_data)
+    eval_data: Path | None = None
+    text_column: str | None = None
+    pair_column: str | None = None
+    label_column: str | None = None
+    train_split: str = "train"
+    eval_split: str = "dev"
+    limit: int | None = DEFAULT_LIMIT  # eval examples per task for ingest and compare
+    ablation_limit: int | None = DEFAULT_ABLATION_LIMIT
+    max_train_examples: int | None = None  # None: every train example
+    epochs: float = 3.0
+    lr: float = 5e-5
+    finetune_max_length: int = 128
+    batch_size: int = 32
+    max_length: int | None = None  # ingest/compare/ablation truncation; None: the model's limit
+    seed: int = 42
+    modes: tuple[str, ...] = ("uniform",)
+    resamples: int = 1000
+    top_k: int = 10
+    importance: bool = True
+    configs_per_pass: int | None = None  # None: 8 on a GPU, 1 on a CPU
+    thumbnails: int = 20
+    device: str = "auto"
+    db: Path = Path("attnwh.duckdb")
+    report: Path = Path("report.html")
+    out_dir: Path | None = None  # None: attnwh-models/ beside the warehouse
+    force: frozenset[str] = frozenset()
+    command: str | None = None  # recorded with every run
+
+    @property
+    def models_dir(self) -> Path:
+        return self.out_dir if self.out_dir is not None else self.db.parent / "attnwh-models"
+
+
+@dataclass(frozen=True)
+class StudyTask:
+    name: str
+    train: TaskData  # already sampled to max_train_examples
+    eval: TaskData  # the whole eval split (each stage samples its own limit)
+
+    @property
+    def regression(self) -> bool:
+        return self.eval.labels is None
+
+    @property
+    def metric(self) -> str:
+        return metrics_for(self.name, self.regression)[0]
+
+
+@dataclass
+class StageResult:
+    stage: str
+    outcome: str  # "done", "skipped" (everything was already there), "partly done"
+    detail: list[str] = field(default_factory=list)  # one line per task
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    task: str
+    metric: str
+    score: float | None
+    changed_layer: tuple[int, float] | None  # layer, mean cosine
+    helpful_head: tuple[int, int, float, float | None] | None  # layer, head, delta, adjusted p
+
+
+class StudyHooks:
+    """What the study reports while it runs; the command line shows it, tests ignore it."""
+
+    def stage(self, name: str, index: int, total: int) -> None:
+        """A stage begins."""
+
+    def stage_done(self, result: StageResult) -> None:
+        """A stage ended."""
+
+    def start(self, name: str, total: int | None) -> None:
+        """A bar of `total` units (examples or steps) begins."""
+
+    def advance(self, n: int) -> None:
+        """The current bar moved by n units."""
+
+    def step(self, step: int, total: int, loss: float) -> None:
+        """Fine-tuning progress."""
+
+    def note(self, text: str) -> None:
+        """A line worth showing."""
+
+
+def parse_force(names: Sequence[str]) -> frozenset[str]:
+    """The --force stages (comma-separated or repeated); an unknown name is a usage error."""
+    wanted = {n.strip() for item in names for n in item.split(",") if n.strip()}
+    unknown = sorted(wanted - set(STAGES))
+    if unknown:
+        raise UsageError(f"unknown stage {unknown[0]!r} for --force; the stages are {', '.join(STAGES)}")
+    return frozenset(wanted)
+
+
+def load_study_tasks(options: StudyOptions) -> list[StudyTask]:
+    """Every task's train and eval split from the data options; raises before anything heavy."""
+    from attnwh.ingest.sources.tasks import load_tasks
+
+    tasks = list(dict.fromkeys(t.strip() for item in options.tasks for t in item.split(",") if t.strip()))
+    sources = [s for s in (options.glue_dir, options.dataset, options.data) if s is not None]
+    if len(sources) > 1:
+        raise UsageError("give at most one of --glue-dir, --dataset and --data")
+    if options.eval_data is not None and options.data is None:
+        raise UsageError("--eval-data goes with --data (the train file)")
+
+    def load(task: str | None, split: str, file: Path | None) -> TaskData:
+        config = options.dataset_config or (task if options.dataset is not None else None)
+        return load_tasks([task] if task else None, options.glue_dir, options.dataset, config, file,
+                          options.text_column, options.pair_column, options.label_column, split)[0]
+
+    if options.glue_dir is not None and not tasks:
+        raise UsageError("--glue-dir needs --tasks (e.g. --tasks sst2,mrpc,rte)")
+    if options.dataset is not None:
+        if not tasks:
+            raise UsageError("--dataset needs --tasks (e.g. --dataset nyu-mll/glue --tasks sst2,rte)")
+        if options.dataset_config is not None and len(tasks) > 1:
+            raise UsageError("--dataset-config names one task's configuration; give one task, or leave it out "
+                             "to use each task name as its configuration")
+    if options.data is not None:
+        if options.eval_data is None or options.label_column is None or options.text_column is None:
+            raise UsageError("--data needs --eval-data, --text-column and --label-column (train and score files)")
+        if len(tasks) > 1:
+            raise UsageError("--data holds one task; name it with a single --tasks")
+        tasks = tasks or [options.data.stem]
+    if not sources:
+        tasks = tasks or list(DEFAULT_SAMPLE_TASKS)
+    out = []
+    for task in tasks:
+        try:
+            train = load(task, options.train_split, options.data)
+        except DataError as exc:
+            raise DataError(f"{exc} — the study fine-tunes on each task's {options.train_split} split; "
+                            f"leave {task} out of --tasks") from None
+        evaluation = load(task, options.eval_split, options.eval_data)
+        if options.data is not None:  # files are named after themselves; the study's name wins
+            train = dataclasses.replace(train, task=task)
+            evaluation = dataclasses.replace(evaluation, task=task)
+        if train.labels != evaluation.labels:
+            raise DataError(f"train and {options.eval_split} of {task} have different label sets")
+        for split in (train, evaluation):
+            if not split.examples:
+                raise DataError(f"task {task} ({split.split}) has no examples")
+            if any(e.label is None for e in split.examples):
+                raise DataError(f"{task} ({split.split}) has unlabelled examples; the study needs labels")
+        out.append(StudyTask(train.task, train.sample(options.max_train_examples, options.seed), evaluation))
+    names = [t.name for t in out]
+    if len(set(names)) != len(names):
+        raise UsageError(f"task {names[0]!r} is named twice in --tasks")
+    return out
+
+
+def _lineage_settings(options: StudyOptions, task: StudyTask, base: EncoderModel, ft: FinetuneOptions) -> dict:
+    """What a saved tuned model must have been trained with to be reused."""
+    return {
+        "base_weights_hash": base.weights_hash,
+        "task": task.name,
+        "options": json.loads(json.dumps(asdict(ft))),
+        STUDY_KEY: {
+            "max_train_examples": options.max_train_examples,
+            "train": [task.train.dataset, task.train.split, task.train.source, len(task.train.examples)],
+        },
+    }
+
+
+class Study:
+    """A study ready to run: options checked, data and base model loaded."""
+
+    def __init__(self, options: StudyOptions, hooks: StudyHooks | None = None) -> None:
+        self.options = options
+        self.hooks = hooks or StudyHooks()
+        parse_force(sorted(options.force))
+        if options.report.is_dir():
+            raise UsageError(f"--report {options.report} is a folder; give a file name such as report.html")
+        if options.ablation_limit is not None and options.ablation_limit < 2:
+            raise UsageError("--ablation-limit must be at least 2 examples")
+        for mode in options.modes:
+            if mode not in ("uniform", "zero"):
+                raise UsageError(f"unknown ablation mode {mode!r}; choose uniform or zero")
+        warehouse.check_writable(options.db)
+        self.tasks = load_study_tasks(options)
+        for task in self.tasks:
+            check_out_dir(self.tuned_dir(task))
+        self.base = load_encoder(options.model, options.device)
+        self.finetune_options = FinetuneOptions(
+            epochs=options.epochs, learning_rate=options.lr, batch_size=options.batch_size,
+            max_length=options.finetune_max_length, seed=options.seed,
+        )
+        self.ingest = IngestOptions(
+            limit=options.limit, seed=options.seed, max_length=options.max_length, batch_size=options.batch_size,
+            command=options.command, thumbnails=options.thumbnails,
+        )
+        # Fail on lengths now rather than after fine-tuning.
+        prepare_tasks(self.base, [dataclasses.replace(t.eval, examples=t.eval.examples[:1]) for t in self.tasks],
+                      self.ingest)
+        self._tuned: dict[str, EncoderModel] = {}
+        self.run_ids: dict[tuple[str, str], int] = {}  # (stage, task) -> run id of this study's run
+        self.trained: dict[str, FinetuneResult] = {}
+        self.wrote_anything = False
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def tuned_dir(self, task: StudyTask) -> Path:
+        return self.options.models_dir / task.name
+
+    def tuned(self, task: StudyTask) -> EncoderModel:
+        if task.name not in self._tuned:
+            self._tuned[task.name] = load_encoder(str(self.tuned_dir(task)), self.options.device)
+        return self._tuned[task.name]
+
+    def _ingest(self, stage: str) -> IngestOptions:
+        return dataclasses.replace(self.ingest, replace=stage in self.options.force)
+
+    def _record(self, stage: str, summaries: Sequence[RunSummary | AblationSummary], result: StageResult) -> None:
+        for s in summaries:
+            self.run_ids[(stage, s.task)] = s.run_id
+            if s.outcome != "already complete":
+                self.wrote_anything = True
+            mode = f" · {s.mode}" if isinstance(s, AblationSummary) else ""
+            result.detail.append(f"{s.task}{mode}: run {s.run_id} {s.outcome}")
+
+    # -- stages ----------------------------------------------------------------------------
+
+    def run(self) -> list[StageResult]:
+        """Run every stage in order; returns what each did."""
+        import time
+
+        results = []
+        for index, stage in enumerate(STAGES, start=1):
+            self.hooks.stage(stage, index, len(STAGES))
+            started = time.perf_counter()
+            result = StageResult(stage, "done")
+            getattr(self, "stage_" + stage.replace("-", "_"))(result)
+            result.seconds = time.perf_counter() - started
+            if result.outcome == "done" and result.detail and all(d.endswith(("already complete", "kept"))
+                                                                   for d in result.detail):
+                result.outcome = "skipped"
+            self.hooks.stage_done(result)
+            results.append(result)
+        return results
+
+    def stage_ingest_base(self, result: StageResult) -> None:
+        options = self._ingest("ingest-base")
+        prepared = prepare_tasks(self.base, [t.eval for t in self.tasks], options)
+        summaries = ingest_statistics(self.options.db, self.base, prepared, options, self.hooks.start,
+                                      self.hooks.advance)
+        self._record("ingest-base", summaries, result)
+
+    def stage_finetune(self, result: StageResult) -> None:
+        forced = "finetune" in self.options.force
+        for task in self.tasks:
+            out = self.tuned_dir(task)
+            wanted = _lineage_settings(self.options, task, self.base, self.finetune_options)
+            saved = _read_json(out / LINEAGE_FILE)
+            if not forced and saved is not None and _lineage_matches(saved, wanted):
+                self._record_saved(task, saved)
+                result.detail.append(f"{task.name}: kept")
+                continue
+            if saved is not None and not forced:
+                self.hooks.note(f"{task.name}: the model in {out} was trained differently; training again")
+            self._tuned.pop(task.name, None)
+            self.hooks.start(f"fine-tuning {task.name} on {len(task.train.examples)} examples", None)
+            trained = finetune(self.options.model, task.train, task.eval, out, self.finetune_options,
+                               self.options.device, self.hooks.step)
+            # Written after the model and finetune's own note: a folder whose note lacks this
+            # part was not finished by the study, and is trained again.
+            lineage = _read_json(out / LINEAGE_FILE) or {}
+            lineage.update({k: v for k, v in wanted.items() if k == STUDY_KEY})
+            lineage[STUDY_KEY] |= {
+                "tuned_weights_hash": trained.tuned_weights_hash, "train_examples": trained.train_examples,
+                "dev_examples": trained.dev_examples, "train_seconds": trained.train_seconds,
+                "final_loss": trained.final_loss,
+            }
+            (out / LINEAGE_FILE).write_text(json.dumps(lineage, indent=2), encoding="utf-8")
+            self.trained[task.name] = trained
+            run_id = self._store_finetune(task, trained)
+            self.wrote_anything = True
+            scores = ", ".join(f"{k} {v:.4f}" for k, v in trained.scores.items())
+            result.detail.append(f"{task.name}: trained in {trained.train_seconds:.1f} s, {scores} (run {run_id})")
+
+    def _store_finetune(self, task: StudyTask, trained: FinetuneResult) -> int:
+        con = warehouse.connect(self.options.db)
+        try:
+            run_id = record(con, trained, self.finetune_options, self.base.facts(), self.tuned(task).facts(),
+                            task.eval, str(self.base.device), self.options.command)
+        finally:
+            con.close()
+        self.run_ids[("finetune", task.name)] = run_id
+        return run_id
+
+    def _record_saved(self, task: StudyTask, saved: dict) -> None:
+        """A reused model whose fine-tuning is not in this warehouse (another --db) gets
+        its run from the saved note, so the warehouse always holds the tuned model's scores."""
+        tuned = self.tuned(task)
+        con = warehouse.connect(self.options.db)
+        try:
+            row = warehouse.first_row(
+                con, "SELECT max(r.run_id) FROM runs r JOIN models m USING (model_id) "
+                "WHERE r.kind = 'finetune' AND m.weights_hash = ? AND m.name = ?", [tuned.weights_hash, tuned.name])
+        finally:
+            con.close()
+        if row and row[0] is not None:
+            self.run_ids[("finetune", task.name)] = row[0]
+            return
+        note = saved.get(STUDY_KEY, {})
+        result = FinetuneResult(
+            out_dir=self.tuned_dir(task), base_name=saved.get("base", self.base.name),
+            base_weights_hash=self.base.weights_hash, tuned_weights_hash=tuned.weights_hash, task=task.name,
+            train_examples=note.get("train_examples", len(task.train.examples)),
+            dev_examples=note.get("dev_examples", len(task.eval.examples)),
+            train_seconds=note.get("train_seconds", 0.0), final_loss=note.get("final_loss"),
+            scores=saved.get("scores", {}),
+        )
+        self._store_finetune(task, result)
+        self.wrote_anything = True
+
+    def stage_ingest_tuned(self, result: StageResult) -> None:
+        options = self._ingest("ingest-tuned")
+        for task in self.tasks:
+            tuned = self.tuned(task)
+            prepared = prepare_tasks(tuned, [task.eval], options)
+            self._record("ingest-tuned", ingest_statistics(self.options.db, tuned, prepared, options,
+                                                           self.hooks.start, self.hooks.advance), result)
+
+    def stage_compare(self, result: StageResult) -> None:
+        options = self._ingest("compare")
+        for task in self.tasks:
+            tuned = self.tuned(task)
+            prepared = prepare_comparison(self.base, tuned, [task.eval], options)
+            summaries = ingest_runs(self.options.db, ChangeCapture(self.base, tuned), prepared, options,
+                                    self.hooks.start, self.hooks.advance)
+            self._record("compare", summaries, result)
+
+    def stage_ablation(self, result: StageResult) -> None:
+        options = dataclasses.replace(self._ingest("ablation"), limit=self.options.ablation_limit)
+        for task in self.tasks:
+            tuned = self.tuned(task)
+            check_classifier(tuned)
+            per_pass = self.options.configs_per_pass or (8 if tuned.device.type == "cuda" else 1)
+            for mode in self.options.modes:
+                settings = AblationOptions(mode=mode, top_k=self.options.top_k, n_resamples=self.options.resamples,
+                                           importance=self.options.importance, configs_per_pass=per_pass)
+                identity = {**model_identity(tuned, "ablation"), **settings.identity()}
+                prepared = prepare_tasks(tuned, [task.eval], options, identity)
+                gold_labels(tuned, prepared[0].data)
+                summaries = ingest_ablation(self.options.db, tuned, prepared, options, settings,
+                                            self.hooks.start, self.hooks.advance)
+                self._record(f"ablation:{mode}", summaries, result)
+
+    def stage_report(self, result: StageResult) -> None:
+        from attnwh.reports.build import build_report, write_html
+
+        target = self.options.report
+        if target.exists() and not self.wrote_anything and "report" not in self.options.force:
+            result.detail.append(f"{target}: kept")
+            return
+        built = build_report(self.options.db)
+        write_html(built, target)
+        drawn = sum(1 for s in built.sections if not s.note)
+        result.detail.append(f"{target}: {len(built.charts())} charts, {drawn} of {len(built.sections)} sections "
+                             "with data")
+
+    # -- summary ---------------------------------------------------------------------------
+
+    def summary(self) -> list[TaskSummary]:
+        """Per task: the tuned model's score, the layer that changed most, the head whose
+        disabling helped most (first mode), read back from the warehouse."""
+        from attnwh.sql.queries import get_query, run_query
+
+        con = warehouse.connect(self.options.db, read_only=True)
+        try:
+            out = []
+            for task in self.tasks:
+                tuned = self.tuned(task)
+                score = None
+                finetune_run = self.run_ids.get(("finetune", task.name))
+                if finetune_run is not None:
+                    row = warehouse.first_row(con, "SELECT value FROM scores WHERE run_id = ? AND metric = ?",
+                                              [finetune_run, task.metric])
+                    score = row[0] if row else None
+                changed = None
+                compare_run = self.run_ids.get(("compare", task.name))
+                layers = run_query(con, get_query("finetune_change_by_layer"),
+                                   {"tuned": tuned.name, "task": task.name}).to_pylist()
+                layers = [r for r in layers if r["run_id"] == compare_run]
+                if layers:
+                    best = min(layers, key=lambda r: r["mean_cosine"])
+                    changed = (best["layer"], best["mean_cosine"])
+                helpful = None
+                mode = self.options.modes[0]
+                ablation_run = self.run_ids.get((f"ablation:{mode}", task.name))
+                heads = run_query(con, get_query("ablation_effect"),
+                                  {"model": tuned.name, "task": task.name, "mode": mode, "metric": task.metric}
+                                  ).to_pylist()
+                heads = [r for r in heads if r["run_id"] == ablation_run]
+                if heads:
+                    best = max(heads, key=lambda r: (r["delta"], -(r["p_adjusted"] or 1.0)))
+                    if best["delta"] > 0:
+                        helpful = (best["layer"], best["head"], best["delta"], best["p_adjusted"])
+                out.append(TaskSummary(task.name, task.metric, score, changed, helpful))
+            return out
+        finally:
+            con.close()
+
+
+def _lineage_matches(saved: dict, wanted: dict) -> bool:
+    """Whether a saved note has every wanted setting (the study's part may hold more)."""
+    study = saved.get(STUDY_KEY)
+    if not isinstance(study, dict):
+        return False
+    return all(saved.get(k) == v for k, v in wanted.items() if k != STUDY_KEY) and all(
+        study.get(k) == v for k, v in wanted[STUDY_KEY].items()
+    )
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def is_significant(p_adjusted: float | None, alpha: float = 0.05) -> bool:
+    return p_adjusted is not None and not math.isnan(p_adjusted) and p_adjusted < alpha

@@ -1,0 +1,106 @@
+"""Tokenizing a task once, and cutting it into length-bucketed, padded batches."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import transformers
+
+from attnwh.ingest.sources.examples import TaskData
+
+
+@dataclass(frozen=True)
+class EncodedTask:
+    """Token ids of every example of a task, as the model will see them."""
+
+    input_ids: tuple[np.ndarray, ...]
+    token_type_ids: tuple[np.ndarray, ...] | None  # None when the tokenizer makes none
+    n_tokens_full: np.ndarray  # length before truncation, specials included
+
+    @property
+    def n_tokens(self) -> np.ndarray:
+        return np.fromiter((len(ids) for ids in self.input_ids), dtype=np.int64, count=len(self.input_ids))
+
+    @property
+    def truncated(self) -> np.ndarray:
+        return self.n_tokens_full > self.n_tokens
+
+
+def encode_task(tokenizer: transformers.PreTrainedTokenizerBase, data: TaskData, max_length: int) -> EncodedTask:
+    """Tokenize every example, truncating pairs longest-first to `max_length` tokens."""
+    first = [e.text_a for e in data.examples]
+    second = [e.text_b or "" for e in data.examples] if data.is_pair else None
+    full = tokenizer(first, second, truncation=False, add_special_tokens=True, verbose=False)
+    cut = tokenizer(first, second, truncation=True, max_length=max_length, add_special_tokens=True)
+    types = cut.get("token_type_ids")
+    return EncodedTask(
+        input_ids=tuple(np.asarray(ids, dtype=np.int64) for ids in cut["input_ids"]),
+        token_type_ids=None if types is None else tuple(np.asarray(t, dtype=np.int64) for t in types),
+        n_tokens_full=np.fromiter((len(ids) for ids in full["input_ids"]), dtype=np.int64, count=len(first)),
+    )
+
+
+class TokenKinds:
+    """Which token ids are [CLS], [SEP] and punctuation, for any tokenizer.
+
+    Punctuation is a token whose text, without word-piece markers (##, Ġ, ▁), is non-empty
+    and made only of Unicode punctuation (category P*). Decided per id on first sight.
+    """
+
+    def __init__(self, tokenizer: transformers.PreTrainedTokenizerBase) -> None:
+        self._tokenizer = tokenizer
+        self._special = set(tokenizer.all_special_ids)
+        self._punct: dict[int, bool] = {}
+
+    def _is_punct(self, token_id: int) -> bool:
+        known = self._punct.get(token_id)
+        if known is None:
+            text = "" if token_id in self._special else self._tokenizer.convert_tokens_to_string(
+                [self._tokenizer.convert_ids_to_tokens(token_id)]
+            )
+            text = text.strip().removeprefix("##").strip()
+            known = bool(text) and all(unicodedata.category(ch).startswith("P") for ch in text)
+            self._punct[token_id] = known
+        return known
+
+    def masks(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Boolean masks of [CLS], [SEP] and punctuation positions, shaped like `input_ids`."""
+        ids = input_ids.cpu()
+        unique = ids.unique().tolist()
+        punct_ids = torch.tensor([i for i in unique if self._is_punct(i)], dtype=ids.dtype)
+        punct = torch.isin(ids, punct_ids)
+        cls = ids == self._tokenizer.cls_token_id
+        sep = ids == self._tokenizer.sep_token_id
+        return cls.to(input_ids.device), sep.to(input_ids.device), punct.to(input_ids.device)
+
+
+def length_buckets(lengths: np.ndarray, order: Sequence[int], batch_size: int) -> Iterator[list[int]]:
+    """Batches of the indices in `order`, grouped by similar length so padding stays small."""
+    by_length = sorted(order, key=lambda i: (int(lengths[i]), i))
+    for start in range(0, len(by_length), batch_size):
+        yield by_length[start : start + batch_size]
+
+
+def collate(
+    encoded: EncodedTask, indices: Sequence[int], pad_token_id: int, device: torch.device
+) -> dict[str, torch.Tensor]:
+    """Right-padded tensors for one batch: input_ids, attention_mask and, when the tokenizer
+    makes them, token_type_ids."""
+    width = max(len(encoded.input_ids[i]) for i in indices)
+    ids = np.full((len(indices), width), pad_token_id, dtype=np.int64)
+    mask = np.zeros((len(indices), width), dtype=np.int64)
+    types = None if encoded.token_type_ids is None else np.zeros((len(indices), width), dtype=np.int64)
+    for row, i in enumerate(indices):
+        n = len(encoded.input_ids[i])
+        ids[row, :n] = encoded.input_ids[i]
+        mask[row, :n] = 1
+        if types is not None:
+            types[row, :n] = encoded.token_type_ids[i]
+    batch = {"input_ids": torch.from_numpy(ids).to(device), "attention_mask": torch.from_numpy(mask).to(device)}
+    if types is not None:
+        batch["token_type_ids"] = torch.from_numpy(types).to(device)
+    return batch

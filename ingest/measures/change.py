@@ -1,0 +1,150 @@
+"""Attention change between two models (DESIGN §4): per example, layer and head, the cosine
+similarity of the base and the tuned model's attention maps on the same input.
+
+Each map is cropped to the example's n real tokens and flattened (n² values). Cropping is
+done by zeroing padding rows and columns in both maps before the dot product and the norms,
+which gives exactly the cosine of the cropped maps without slicing per example. (Kovaleva et
+al. compared maps padded to length 200: their padding rows are not zero, so they add the
+same values to both maps and inflate the similarity; attnwh does not.)
+
+Both models run through attnwh's registered attention function. The base model's pass keeps
+each layer's probabilities; the tuned model's pass turns each of its layers into cosines
+against the kept base layer on the device and drops that layer at once. So at most one batch
+of the base model's maps (batch × layers × heads × seq²) is alive, and no map leaves the
+device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from attnwh.errors import ModelError, UsageError
+
+from attnwh.ingest.encoder import capture
+from attnwh.ingest.encoder.encoding import encode_task
+from attnwh.ingest.sources.examples import TaskData
+from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs
+from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, model_identity, prepare_tasks
+
+CHANGE_COLUMNS: tuple[str, ...] = ("cosine",)
+
+
+class CosineAgainst:
+    """Observer for the tuned model's pass: per layer, the cosine of its maps with the kept
+    base maps over the real query × key cells, (batch, heads) per layer."""
+
+    def __init__(self, kept: list[torch.Tensor | None], key_mask: torch.Tensor) -> None:
+        self._kept = kept
+        real = key_mask.float()
+        # 1 where both the query and the key are real tokens: the cropped n × n map.
+        self._cells = real[:, None, :, None] * real[:, None, None, :]  # (B, 1, S, S)
+        self._layer = 0
+        self.cosines: list[torch.Tensor] = []
+
+    def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        if self._layer >= len(self._kept):
+            raise RuntimeError(f"the tuned model has more attention layers than the base model ({len(self._kept)})")
+        base = self._kept[self._layer]
+        self._kept[self._layer] = None  # drop the base layer as soon as it is used
+        self._layer += 1
+        # Padding keys already have probability 0; padding query rows do not (they attend to
+        # the real keys), so both maps are masked. Reduced in float32 whatever the model dtype.
+        a = probs.float() * self._cells
+        b = base.float() * self._cells
+        dot = (a * b).sum((-2, -1))
+        norms = torch.linalg.vector_norm(a, dim=(-2, -1)) * torch.linalg.vector_norm(b, dim=(-2, -1))
+        # Every real row sums to 1, so neither norm is 0; the clamp only guards the division.
+        self.cosines.append(dot / norms.clamp_min(torch.finfo(torch.float32).tiny))
+        return probs
+
+
+class ChangeCapture:
+    """Runs a batch through both models and returns the cosines (batch, layer, head, 1); the
+    batch is made with the tuned model's tokenizer, which must agree with the base model's
+    (checked by :func:`prepare_comparison`)."""
+
+    kind = "compare"
+    table = "attention_change"
+    columns = CHANGE_COLUMNS
+
+    def __init__(self, base: EncoderModel, tuned: EncoderModel) -> None:
+        check_compatible(base, tuned)
+        self.base = base
+        self.encoder = tuned
+
+    def models(self) -> dict[str, EncoderModel]:
+        return {"model_id": self.encoder, "base_model_id": self.base}
+
+    def _forward(self, encoder: EncoderModel, batch: dict[str, torch.Tensor]) -> None:
+        encoder.model(**forward_inputs(encoder.model, {k: v.to(encoder.device) for k, v in batch.items()}))
+
+    @torch.inference_mode()
+    def run(self, batch: dict[str, torch.Tensor], thumbnail_rows: Sequence[int] = ()) -> np.ndarray:
+        """Cosines of one collated batch (see `encoding.collate`); a comparison keeps no
+        thumbnails."""
+        keep = capture.KeepMaps()
+        with capture.observing(keep):
+            self._forward(self.base, batch)
+        if len(keep.maps) != self.base.num_layers:
+            raise RuntimeError(f"saw {len(keep.maps)} attention layers, expected {self.base.num_layers}")
+        cosine = CosineAgainst(keep.maps, batch["attention_mask"].to(self.encoder.device).bool())
+        with capture.observing(cosine):
+            self._forward(self.encoder, batch)
+        if len(cosine.cosines) != self.encoder.num_layers:
+            raise RuntimeError(f"saw {len(cosine.cosines)} attention layers, expected {self.encoder.num_layers}")
+        return torch.stack(cosine.cosines, dim=1)[..., None].cpu().numpy()  # (B, L, H, 1)
+
+    def extra_rows(self, run_id: int, example_ids: np.ndarray) -> dict[str, object]:
+        return {}
+
+
+def check_compatible(base: EncoderModel, tuned: EncoderModel) -> None:
+    """Refuse a pair of models whose maps cannot be compared head by head."""
+    shape = (base.num_layers, base.num_heads)
+    if (tuned.num_layers, tuned.num_heads) != shape:
+        raise ModelError(
+            f"cannot compare {base.name} ({base.num_layers} layers × {base.num_heads} heads) with "
+            f"{tuned.name} ({tuned.num_layers} layers × {tuned.num_heads} heads): they must have the same layers and heads"
+        )
+
+
+def prepare_comparison(
+    base: EncoderModel, tuned: EncoderModel, tasks: Sequence[TaskData], options: IngestOptions
+) -> list[PreparedTask]:
+    """Sample, tokenize and check every task for a comparison; raises before anything is
+    written. The run key names both checkpoints, so a comparison resumes only itself."""
+    check_compatible(base, tuned)
+    limit = min(base.max_length, tuned.max_length)
+    if options.max_length is not None and options.max_length > limit:
+        raise UsageError(f"--max-length {options.max_length} exceeds the models' limit of {limit} tokens")
+    options = dataclasses.replace(options, max_length=options.max_length or limit)
+    identity = {
+        **model_identity(tuned, kind="compare"),
+        "base_weights": base.weights_hash,
+        "base_name": base.name,
+    }
+    if base.tokenizer.pad_token_id != tuned.tokenizer.pad_token_id:
+        # Batches are padded once for both models; RoBERTa-style models derive positions
+        # from the padding id, so it has to mean the same to both.
+        raise ModelError(f"{base.name} and {tuned.name} use different padding tokens; they tokenize differently")
+    prepared = prepare_tasks(tuned, tasks, options, identity)
+    for task in prepared:
+        # A comparison is only meaningful on identical inputs: the same token ids at the same
+        # positions. Checked on every example, as the tokenizers could differ only on some.
+        theirs = encode_task(base.tokenizer, task.data, task.max_length)
+        ours = task.encoded
+        for i, (a, b) in enumerate(zip(ours.input_ids, theirs.input_ids, strict=True)):
+            if not np.array_equal(a, b):
+                raise ModelError(
+                    f"{base.name} and {tuned.name} tokenize differently (first: {task.data.task} row "
+                    f"{task.data.examples[i].position}); attention can only be compared on the same tokens"
+                )
+        if ours.token_type_ids is not None and theirs.token_type_ids is not None:
+            if not all(np.array_equal(a, b) for a, b in zip(ours.token_type_ids, theirs.token_type_ids, strict=True)):
+                raise ModelError(f"{base.name} and {tuned.name} give different segment ids on {task.data.task}")
+    return prepared

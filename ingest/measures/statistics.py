@@ -1,0 +1,156 @@
+"""Per-head attention statistics, reduced on the device while the model runs.
+
+For one example, A is a head's attention matrix cropped to the real tokens (rows are
+queries, [CLS] and [SEP] rows included; n rows, each summing to 1). Every statistic is a
+mean over the n rows of a per-row quantity (DESIGN §2):
+
+- ``to_cls``: A[i, cls]; ``to_sep``: the sum of A[i, j] over *all* [SEP] positions (Clark
+  et al.; Kovaleva et al. take the larger of the two [SEP]s instead); ``to_punct``: the sum
+  over tokens made only of punctuation;
+- ``to_self``, ``to_prev``, ``to_next``: A[i, i], A[i, i-1], A[i, i+1] (0 where the
+  neighbour does not exist);
+- ``entropy``: -sum_j A[i, j] ln A[i, j], in nats; ``max_weight``: max_j A[i, j];
+- ``norm_to_cls``, ``norm_to_sep``, ``norm_to_punct``: the same shares of the head's output
+  rather than of its weights (Kobayashi et al.): A[i, j] is scaled by ||f_h(x_j)||, where
+  f_h(x) = (x W_V^h + b_V^h) W_O^h is the head's slice of the output projection (output bias
+  excluded), and renormalised per row.
+
+Padding keys get probability exactly 0 from the mask, so sums over all keys equal sums over
+real keys; padding query rows are excluded by weighting each row with 1/n or 0.
+
+After these statistics the observer appends the pattern features and the pattern type's
+code (:data:`patterns.PATTERN_COLUMNS`, see `patterns.py`), and keeps 32 × 32 thumbnails
+of the maps of the batch rows it is asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from attnwh.ingest.measures import patterns
+
+STAT_COLUMNS: tuple[str, ...] = (
+    "to_cls",
+    "to_sep",
+    "to_punct",
+    "to_self",
+    "to_prev",
+    "to_next",
+    "entropy",
+    "max_weight",
+    "norm_to_cls",
+    "norm_to_sep",
+    "norm_to_punct",
+)
+# Everything the observer returns per head: the statistics, then the pattern features and type.
+OBSERVED_COLUMNS: tuple[str, ...] = (*STAT_COLUMNS, *patterns.PATTERN_COLUMNS)
+
+
+def value_norm_grams(output_projections: Mapping[nn.Module, nn.Linear], num_heads: int) -> dict[int, torch.Tensor]:
+    """Per attention module, the (heads, d, d) Gram matrices W_O^h W_O^h^T of its output
+    projection, so that ||v W_O^h|| = sqrt(v G_h v^T) without materialising head outputs
+    of model width."""
+    grams: dict[int, torch.Tensor] = {}
+    for module, dense in output_projections.items():
+        weight = dense.weight.detach().float()  # (hidden, heads * d): y = x @ weight.T
+        per_head = weight.view(weight.shape[0], num_heads, -1).permute(1, 0, 2)  # (H, hidden, d)
+        grams[id(module)] = per_head.transpose(1, 2) @ per_head  # (H, d, d)
+    return grams
+
+
+class HeadStatistics:
+    """Attention observer that reduces each layer's maps to :data:`OBSERVED_COLUMNS`.
+
+    Call :meth:`begin` with the batch's token masks before the forward pass and
+    :meth:`collect` after it.
+    """
+
+    def __init__(
+        self, grams: dict[int, torch.Tensor], num_layers: int, thresholds: patterns.Thresholds = patterns.THRESHOLDS
+    ) -> None:
+        self._grams = grams
+        self._thresholds = thresholds
+        self._masks: patterns.PatternMasks | None = None
+        self._thumb_rows: list[int] = []
+        self._thumb_lengths: list[int] = []
+        self._thumbs: list[torch.Tensor] = []
+        self._num_layers = num_layers
+        self._layers: list[torch.Tensor] = []
+        self._row_weight: torch.Tensor | None = None
+        self._targets: torch.Tensor | None = None
+        self._next_ok: torch.Tensor | None = None
+
+    def begin(
+        self,
+        key_mask: torch.Tensor,
+        cls: torch.Tensor,
+        sep: torch.Tensor,
+        punct: torch.Tensor,
+        thumbnail_rows: list[int] | tuple[int, ...] = (),
+    ) -> None:
+        """Masks of shape (batch, seq): real tokens, [CLS], [SEP] and punctuation positions;
+        `thumbnail_rows`: the batch rows whose maps to keep as thumbnails."""
+        self._masks = patterns.PatternMasks(key_mask, cls, sep, punct)
+        self._thumb_rows = [int(r) for r in thumbnail_rows]
+        lengths = key_mask.sum(-1)
+        self._thumb_lengths = [int(lengths[r]) for r in self._thumb_rows]
+        self._thumbs = []
+        real = key_mask.float()
+        self._row_weight = real / real.sum(-1, keepdim=True)  # mean over the n real rows
+        self._targets = torch.stack([cls, sep, punct], dim=-1).float()[:, None]  # (B, 1, S, 3)
+        self._next_ok = real[:, 1:]  # row i has a real right neighbour
+        self._layers = []
+
+    def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        a = probs.float()
+        v = value.float()
+        # ||f_h(x_j)|| per key, from the Gram matrices: no tensor of model width per head.
+        norms = torch.einsum("bhsd,hde,bhse->bhs", v, self._grams[id(module)], v).clamp_min(0).sqrt()
+        # One pass over the maps for all shares: columns [cls, sep, punct] weighted by A, then
+        # the same columns and a column of ones weighted by A * norms (numerators and the
+        # row sum that renormalises them).
+        targets = self._targets.expand(-1, a.shape[1], -1, -1)
+        columns = torch.cat([targets, norms[..., None] * targets, norms[..., None]], dim=-1)
+        mixed = a @ columns  # (B, H, S, 7)
+        norm_shares = mixed[..., 3:6] / mixed[..., 6:].clamp_min(torch.finfo(torch.float32).tiny)
+        prev = a.diagonal(offset=-1, dim1=-2, dim2=-1)  # A[i, i-1] for i >= 1
+        nxt = a.diagonal(offset=1, dim1=-2, dim2=-1) * self._next_ok[:, None]  # A[i, i+1]
+        per_row = torch.stack(
+            [
+                *mixed[..., :3].unbind(-1),
+                a.diagonal(dim1=-2, dim2=-1),
+                nn.functional.pad(prev, (1, 0)),
+                nn.functional.pad(nxt, (0, 1)),
+                -torch.special.xlogy(a, a).sum(-1),
+                a.amax(-1),
+                *norm_shares.unbind(-1),
+            ],
+            dim=-1,
+        )  # (B, H, S, K)
+        stats = torch.einsum("bhsk,bs->bhk", per_row, self._row_weight)
+        features = patterns.map_features(a, self._masks)
+        code = patterns.classify(features, self._thresholds).float()
+        self._layers.append(torch.cat([stats, features, code[..., None]], dim=-1))
+        if self._thumb_rows:
+            self._thumbs.append(patterns.thumbnails(a, self._thumb_rows, self._thumb_lengths))
+        return probs
+
+    def collect(self) -> np.ndarray:
+        """The batch's statistics as an array (batch, layer, head, len(OBSERVED_COLUMNS)) in float32."""
+        if len(self._layers) != self._num_layers:
+            raise RuntimeError(f"saw {len(self._layers)} attention layers, expected {self._num_layers}")
+        out = torch.stack(self._layers, dim=1).cpu().numpy()
+        self._layers = []
+        return out
+
+    def collect_thumbnails(self) -> tuple[list[int], list[int], np.ndarray]:
+        """(rows, lengths, thumbnails (rows, layer, head, size²)) of the last batch."""
+        if not self._thumb_rows:
+            return [], [], np.zeros((0, self._num_layers, 0, patterns.THUMBNAIL_SIZE**2), np.float32)
+        out = torch.stack(self._thumbs, dim=1).cpu().numpy()
+        self._thumbs = []
+        return self._thumb_rows, self._thumb_lengths, out

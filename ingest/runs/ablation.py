@@ -1,0 +1,368 @@
+"""`attnwh ingest ablation`: the full sweep of disabled heads and layers on a fine-tuned
+classifier, stored with every per-example prediction and tested for significance.
+
+A run (runs.kind = 'ablation') is one model, task and mode, in two stages:
+
+1. the sweep: the baseline, every head and every whole layer (1 + L×H + L configurations),
+   batch by batch. A batch's predictions under every configuration are committed together
+   with its run_examples marks, so an interrupted run resumes at the next batch;
+2. the finish, once every example is in: each configuration against the baseline on the
+   same examples (:mod:`significance`), Benjamini–Hochberg across the head and layer
+   configurations per metric; the combinations (every head whose own disabling helped, and
+   the top-k curve: the k heads whose own disabling helped most, in that order); gradient
+   importance per head. All of it is written in one transaction that completes the run; an
+   interrupted finish is redone from the stored predictions.
+
+Combinations are chosen on the same examples they are scored on, so their p-values are
+optimistic; they are stored unadjusted and outside the correction.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import torch
+
+from attnwh.errors import DataError, ModelError
+from attnwh.sql import warehouse
+
+from attnwh.ingest.runs import rows as store
+from attnwh.ingest.measures.ablation import AblationSweep, Configuration, combination, head_importance_batch, sweep_configurations
+from attnwh.ingest.encoder.encoding import collate, length_buckets
+from attnwh.ingest.sources.examples import TaskData
+from attnwh.ingest.measures.metrics import metrics_for
+from attnwh.ingest.encoder.loading import EncoderModel
+from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, open_task_run
+from attnwh.ingest.measures.significance import benjamini_hochberg, compare_to_baseline
+
+
+@dataclass(frozen=True)
+class AblationOptions:
+    mode: str = "uniform"
+    top_k: int = 10  # length of the top-k curve
+    n_resamples: int = 1000  # bootstrap resamples and permutations per configuration
+    importance: bool = True  # gradient importance per head
+    prefix_cache: bool = True  # False: every configuration runs the whole model (for checks)
+    configs_per_pass: int = 1  # configurations sharing one forward pass (GPU)
+
+    def identity(self) -> dict[str, object]:
+        """What goes into the run key: settings that change the stored rows."""
+        return {"mode": self.mode, "top_k": self.top_k, "n_resamples": self.n_resamples, "importance": self.importance}
+
+
+@dataclass(frozen=True)
+class AblationSummary:
+    task: str
+    mode: str
+    run_id: int
+    outcome: str  # complete, resumed, replaced, already complete
+    n_examples: int
+    n_written: int  # examples swept by this invocation
+    metric: str
+    baseline: float
+    best_head: tuple[int, int, float, float] | None  # layer, head, delta, adjusted p
+    best_layer: tuple[int, float, float] | None  # layer, delta, adjusted p
+    n_helpful: int  # heads whose disabling raised the main metric
+    n_significant: int  # of those, with adjusted p < 0.05
+    helpful_delta: float | None  # all helpful heads disabled together
+    seconds: float
+
+
+ProgressStart = Callable[[str, int], None]
+ProgressBatch = Callable[[int], None]
+ALPHA = 0.05
+
+
+def check_classifier(encoder: EncoderModel) -> None:
+    """Ablation scores a task classifier: refuse a bare encoder before anything is written."""
+    if not encoder.architecture.endswith("ForSequenceClassification"):
+        raise ModelError(
+            f"{encoder.name} has no classification head ({encoder.architecture}); ablation scores a fine-tuned "
+            "classifier: make one with `attnwh finetune`"
+        )
+
+
+def gold_labels(encoder: EncoderModel, data: TaskData) -> tuple[np.ndarray, bool]:
+    """The examples' gold labels in the model's own numbering (scores for regression), and
+    whether the task is a regression. Label names must match the model's, or the model must
+    have default names (LABEL_0, ...) and as many labels as the task."""
+    config = encoder.model.config
+    regression = config.num_labels == 1
+    if any(e.label is None for e in data.examples):
+        raise DataError(f"{data.task} ({data.split}) has unlabelled examples; ablation needs gold labels")
+    if regression != (data.labels is None):
+        kind = "a regression" if regression else f"a {config.num_labels}-class"
+        raise DataError(f"{encoder.name} is {kind} model, but {data.task} is {'not ' if regression else ''}a regression task")
+    if regression:
+        return np.array([float(e.label) for e in data.examples]), True
+    names = [str(config.id2label[i]) for i in range(config.num_labels)]
+    if set(names) == set(data.labels):
+        index = {name: i for i, name in enumerate(names)}
+    elif all(re.fullmatch(r"LABEL_\d+", n) for n in names) and len(names) == len(data.labels):
+        index = {name: i for i, name in enumerate(data.labels)}
+    else:
+        raise DataError(
+            f"the labels of {encoder.name} ({', '.join(names)}) do not match those of {data.task} "
+            f"({', '.join(data.labels)}); was it fine-tuned on this task?"
+        )
+    return np.array([index[e.label] for e in data.examples]), False
+
+
+def ingest_ablation(
+    db_path: Path,
+    encoder: EncoderModel,
+    tasks: Sequence[PreparedTask],
+    options: IngestOptions,
+    ablation: AblationOptions,
+    on_start: ProgressStart | None = None,
+    on_batch: ProgressBatch | None = None,
+) -> list[AblationSummary]:
+    """Sweep, test and store every prepared task (prepared with the ablation identity in
+    the run key); returns one summary per task."""
+    check_classifier(encoder)
+    golds = [gold_labels(encoder, task.data) for task in tasks]  # all checked before writing
+    sweep = AblationSweep(encoder, ablation.mode, ablation.prefix_cache, ablation.configs_per_pass)
+    con = warehouse.connect(db_path)
+    try:
+        model_ids = {"model_id": store.upsert_model(con, encoder.facts())}
+        return [
+            _run_task(con, model_ids, sweep, task, gold, options, ablation, on_start or _ignore, on_batch or _ignore)
+            for task, gold in zip(tasks, golds)
+        ]
+    finally:
+        con.close()
+
+
+def _ignore(*args: object) -> None:
+    pass
+
+
+def _run_task(
+    con: duckdb.DuckDBPyConnection,
+    model_ids: dict[str, int],
+    sweep: AblationSweep,
+    task: PreparedTask,
+    gold: tuple[np.ndarray, bool],
+    options: IngestOptions,
+    ablation: AblationOptions,
+    on_start: ProgressStart,
+    on_batch: ProgressBatch,
+) -> AblationSummary:
+    encoder = sweep.encoder
+    labels, regression = gold
+    state = open_task_run(con, model_ids, "ablation", encoder, task, options)
+    singles = sweep_configurations(encoder.num_layers, encoder.num_heads)
+    if state.status == "complete":
+        return _summary(con, state.run_id, task, ablation, "already complete", 0, 0.0)
+    _insert_configs(con, state.run_id, ablation.mode, singles, 0)
+    todo = [i for i, eid in enumerate(task.example_ids.tolist()) if eid not in state.done]
+    started = time.perf_counter()
+    on_start(f"{task.data.task} · {ablation.mode}: {len(singles)} configurations", len(todo))
+    with store.marking_failure(con, state.run_id):
+        for indices in length_buckets(task.encoded.n_tokens, todo, options.batch_size):
+            tick = time.perf_counter()
+            batch = collate(task.encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
+            predictions = _predictions(sweep.logits(batch, singles), regression)
+            ids = task.example_ids[indices]
+            store.write_batch(
+                con, state.run_id, "ablation_predictions",
+                _prediction_rows(state.run_id, 0, ids, predictions, labels[indices], regression),
+                ids, task.encoded.n_tokens[indices], task.encoded.n_tokens_full[indices], time.perf_counter() - tick,
+            )
+            on_batch(len(indices))
+        _finish(con, state.run_id, sweep, task, labels, regression, singles, options, ablation, on_start, on_batch)
+    return _summary(con, state.run_id, task, ablation, state.outcome, len(todo), time.perf_counter() - started)
+
+
+def _predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
+    """(configurations, batch) class ids, or scores for regression."""
+    return logits[..., 0].astype(np.float64) if regression else logits.argmax(-1).astype(np.float64)
+
+
+def _prediction_rows(
+    run_id: int, first_config: int, example_ids: np.ndarray, predictions: np.ndarray, labels: np.ndarray,
+    regression: bool,
+) -> dict[str, np.ndarray]:
+    configs, batch = predictions.shape
+    return {
+        "run_id": np.full(configs * batch, run_id, dtype=np.int32),
+        "config_id": np.repeat(np.arange(first_config, first_config + configs, dtype=np.int32), batch),
+        "example_id": np.tile(example_ids, configs),
+        "prediction": predictions.reshape(-1),
+        "correct": pa.nulls(configs * batch, pa.bool_()) if regression else (predictions == labels).reshape(-1),
+    }
+
+
+def _insert_configs(
+    con: duckdb.DuckDBPyConnection, run_id: int, mode: str, configs: Sequence[Configuration], first: int
+) -> None:
+    table = pa.table(
+        {
+            "run_id": pa.array([run_id] * len(configs), pa.int32()),
+            "config_id": pa.array(range(first, first + len(configs)), pa.int32()),
+            "kind": [c.kind for c in configs],
+            "mode": [mode] * len(configs),
+            "layer": pa.array([c.layer for c in configs], pa.int16()),
+            "head": pa.array([c.head for c in configs], pa.int16()),
+            "k": pa.array([c.k for c in configs], pa.int16()),
+            "n_disabled": pa.array([len(c.heads) for c in configs], pa.int16()),
+            "disabled": [c.label for c in configs],
+        }
+    )
+    con.register("new_configs", table)
+    try:
+        # Idempotent: a resumed run finds its configurations already there.
+        con.execute("INSERT OR IGNORE INTO ablation_configs BY NAME SELECT * FROM new_configs")
+    finally:
+        con.unregister("new_configs")
+
+
+def _stored_predictions(con: duckdb.DuckDBPyConnection, run_id: int, example_ids: np.ndarray, n_configs: int) -> np.ndarray:
+    """(configurations, examples) predictions of the sweep, examples in task order."""
+    found = con.execute(
+        "SELECT config_id, example_id, prediction FROM ablation_predictions WHERE run_id = ? AND config_id < ?",
+        [run_id, n_configs],
+    ).fetchnumpy()
+    position = {eid: i for i, eid in enumerate(example_ids.tolist())}
+    out = np.full((n_configs, len(example_ids)), np.nan)
+    out[found["config_id"], [position[e] for e in found["example_id"].tolist()]] = found["prediction"]
+    if np.isnan(out).any():
+        raise RuntimeError(f"ablation run {run_id} is missing predictions; rerun with --replace")
+    return out
+
+
+def _finish(
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    sweep: AblationSweep,
+    task: PreparedTask,
+    labels: np.ndarray,
+    regression: bool,
+    singles: list[Configuration],
+    options: IngestOptions,
+    ablation: AblationOptions,
+    on_start: ProgressStart,
+    on_batch: ProgressBatch,
+) -> None:
+    started = time.perf_counter()
+    encoder = sweep.encoder
+    metrics = metrics_for(task.data.task, regression)
+    predictions = _stored_predictions(con, run_id, task.example_ids, len(singles))
+    results = compare_to_baseline(metrics, labels, predictions[0], predictions, ablation.n_resamples, options.seed)
+    tested = [i for i, c in enumerate(singles) if c.kind in ("head", "layer")]
+    adjusted = {
+        m: dict(zip(tested, benjamini_hochberg(np.array([results[i][j].p_value for i in tested]))))
+        for j, m in enumerate(metrics)
+    }
+
+    # Combinations, ranked by each head's own effect on the main metric.
+    heads = [i for i, c in enumerate(singles) if c.kind == "head"]
+    ranked = sorted(heads, key=lambda i: (-results[i][0].delta, results[i][0].p_value, singles[i].heads))
+    helpful = [i for i in ranked if results[i][0].delta > 0]
+    combos = [combination("top_k", [singles[i].heads[0] for i in ranked[:k]], k=k)
+              for k in range(1, min(ablation.top_k, len(ranked)) + 1)]
+    if len(helpful) >= 2:
+        combos.insert(0, combination("helpful", [singles[i].heads[0] for i in helpful], k=len(helpful)))
+    batches = list(length_buckets(task.encoded.n_tokens, range(len(labels)), options.batch_size))
+    combo_predictions = np.empty((len(combos), len(labels)))
+    if combos:
+        on_start(f"{task.data.task} · {ablation.mode}: {len(combos)} combinations", len(labels))
+        for indices in batches:
+            batch = collate(task.encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
+            combo_predictions[:, indices] = _predictions(sweep.logits(batch, combos), regression)
+            on_batch(len(indices))
+    combo_results = compare_to_baseline(metrics, labels, predictions[0], combo_predictions, ablation.n_resamples,
+                                        options.seed) if combos else []
+
+    importance = None
+    if ablation.importance:
+        on_start(f"{task.data.task}: gradient importance", len(labels))
+        importance = np.zeros((encoder.num_layers, encoder.num_heads))
+        for indices in batches:
+            batch = collate(task.encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
+            dtype = torch.float32 if regression else torch.long
+            targets = torch.as_tensor(labels[indices], dtype=dtype, device=encoder.device)
+            importance += head_importance_batch(encoder, batch, targets, regression)
+            on_batch(len(indices))
+        importance /= len(labels)
+
+    n = len(labels)
+    first_combo = len(singles)
+    score_rows = [
+        (run_id, i, r.metric, r.value, r.baseline, r.delta, r.ci_low, r.ci_high, r.p_value,
+         adjusted[r.metric].get(i), r.test, n, ablation.n_resamples)
+        for i, row in enumerate(results) for r in row
+    ] + [
+        (run_id, first_combo + i, r.metric, r.value, r.baseline, r.delta, r.ci_low, r.ci_high, r.p_value, None,
+         r.test, n, ablation.n_resamples)
+        for i, row in enumerate(combo_results) for r in row
+    ]
+    con.begin()
+    try:
+        _insert_configs(con, run_id, ablation.mode, combos, first_combo)
+        if combos:
+            rows = pa.table(_prediction_rows(run_id, first_combo, task.example_ids, combo_predictions, labels, regression))
+            con.register("combo_rows", rows)
+            con.execute("INSERT INTO ablation_predictions BY NAME SELECT * FROM combo_rows")
+            con.unregister("combo_rows")
+        con.executemany("INSERT INTO ablations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", score_rows)
+        if importance is not None:
+            norms = np.linalg.norm(importance, axis=1, keepdims=True)
+            normalized = np.divide(importance, norms, out=np.zeros_like(importance), where=norms > 0)
+            con.executemany(
+                "INSERT INTO head_importance VALUES (?, ?, ?, ?, ?, ?)",
+                [(run_id, l, h, float(importance[l, h]), float(normalized[l, h]), n)
+                 for l in range(encoder.num_layers) for h in range(encoder.num_heads)],
+            )
+        con.execute("UPDATE runs SET seconds = coalesce(seconds, 0) + ? WHERE run_id = ?",
+                    [time.perf_counter() - started, run_id])
+        store.finish_run(con, run_id, "complete")
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+
+
+def _summary(
+    con: duckdb.DuckDBPyConnection, run_id: int, task: PreparedTask, ablation: AblationOptions, outcome: str,
+    n_written: int, seconds: float,
+) -> AblationSummary:
+    """The headline of a complete run, read back from the warehouse."""
+    rows = con.execute(
+        "SELECT c.kind, c.layer, c.head, a.metric, a.baseline, a.delta, a.p_adjusted "
+        "FROM ablations a JOIN ablation_configs c USING (run_id, config_id) "
+        "WHERE a.run_id = ? ORDER BY c.config_id, a.metric",
+        [run_id],
+    ).fetchall()
+    metric = metrics_for(task.data.task, task.data.labels is None)[0]
+    main = [r for r in rows if r[3] == metric]
+    heads = [r for r in main if r[0] == "head"]
+    layers = [r for r in main if r[0] == "layer"]
+    best_head = max(heads, key=lambda r: r[5], default=None)
+    best_layer = max(layers, key=lambda r: r[5], default=None)
+    helpful = [r for r in heads if r[5] > 0]
+    combo = next((r for r in main if r[0] == "helpful"), None)
+    return AblationSummary(
+        task=task.data.task,
+        mode=ablation.mode,
+        run_id=run_id,
+        outcome=outcome,
+        n_examples=len(task.data.examples),
+        n_written=n_written,
+        metric=metric,
+        baseline=main[0][4] if main else float("nan"),
+        best_head=None if best_head is None else (best_head[1], best_head[2], best_head[5], best_head[6]),
+        best_layer=None if best_layer is None else (best_layer[1], best_layer[5], best_layer[6]),
+        n_helpful=len(helpful),
+        n_significant=sum(1 for r in helpful if r[6] is not None and r[6] < ALPHA),
+        helpful_delta=None if combo is None else combo[5],
+        seconds=seconds,
+    )
+

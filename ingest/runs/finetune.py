@@ -1,0 +1,237 @@
+"""Fine-tuning an encoder on a task, as in Kovaleva et al.: a classification (or STS-B
+regression) head on the pooled [CLS] output, AdamW with linear warm-up and decay.
+
+The result is saved with `save_pretrained` (model and tokenizer) plus `attnwh_finetune.json`,
+which records the base checkpoint and the task, so every other attnwh command can load the
+directory and the warehouse can link the tuned model to its base.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+from attnwh.errors import DataError, UsageError
+
+from attnwh.ingest.measures import metrics
+from attnwh.ingest.encoder.encoding import collate, encode_task
+from attnwh.ingest.sources.examples import TaskData
+from attnwh.ingest.encoder.loading import DEFAULT_MODEL_NAME, LINEAGE_FILE, bundled_model_path, forward_inputs, load_encoder, parameters_hash
+
+
+
+@dataclass(frozen=True)
+class FinetuneOptions:
+    epochs: float = 3.0
+    # BERT's fine-tuning grid is {2, 3, 5}e-5; the upper end suits small encoders such as the
+    # bundled MiniLM, which need larger steps to move in three epochs.
+    learning_rate: float = 5e-5
+    batch_size: int = 32
+    max_length: int = 128
+    warmup: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 42
+    from_scratch: bool = False
+
+
+@dataclass(frozen=True)
+class FinetuneResult:
+    out_dir: Path
+    base_name: str
+    base_weights_hash: str
+    tuned_weights_hash: str
+    task: str
+    train_examples: int
+    dev_examples: int
+    train_seconds: float
+    final_loss: float | None
+    scores: dict[str, float]
+
+
+# Called every step with (step, total steps, running loss).
+StepCallback = Callable[[int, int, float], None]
+
+
+def _labels(data: TaskData) -> np.ndarray:
+    if any(e.label is None for e in data.examples):
+        raise DataError(f"{data.task} ({data.split}) has unlabelled examples; fine-tuning needs labels")
+    if data.labels is None:
+        return np.array([float(e.label) for e in data.examples], dtype=np.float32)
+    index = {name: i for i, name in enumerate(data.labels)}
+    return np.array([index[e.label] for e in data.examples], dtype=np.int64)
+
+
+def finetune(
+    model_name: str | None,
+    train: TaskData,
+    dev: TaskData,
+    out_dir: Path,
+    options: FinetuneOptions,
+    device: str = "auto",
+    on_step: StepCallback | None = None,
+) -> FinetuneResult:
+    """Fine-tune `model_name` (None: the bundled MiniLM) on `train`, score it on `dev`
+    with the task's metrics, and save it to `out_dir`."""
+    if not train.examples or not dev.examples:
+        raise DataError("fine-tuning needs a non-empty train and dev split")
+    if train.labels != dev.labels:
+        raise DataError(f"train and dev of {train.task} have different label sets")
+    base = load_encoder(model_name, device)  # checks the model is a supported encoder
+    source = str(bundled_model_path()) if model_name is None else model_name
+    regression = train.labels is None
+    num_labels = 1 if regression else len(train.labels)
+    config = AutoConfig.from_pretrained(source, num_labels=num_labels)
+    config.problem_type = "regression" if regression else "single_label_classification"
+    if not regression:
+        config.id2label = dict(enumerate(train.labels))
+        config.label2id = {name: i for i, name in enumerate(train.labels)}
+    _seed(options.seed)
+    if options.from_scratch:
+        model = AutoModelForSequenceClassification.from_config(config, attn_implementation="sdpa")
+    else:
+        model = AutoModelForSequenceClassification.from_pretrained(source, config=config, attn_implementation="sdpa")
+    model.to(base.device)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    max_length = min(options.max_length, base.max_length)
+    train_encoded = encode_task(tokenizer, train, max_length)
+    dev_encoded = encode_task(tokenizer, dev, max_length)
+    y_train, y_dev = _labels(train), _labels(dev)
+
+    steps_per_epoch = math.ceil(len(train.examples) / options.batch_size)
+    total = max(1, round(options.epochs * steps_per_epoch))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=options.learning_rate, weight_decay=options.weight_decay)
+    schedule = transformers.get_linear_schedule_with_warmup(optimizer, round(options.warmup * total), total)
+    order_rng = np.random.default_rng(options.seed)
+    model.train()
+    started, step, running = time.perf_counter(), 0, None
+    while step < total:
+        for start in range(0, len(train.examples), options.batch_size):
+            if step >= total:
+                break
+            if start == 0:
+                order = order_rng.permutation(len(train.examples))
+            indices = order[start : start + options.batch_size].tolist()
+            batch = collate(train_encoded, indices, tokenizer.pad_token_id, base.device)
+            target = torch.from_numpy(y_train[indices]).to(base.device)
+            loss = model(**forward_inputs(model, batch), labels=target).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad()
+            step += 1
+            running = loss.item() if running is None else 0.9 * running + 0.1 * loss.item()
+            if on_step:
+                on_step(step, total, running)
+    train_seconds = time.perf_counter() - started
+
+    predictions = predict(model, tokenizer, dev_encoded, regression, options.batch_size, base.device)
+    scores = metrics.score(train.task, y_dev, predictions, regression)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    tuned_hash = parameters_hash(model.float())
+    result = FinetuneResult(
+        out_dir=out_dir,
+        base_name=base.name if model_name is not None else DEFAULT_MODEL_NAME,
+        base_weights_hash=base.weights_hash,
+        tuned_weights_hash=tuned_hash,
+        task=train.task,
+        train_examples=len(train.examples),
+        dev_examples=len(dev.examples),
+        train_seconds=train_seconds,
+        final_loss=running,
+        scores=scores,
+    )
+    lineage = {
+        "base": result.base_name,
+        "base_weights_hash": result.base_weights_hash,
+        "task": result.task,
+        "from_scratch": options.from_scratch,
+        "options": asdict(options),
+        "scores": scores,
+    }
+    (out_dir / LINEAGE_FILE).write_text(json.dumps(lineage, indent=2), encoding="utf-8")
+    return result
+
+
+@torch.inference_mode()
+def predict(model, tokenizer, encoded, regression: bool, batch_size: int, device: torch.device) -> np.ndarray:
+    """Class ids (or scores, for regression) for every encoded example, in order."""
+    model.eval()
+    out = []
+    for start in range(0, len(encoded.input_ids), batch_size):
+        indices = list(range(start, min(start + batch_size, len(encoded.input_ids))))
+        logits = model(**forward_inputs(model, collate(encoded, indices, tokenizer.pad_token_id, device))).logits
+        out.append(logits[:, 0].float().cpu().numpy() if regression else logits.argmax(-1).cpu().numpy())
+    return np.concatenate(out)
+
+
+def _seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse to write a model over a folder that holds something other than a model."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir} exists and is not a folder")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "config.json").exists():
+        raise UsageError(f"--out {out_dir} is a non-empty folder that holds no model; choose another")
+
+
+def record(
+    con,
+    result: FinetuneResult,
+    options: FinetuneOptions,
+    base_facts: dict[str, object],
+    tuned_facts: dict[str, object],
+    dev: TaskData,
+    device: str,
+    command: str | None,
+) -> int:
+    """Store a fine-tuning run: both models (the tuned one linked to its base), the run, its
+    settings and its dev scores, in one transaction; returns the run id."""
+    from attnwh.sql.warehouse import first_row
+
+    from attnwh.ingest.runs import rows as store
+
+    con.begin()
+    try:
+        base_id = store.upsert_model(con, base_facts)
+        tuned_id = store.upsert_model(con, tuned_facts)  # its facts link it to the base
+        run_id = first_row(
+            con,
+            "INSERT INTO runs (kind, run_key, model_id, base_model_id, dataset, task, split, source, example_limit, "
+            "seed, max_length, n_examples, n_truncated, device, dtype, batch_size, versions, command, status, "
+            "started_at, finished_at, seconds) VALUES ('finetune', ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, 0, ?, "
+            "'float32', ?, ?, ?, 'complete', current_timestamp, current_timestamp, ?) RETURNING run_id",
+            [
+                f"finetune:{result.tuned_weights_hash}:{time.time_ns()}", tuned_id, base_id, dev.dataset, dev.task,
+                dev.split, dev.source, options.seed, options.max_length, result.dev_examples, device,
+                options.batch_size, json.dumps(store.library_versions()), command, result.train_seconds,
+            ],
+        )[0]
+        con.execute(
+            "INSERT INTO finetunes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [run_id, options.from_scratch, result.train_examples, options.epochs, options.learning_rate,
+             options.warmup, result.train_seconds, result.final_loss, str(result.out_dir.resolve())],
+        )
+        for metric, value in result.scores.items():
+            con.execute("INSERT INTO scores VALUES (?, ?, ?, ?)", [run_id, metric, value, result.dev_examples])
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    return run_id

@@ -1,0 +1,302 @@
+"""The ingest loop: run encoders over tasks and write per-head rows batch by batch.
+
+The loop (runs, resume, replace, transactions, progress) is shared by every kind of run;
+what a batch produces comes from a :class:`BatchCapture`: head statistics here
+(:class:`StatisticsCapture`), attention change between two models in `compare.py`.
+Everything that can be wrong with the input (model, data, lengths) is checked before the
+warehouse is opened, so bad input leaves the file untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import torch
+
+from attnwh.errors import DataError, UsageError
+from attnwh.sql import warehouse
+
+from attnwh.ingest.encoder import capture
+from attnwh.ingest.runs import rows as store
+from attnwh.ingest.encoder.encoding import EncodedTask, TokenKinds, collate, encode_task, length_buckets
+from attnwh.ingest.sources.examples import TaskData
+from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs, output_projections
+from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, HeadStatistics, value_norm_grams
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    limit: int | None = None  # examples per task, seeded sample; None = all
+    seed: int = 42
+    max_length: int | None = None  # None = the model's limit
+    truncate: bool = True  # False: an over-long example is an error
+    batch_size: int = 32
+    replace: bool = False  # redo a run that is already complete
+    command: str | None = None  # recorded with the run
+    thumbnails: int = 20  # examples per run whose maps are kept as 32 x 32 thumbnails (seeded)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    task: str
+    run_id: int
+    outcome: str  # "complete", "resumed", "replaced" or "already complete"
+    n_examples: int
+    n_written: int  # examples written by this invocation
+    n_truncated: int
+    rows_written: int
+    seconds: float
+
+
+# Called after each batch with the number of examples it held.
+ProgressCallback = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class PreparedTask:
+    data: TaskData
+    encoded: EncodedTask
+    example_ids: np.ndarray
+    max_length: int
+    run_key: str
+
+
+def model_identity(encoder: EncoderModel, kind: str = "statistics") -> dict[str, object]:
+    """The part of a run key that names the model(s) and the kind of run."""
+    return {"kind": kind, "weights": encoder.weights_hash, "name": encoder.name}
+
+
+def prepare_tasks(
+    encoder: EncoderModel,
+    tasks: Sequence[TaskData],
+    options: IngestOptions,
+    identity: Mapping[str, object] | None = None,
+) -> list[PreparedTask]:
+    """Sample, tokenize (with `encoder`'s tokenizer) and check every task; raises before
+    anything is written. `identity` (default: `model_identity(encoder)`) goes into each run
+    key, so runs of other models or kinds never resume each other."""
+    max_length = options.max_length or encoder.max_length
+    if max_length > encoder.max_length:
+        raise UsageError(f"--max-length {max_length} exceeds the model's limit of {encoder.max_length} tokens")
+    if max_length < 4:
+        raise UsageError("--max-length must be at least 4 tokens")
+    prepared = []
+    for full in tasks:
+        data = full.sample(options.limit, options.seed)
+        if not data.examples:
+            raise DataError(f"task {data.task} ({data.split}) has no examples")
+        encoded = encode_task(encoder.tokenizer, data, max_length)
+        too_long = np.flatnonzero(encoded.truncated)
+        if len(too_long) and not options.truncate:
+            first = data.examples[too_long[0]]
+            raise DataError(
+                f"{len(too_long)} example(s) of {data.task} are longer than {max_length} tokens "
+                f"(first: row {first.position}, {encoded.n_tokens_full[too_long[0]]} tokens); "
+                "allow truncation or raise --max-length"
+            )
+        ids = np.array([store.example_id(data, e) for e in data.examples], dtype=np.int64)
+        key = {
+            **(identity if identity is not None else model_identity(encoder)),
+            "data": [data.dataset, data.task, data.split],
+            "examples": hashlib.blake2b(ids.tobytes(), digest_size=16).hexdigest(),
+            "max_length": max_length,
+            "dtype": str(encoder.dtype),
+        }
+        run_key = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=16).hexdigest()
+        prepared.append(PreparedTask(data, encoded, ids, max_length, run_key))
+    return prepared
+
+
+class BatchCapture(Protocol):
+    """What one kind of run computes per batch, and where it goes."""
+
+    encoder: EncoderModel  # batches are tokenized, padded and placed for this model
+    kind: str  # runs.kind
+    table: str  # the table of per (example, layer, head) rows
+    columns: tuple[str, ...]  # its value columns, in the order of the last axis of `run`
+
+    def models(self) -> dict[str, EncoderModel]:
+        """The runs columns naming models (model_id, base_model_id) and their encoders."""
+        ...
+
+    def run(self, batch: dict[str, torch.Tensor], thumbnail_rows: Sequence[int] = ()) -> np.ndarray:
+        """Values (batch, layer, head, len(columns)) of one collated batch; batch rows in
+        `thumbnail_rows` are the run's thumbnail sample (a capture may ignore them)."""
+        ...
+
+    def extra_rows(self, run_id: int, example_ids: np.ndarray) -> dict[str, object]:
+        """Rows of other tables from the last batch, written with it ({} when none)."""
+        ...
+
+
+def ingest_statistics(
+    db_path: Path,
+    encoder: EncoderModel,
+    tasks: Sequence[PreparedTask],
+    options: IngestOptions,
+    on_start: Callable[[str, int], None] | None = None,
+    on_batch: ProgressCallback | None = None,
+) -> list[RunSummary]:
+    """Write head statistics of every prepared task into the warehouse at `db_path`.
+
+    A run with the same model, examples and settings as a stored one resumes it (or, if it
+    is complete, is skipped unless `options.replace`). `on_start(task, n_todo)` and
+    `on_batch(n)` report progress.
+    """
+    return ingest_runs(db_path, StatisticsCapture(encoder), tasks, options, on_start, on_batch)
+
+
+def ingest_runs(
+    db_path: Path,
+    capture: BatchCapture,
+    tasks: Sequence[PreparedTask],
+    options: IngestOptions,
+    on_start: Callable[[str, int], None] | None = None,
+    on_batch: ProgressCallback | None = None,
+) -> list[RunSummary]:
+    """Write what `capture` computes for every prepared task, one run per task, with the
+    resume and replace rules of :func:`ingest_statistics`."""
+    con = warehouse.connect(db_path)
+    try:
+        model_ids = {column: store.upsert_model(con, e.facts()) for column, e in capture.models().items()}
+        return [_ingest_task(con, model_ids, capture, task, options, on_start, on_batch) for task in tasks]
+    finally:
+        con.close()
+
+
+class StatisticsCapture:
+    """Runs batches through the model and returns their head statistics, pattern features
+    and pattern types (batch, layer, head, column); the observer and token classifier are
+    set up once. Batch rows named in `run(..., thumbnail_rows)` also leave thumbnails of
+    their maps (:meth:`extra_rows`)."""
+
+    kind = "statistics"
+    table = "head_stats"
+    columns = OBSERVED_COLUMNS
+
+    def __init__(self, encoder: EncoderModel) -> None:
+        self.encoder = encoder
+        grams = value_norm_grams(output_projections(encoder.model), encoder.num_heads)
+        self.observer = HeadStatistics(grams, encoder.num_layers)
+        self.kinds = TokenKinds(encoder.tokenizer)
+
+    def models(self) -> dict[str, EncoderModel]:
+        return {"model_id": self.encoder}
+
+    @torch.inference_mode()
+    def run(self, batch: dict[str, torch.Tensor], thumbnail_rows: Sequence[int] = ()) -> np.ndarray:
+        """Statistics of one collated batch (see `encoding.collate`)."""
+        self.observer.begin(
+            batch["attention_mask"].bool(), *self.kinds.masks(batch["input_ids"]), thumbnail_rows=list(thumbnail_rows)
+        )
+        with capture.observing(self.observer):
+            self.encoder.model(**forward_inputs(self.encoder.model, batch))
+        return self.observer.collect()
+
+    def extra_rows(self, run_id: int, example_ids: np.ndarray) -> dict[str, object]:
+        """pattern_thumbnails rows of the last batch's thumbnail rows (none: {})."""
+        rows, lengths, thumbs = self.observer.collect_thumbnails()
+        if not rows:
+            return {}
+        return {"pattern_thumbnails": store.thumbnail_rows(run_id, example_ids[rows], lengths, thumbs)}
+
+
+def open_task_run(
+    con: duckdb.DuckDBPyConnection,
+    model_ids: dict[str, int],
+    kind: str,
+    encoder: EncoderModel,
+    task: PreparedTask,
+    options: IngestOptions,
+) -> store.RunState:
+    """Store the task's examples and find, resume or create its run (kind `kind`), in one
+    transaction."""
+    data = task.data
+    con.begin()
+    try:
+        store.insert_examples(con, data, task.example_ids.tolist())
+        state = store.open_run(
+            con,
+            task.run_key,
+            options.replace,
+            {
+                "kind": kind,
+                **model_ids,
+                "dataset": data.dataset,
+                "task": data.task,
+                "split": data.split,
+                "source": data.source,
+                "example_limit": options.limit,
+                "seed": options.seed,
+                "max_length": task.max_length,
+                "n_examples": len(data.examples),
+                "n_truncated": int(task.encoded.truncated.sum()),
+                "device": str(encoder.device),
+                "dtype": str(encoder.dtype).removeprefix("torch."),
+                "batch_size": options.batch_size,
+                "versions": json.dumps(store.library_versions()),
+                "command": options.command,
+            },
+        )
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    return state
+
+
+def _ingest_task(
+    con: duckdb.DuckDBPyConnection,
+    model_ids: dict[str, int],
+    capture: BatchCapture,
+    task: PreparedTask,
+    options: IngestOptions,
+    on_start: Callable[[str, int], None] | None,
+    on_batch: ProgressCallback | None,
+) -> RunSummary:
+    encoder = capture.encoder
+    data, encoded = task.data, task.encoded
+    n_truncated = int(encoded.truncated.sum())
+    state = open_task_run(con, model_ids, capture.kind, encoder, task, options)
+    if state.status == "complete":
+        return RunSummary(data.task, state.run_id, "already complete", len(data.examples), 0, n_truncated, 0, 0.0)
+    todo = [i for i, eid in enumerate(task.example_ids.tolist()) if eid not in state.done]
+    if on_start:
+        on_start(data.task, len(todo))
+    lengths = encoded.n_tokens
+    started = time.perf_counter()
+    thumbnail_ids = store.thumbnail_sample(task.example_ids, options.thumbnails, options.seed)
+    rows = 0
+    with store.marking_failure(con, state.run_id):
+        for indices in length_buckets(lengths, todo, options.batch_size):
+            tick = time.perf_counter()
+            batch = collate(encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
+            example_ids = task.example_ids[indices]
+            keep = [k for k, eid in enumerate(example_ids.tolist()) if eid in thumbnail_ids]
+            values = capture.run(batch, keep)
+            store.write_batch(
+                con,
+                state.run_id,
+                capture.table,
+                store.grid_rows(state.run_id, example_ids, values, capture.columns),
+                example_ids,
+                lengths[indices],
+                encoded.n_tokens_full[indices],
+                time.perf_counter() - tick,
+                capture.extra_rows(state.run_id, example_ids),
+            )
+            rows += values.shape[0] * values.shape[1] * values.shape[2]
+            if on_batch:
+                on_batch(len(indices))
+    store.finish_run(con, state.run_id, "complete")
+    return RunSummary(
+        data.task, state.run_id, state.outcome, len(data.examples), len(todo), n_truncated, rows, time.perf_counter() - started
+    )

@@ -1,0 +1,256 @@
+"""Pattern types in the warehouse: re-labelling stored rows, importing hand labels, training
+and applying the CNN. The library behind `attnwh patterns`; none of it needs the encoder.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import torch
+
+from attnwh.errors import DataError, UsageError
+from attnwh.sql.warehouse import first_row
+
+from attnwh.ingest.measures import pattern_cnn
+from attnwh.ingest.measures import patterns
+
+# Accepted spellings of the types in a labels file, beside the names themselves.
+_ALIASES = {"vertical_diagonal": "vertical+diagonal", "vertical + diagonal": "vertical+diagonal",
+            "hetero": "heterogeneous"}
+LABEL_COLUMNS = ("run", "example", "layer", "head", "type")
+
+
+def pattern_code(name: str) -> int | None:
+    key = " ".join(name.strip().lower().split())
+    key = _ALIASES.get(key, key)
+    return patterns.PATTERN_TYPES.index(key) if key in patterns.PATTERN_TYPES else None
+
+
+def _run_filter(runs: Sequence[int] | None) -> tuple[str, list[object]]:
+    if not runs:
+        return "", []
+    return f" AND run_id IN ({', '.join('?' for _ in runs)})", list(runs)
+
+
+def reclassify_rules(
+    con: duckdb.DuckDBPyConnection, thresholds: patterns.Thresholds = patterns.THRESHOLDS,
+    runs: Sequence[int] | None = None,
+) -> dict[str, int]:
+    """Re-label head_stats rows from their stored features with `thresholds`, in one
+    transaction; returns the number of rows per type after the change (rows without
+    features, written before pattern types existed, are left alone)."""
+    where, params = _run_filter(runs)
+    feature_list = ", ".join(patterns.FEATURE_COLUMNS)
+    con.begin()
+    try:
+        run_ids = [r[0] for r in con.execute(
+            f"SELECT DISTINCT run_id FROM head_stats WHERE pattern IS NOT NULL{where} ORDER BY 1", params
+        ).fetchall()]
+        for run_id in run_ids:  # one run at a time keeps memory bounded
+            table = con.sql(
+                f"SELECT example_id, layer, head, {feature_list} FROM head_stats"
+                " WHERE run_id = $run AND pattern IS NOT NULL", params={"run": run_id}
+            ).to_arrow_table()
+            features = np.stack([table[c].to_numpy(zero_copy_only=False) for c in patterns.FEATURE_COLUMNS], -1)
+            codes = patterns.classify(torch.from_numpy(features.astype(np.float32)), thresholds).numpy()
+            new = pa.table({
+                "example_id": table["example_id"], "layer": table["layer"], "head": table["head"],
+                "pattern": codes.astype(np.int16),
+            })
+            con.register("new_patterns", new)
+            try:
+                con.execute(
+                    "UPDATE head_stats AS s SET pattern = n.pattern FROM new_patterns AS n WHERE s.run_id = ?"
+                    " AND s.example_id = n.example_id AND s.layer = n.layer AND s.head = n.head"
+                    " AND s.pattern IS DISTINCT FROM n.pattern", [run_id]
+                )
+            finally:
+                con.unregister("new_patterns")
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    rows = con.execute(
+        f"SELECT t.name, count(s.pattern) FROM pattern_types AS t LEFT JOIN head_stats AS s"
+        f" ON s.pattern = t.pattern{where.replace('run_id', 's.run_id')} GROUP BY t.pattern, t.name ORDER BY t.pattern",
+        params,
+    ).fetchall()
+    return dict(rows)
+
+
+def import_labels(con: duckdb.DuckDBPyConnection, path: Path) -> int:
+    """Read a labels CSV (columns run, example, layer, head, type; run = run_id, example =
+    example_id) into pattern_labels, replacing earlier labels of the same maps. Every row is
+    checked before anything is written; the first problem is raised as one line."""
+    if not path.is_file():
+        raise DataError(f"no labels file at {path}")
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            reader = csv.DictReader(handle)
+            header = [h.strip().lower() for h in reader.fieldnames or []]
+            missing = [c for c in LABEL_COLUMNS if c not in header]
+            if missing:
+                raise DataError(f"{path.name}: missing column(s) {', '.join(missing)} (need {', '.join(LABEL_COLUMNS)})")
+            reader.fieldnames = header
+            rows = []
+            for line, record in enumerate(reader, start=2):
+                try:
+                    keys = [int(str(record[c]).strip()) for c in LABEL_COLUMNS[:4]]
+                except (TypeError, ValueError):
+                    raise DataError(f"{path.name} line {line}: run, example, layer and head must be integers") from None
+                code = pattern_code(record["type"] or "")
+                if code is None:
+                    raise DataError(
+                        f"{path.name} line {line}: unknown type {record['type']!r} "
+                        f"(one of {', '.join(patterns.PATTERN_TYPES)})"
+                    )
+                rows.append((*keys, code, line))
+    except UnicodeDecodeError:
+        raise DataError(f"{path.name} is not UTF-8 text") from None
+    if not rows:
+        raise DataError(f"{path.name} holds no labels")
+    table = pa.table({
+        "run_id": pa.array([r[0] for r in rows], pa.int32()),
+        "example_id": pa.array([r[1] for r in rows], pa.int64()),
+        "layer": pa.array([r[2] for r in rows], pa.int16()),
+        "head": pa.array([r[3] for r in rows], pa.int16()),
+        "pattern": pa.array([r[4] for r in rows], pa.int16()),
+        "line": pa.array([r[5] for r in rows], pa.int32()),
+    })
+    con.register("new_labels", table)
+    try:
+        dup = first_row(con, "SELECT min(line) FROM (SELECT line, row_number() OVER (PARTITION BY run_id, example_id,"
+                             " layer, head ORDER BY line) AS k FROM new_labels) WHERE k > 1")
+        if dup[0] is not None:
+            raise DataError(f"{path.name} line {dup[0]}: the same map is labelled twice")
+        unknown = first_row(
+            con,
+            "SELECT min(n.line) FROM new_labels AS n ANTI JOIN head_stats AS s"
+            " ON s.run_id = n.run_id AND s.example_id = n.example_id AND s.layer = n.layer AND s.head = n.head",
+        )
+        if unknown[0] is not None:
+            r = rows[[row[5] for row in rows].index(unknown[0])]
+            raise DataError(
+                f"{path.name} line {unknown[0]}: no map run {r[0]}, example {r[1]}, layer {r[2]}, head {r[3]} "
+                "in the warehouse"
+            )
+        con.begin()
+        try:
+            con.execute(
+                "DELETE FROM pattern_labels AS l USING new_labels AS n WHERE l.run_id = n.run_id"
+                " AND l.example_id = n.example_id AND l.layer = n.layer AND l.head = n.head"
+            )
+            con.execute(
+                "INSERT INTO pattern_labels (run_id, example_id, layer, head, pattern, source)"
+                " SELECT run_id, example_id, layer, head, pattern, ? FROM new_labels", [str(path)]
+            )
+            con.commit()
+        except BaseException:
+            con.rollback()
+            raise
+    finally:
+        con.unregister("new_labels")
+    return len(rows)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    model_id: int
+    n_labelled: int  # labels that have a thumbnail
+    n_train: int
+    n_test: int
+    f1_cnn: float
+    f1_rules: float
+
+
+def train_cnn(
+    con: duckdb.DuckDBPyConnection, seed: int = 42, epochs: int = 60, test_share: float = 0.25
+) -> TrainResult:
+    """Fit the CNN on every labelled map that has a thumbnail, score the CNN and the rules on
+    the held-out maps, and store the model and both F1s in pattern_models."""
+    data = con.sql(
+        "SELECT t.thumbnail, l.pattern AS label, s.pattern AS rules FROM pattern_labels AS l"
+        " JOIN pattern_thumbnails AS t USING (run_id, example_id, layer, head)"
+        " JOIN head_stats AS s USING (run_id, example_id, layer, head)"
+        " ORDER BY l.run_id, l.example_id, l.layer, l.head"
+    ).to_arrow_table()
+    if data.num_rows < 10:
+        raise UsageError(
+            f"only {data.num_rows} labelled maps have thumbnails; `attnwh patterns train` needs at least 10 "
+            "(import labels of maps from `attnwh ingest --thumbnails N`)"
+        )
+    thumbs = np.stack(data["thumbnail"].to_numpy(zero_copy_only=False)).astype(np.float32)
+    labels = data["label"].to_numpy().astype(np.int64)
+    rules = data["rules"].to_numpy(zero_copy_only=False)
+    trained = pattern_cnn.train(thumbs, labels, seed=seed, epochs=epochs, test_share=test_share)
+    held_rules = np.nan_to_num(rules[trained.test].astype(float), nan=-1).astype(np.int64)
+    f1_rules = pattern_cnn.macro_f1(labels[trained.test], held_rules)
+    settings = {"test_share": test_share, "learning_rate": 3e-3, "batch_size": 64, "input": "thumbnail / max",
+                "architecture": "3 conv 3x3 (8, 16, 16) + pool to 4x4 + MLP 32"}
+    model_id = first_row(
+        con,
+        "INSERT INTO pattern_models (seed, epochs, n_train, n_test, f1_cnn, f1_rules, settings, weights)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING model_id",
+        [seed, epochs, len(trained.train), len(trained.test), trained.f1_cnn, f1_rules, json.dumps(settings),
+         pattern_cnn.to_bytes(trained.model)],
+    )[0]
+    return TrainResult(model_id, data.num_rows, len(trained.train), len(trained.test), trained.f1_cnn, f1_rules)
+
+
+def reclassify_cnn(
+    con: duckdb.DuckDBPyConnection, model_id: int | None = None, runs: Sequence[int] | None = None
+) -> tuple[int, dict[str, int]]:
+    """Label every stored thumbnail with a trained CNN (default: the latest), into
+    pattern_thumbnails.cnn_pattern; returns the model id and the rows per type."""
+    row = first_row(
+        con,
+        "SELECT model_id, weights FROM pattern_models WHERE (? IS NULL OR model_id = ?) ORDER BY model_id DESC LIMIT 1",
+        [model_id, model_id],
+    )
+    if row is None:
+        raise UsageError(
+            "no trained pattern CNN in the warehouse; train one with `attnwh patterns train`"
+            if model_id is None else f"no pattern CNN with id {model_id}"
+        )
+    chosen, weights = row
+    model = pattern_cnn.from_bytes(bytes(weights))
+    wanted = pa.table({"run_id": pa.array(list(runs or []), pa.int32())})
+    con.register("wanted_runs", wanted)
+    try:
+        table = con.sql(
+            "SELECT run_id, example_id, layer, head, thumbnail FROM pattern_thumbnails"
+            " WHERE NOT EXISTS (SELECT 1 FROM wanted_runs) OR run_id IN (SELECT run_id FROM wanted_runs)"
+        ).to_arrow_table()
+    finally:
+        con.unregister("wanted_runs")
+    if table.num_rows == 0:
+        raise UsageError("no thumbnails to classify; `attnwh ingest --thumbnails N` stores them")
+    thumbs = np.stack(table["thumbnail"].to_numpy(zero_copy_only=False)).astype(np.float32)
+    codes = pattern_cnn.predict(model, thumbs)
+    new = pa.table({
+        "run_id": table["run_id"], "example_id": table["example_id"], "layer": table["layer"],
+        "head": table["head"], "cnn_pattern": codes.astype(np.int16),
+    })
+    con.register("new_cnn", new)
+    con.begin()
+    try:
+        con.execute(
+            "UPDATE pattern_thumbnails AS t SET cnn_pattern = n.cnn_pattern, cnn_model = ? FROM new_cnn AS n"
+            " WHERE t.run_id = n.run_id AND t.example_id = n.example_id AND t.layer = n.layer AND t.head = n.head",
+            [chosen],
+        )
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    finally:
+        con.unregister("new_cnn")
+    counts = {name: int((codes == k).sum()) for k, name in enumerate(patterns.PATTERN_TYPES)}
+    return chosen, counts

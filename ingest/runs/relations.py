@@ -1,0 +1,203 @@
+"""Storing `attnwh ingest relations` runs: one run per input file (task `dependencies` for a
+CoNLL-U file, `frames` for a FrameNet file), written with all its rows in one transaction at
+the end, so a run row exists only when its rows do. A stored run with the same key (model
+weights, file contents, --limit, --seed and what is measured) is kept unless `replace`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnwh.errors import DataError
+from attnwh.ingest.encoder.loading import EncoderModel
+from attnwh.ingest.measures.dependencies import Sentence, measure
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one run measured: rows per table, and the run's counts."""
+
+    tables: dict[str, dict[str, list]]
+    n_examples: int
+    n_skipped: int
+    seconds: float
+    result: Any  # the analysis' own result object, handed back in the summary
+
+
+@dataclass(frozen=True)
+class RelationsSummary:
+    run_id: int
+    outcome: str  # "complete", "replaced" or "already complete"
+    result: Any | None  # None when already complete
+    task: str = "dependencies"
+
+
+def run_key(encoder: EncoderModel, path: Path, limit: int | None, seed: int, **extra: object) -> str:
+    key = {
+        "kind": "relations",
+        "weights": encoder.weights_hash,
+        "name": encoder.name,
+        "file": hashlib.blake2b(Path(path).read_bytes(), digest_size=16).hexdigest(),
+        "limit": limit,
+        "seed": seed,
+        "dtype": str(encoder.dtype),
+        **extra,
+    }
+    return hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=16).hexdigest()
+
+
+def ingest_run(
+    db_path: Path,
+    encoder: EncoderModel,
+    path: Path,
+    *,
+    task: str,
+    key: str,
+    limit: int | None,
+    seed: int,
+    batch_size: int,
+    replace: bool,
+    command: str | None,
+    measure: Callable[[], Measured],
+    n_todo: int,
+    on_start: Callable[[int], None] | None = None,
+) -> RelationsSummary:
+    """Skip a stored run (unless `replace`), else measure and write it in one transaction."""
+    import pyarrow as pa
+
+    from attnwh.sql import warehouse
+    from attnwh.sql.warehouse import first_row
+
+    from attnwh.ingest.runs import rows as store
+
+    con = warehouse.connect(db_path)
+    try:
+        found = first_row(con, "SELECT run_id FROM runs WHERE run_key = ?", [key])
+        if found and not replace:
+            return RelationsSummary(found[0], "already complete", None, task)
+        if on_start:
+            on_start(n_todo)
+        measured = measure()
+        con.begin()
+        try:
+            model_id = store.upsert_model(con, encoder.facts())
+            state = store.open_run(
+                con,
+                key,
+                True,
+                {
+                    "kind": "relations",
+                    "model_id": model_id,
+                    "dataset": Path(path).name,
+                    "task": task,
+                    "split": Path(path).stem,
+                    "source": str(path),
+                    "example_limit": limit,
+                    "seed": seed,
+                    "max_length": encoder.max_length,
+                    "n_examples": measured.n_examples,
+                    "n_truncated": measured.n_skipped,  # skipped as longer than max_length (or unusable)
+                    "device": str(encoder.device),
+                    "dtype": str(encoder.dtype).removeprefix("torch."),
+                    "batch_size": batch_size,
+                    "versions": json.dumps(store.library_versions()),
+                    "command": command,
+                },
+            )
+            for table, rows in measured.tables.items():
+                n = len(next(iter(rows.values())))
+                arrow = pa.table({"run_id": pa.array([state.run_id] * n, pa.int32()), **rows})
+                con.register("new_rows", arrow)
+                try:
+                    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM new_rows")
+                finally:
+                    con.unregister("new_rows")
+            con.execute(
+                "UPDATE runs SET status = 'complete', finished_at = current_timestamp, seconds = ? WHERE run_id = ?",
+                [measured.seconds, state.run_id],
+            )
+            con.commit()
+        except BaseException:
+            con.rollback()
+            raise
+        return RelationsSummary(state.run_id, "replaced" if found else "complete", measured.result, task)
+    finally:
+        con.close()
+
+
+def ingest_relations(
+    db_path: Path,
+    encoder: EncoderModel,
+    path: Path,
+    sentences: Sequence[Sentence],
+    *,
+    limit: int | None,
+    seed: int,
+    batch_size: int,
+    replace: bool,
+    command: str | None,
+    on_start: Callable[[int], None] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> RelationsSummary:
+    """Measure and store one CoNLL-U run (task `dependencies`): dependency_heads,
+    dependency_baselines and feature_attention, in one transaction."""
+
+    def run() -> Measured:
+        result = measure(encoder, sentences, batch_size, on_batch)
+        tables = {
+            "dependency_heads": result.counts.head_rows(),
+            "dependency_baselines": result.counts.baseline_rows(),
+        }
+        if result.features is not None and result.features.n_sentences:
+            tables["feature_attention"] = result.features.rows()
+        return Measured(tables, result.n_sentences, result.n_skipped, result.seconds, result)
+
+    return ingest_run(
+        db_path, encoder, path, task="dependencies",
+        key=run_key(encoder, path, limit, seed, measures="dependencies+features"),
+        limit=limit, seed=seed, batch_size=batch_size, replace=replace, command=command,
+        measure=run, n_todo=len(sentences), on_start=on_start,
+    )
+
+
+def ingest_frames(
+    db_path: Path,
+    encoder: EncoderModel,
+    path: Path,
+    data,
+    *,
+    limit: int | None,
+    seed: int,
+    batch_size: int,
+    replace: bool,
+    command: str | None,
+    on_start: Callable[[int], None] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> RelationsSummary:
+    """Measure and store one FrameNet run (task `frames`): frame_heads and frame_filters."""
+    from attnwh.ingest.measures import frames
+
+    def run() -> Measured:
+        result = frames.measure_frames(encoder, data, batch_size, on_batch)
+        if result.counts.n == 0:
+            raise DataError(f"{path}: no annotation could be measured (sentences too long for {encoder.name})")
+        filters = {k: [v] for k, v in data.filters.items()}
+        filters.update(
+            sentences=[len({link.sentence for link in data.links})], measured=[result.counts.n],
+            max_sentence_words=[frames.MAX_SENTENCE_WORDS], max_element_words=[frames.MAX_ELEMENT_WORDS],
+            min_distance=[frames.MIN_DISTANCE],
+        )
+        tables = {"frame_heads": result.counts.rows(), "frame_filters": filters}
+        return Measured(tables, result.n_annotations, result.n_skipped, result.seconds, result)
+
+    return ingest_run(
+        db_path, encoder, path, task="frames",
+        key=run_key(encoder, path, limit, seed, measures="frames", filters=[
+            frames.MAX_SENTENCE_WORDS, frames.MAX_ELEMENT_WORDS, frames.MIN_DISTANCE]),
+        limit=limit, seed=seed, batch_size=batch_size, replace=replace, command=command,
+        measure=run, n_todo=len(data.links), on_start=on_start,
+    )

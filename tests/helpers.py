@@ -1,0 +1,56 @@
+"""Helpers shared by the test modules: the CLI run in-process, small data files, table counts."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import duckdb
+
+from attnwh import cli
+from tiny_models import CORPUS
+
+# The sentences the tiny tokenizers were trained on, so few pieces are unknown.
+SENTENCES = list(dict.fromkeys(CORPUS))
+
+
+def run(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """Run the real console entry point in-process; returns (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["attnwh", *args])
+    try:
+        cli.main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_pairs(path: Path, n: int = 24) -> Path:
+    rows = ["premise\thypothesis\tlabel"]
+    for i in range(n):
+        a = SENTENCES[i % len(SENTENCES)]
+        b = SENTENCES[(3 * i + 1) % len(SENTENCES)]
+        rows.append(f"{a} ({i})\t{b}\t{'yes' if i % 2 else 'no'}")
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def counts(db: Path) -> dict[str, int]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return {
+            t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+            for t in ("models", "examples", "runs", "run_examples", "head_stats")
+        }
+
+
+def digest(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+def ingest_args(model: Path, data: Path, db: Path, *extra: str) -> list[str]:
+    return [
+        "ingest", "--model", str(model), "--data", str(data), "--text-column", "premise",
+        "--pair-column", "hypothesis", "--label-column", "label", "--db", str(db), "--batch-size", "5", *extra,
+    ]
