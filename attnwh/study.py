@@ -20,30 +20,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from attnwh.errors import DataError, UsageError
 from attnwh.sql import warehouse
 
-from attnwh.ingest.runs.ablation import AblationOptions, AblationSummary, check_classifier, gold_labels, ingest_ablation
+from attnwh.ingest.runs.ablation import (
+    AblationOptions, AblationSummary, check_classifier, gold_labels, ingest_ablation, prepare_ablation,
+)
 from attnwh.ingest.measures.change import ChangeCapture, prepare_comparison
 from attnwh.ingest.sources.examples import TaskData
-from attnwh.ingest.runs.finetune import FinetuneOptions, FinetuneResult, check_out_dir, finetune, record
+from attnwh.ingest.runs.finetune import (
+    FinetuneOptions, FinetuneResult, LineageExtra, check_out_dir, finetune, record,
+)
 from attnwh.ingest.measures.metrics import metrics_for
 from attnwh.ingest.encoder.loading import LINEAGE_FILE, EncoderModel, load_encoder
-from attnwh.ingest.runs.loop import IngestOptions, RunSummary, ingest_runs, ingest_statistics, model_identity, prepare_tasks
+from attnwh.ingest.runs.loop import IngestOptions, RunSummary, ingest_runs, ingest_statistics, prepare_tasks
 
-STAGES: tuple[str, ...] = ("ingest-base", "finetune", "ingest-tuned", "compare", "ablation", "report")
-STAGE_HELP: dict[str, str] = {
-    "ingest-base": "head statistics of the pre-trained model on each task's eval split",
-    "finetune": "fine-tune the model on each task's train split, score it on the eval split",
-    "ingest-tuned": "head statistics of each fine-tuned model",
-    "compare": "how each head's attention changed through fine-tuning (cosine of the maps)",
-    "ablation": "disable every head and layer of each tuned model, with significance",
-    "report": "the HTML report of the whole warehouse",
-}
+# The stages, in order, with their help and method: STAGE_TABLE (and STAGES, STAGE_HELP) below
+# the Study class.
 CPU_MAX_TRAIN_EXAMPLES = 1000  # the default train sample on a CPU; a GPU trains on every example
 DEFAULT_LIMIT = 200
 DEFAULT_ABLATION_LIMIT = 100  # without --limit; with one, the sweep uses it too
@@ -112,12 +109,38 @@ class StudyTask:
         return metrics_for(self.name, self.regression)[0]
 
 
+@dataclass(frozen=True)
+class TaskOutcome:
+    """What a stage did for one task (for the report stage: its file)."""
+
+    subject: str  # the task, with the ablation mode; or the report's path
+    outcome: str  # e.g. "run 3 already complete", "kept", "trained in 2.1 s, accuracy 0.5000 (run 4)"
+    wrote: bool  # False: everything was already there
+
+    @property
+    def line(self) -> str:
+        return f"{self.subject}: {self.outcome}"
+
+
 @dataclass
 class StageResult:
     stage: str
-    outcome: str  # "done", "skipped" (everything was already there), "partly done"
-    detail: list[str] = field(default_factory=list)  # one line per task
+    outcome: str = "done"  # "done", "skipped" (everything was already there), "partly done"
+    tasks: list[TaskOutcome] = field(default_factory=list)
     seconds: float = 0.0
+
+    def add(self, subject: str, outcome: str, wrote: bool) -> None:
+        self.tasks.append(TaskOutcome(subject, outcome, wrote))
+
+    @property
+    def detail(self) -> list[str]:
+        """One line per task, for display."""
+        return [t.line for t in self.tasks]
+
+    @property
+    def wrote_nothing(self) -> bool:
+        """Whether the stage had tasks and found every one already done."""
+        return bool(self.tasks) and not any(t.wrote for t in self.tasks)
 
 
 @dataclass(frozen=True)
@@ -281,10 +304,10 @@ class Study:
     def _record(self, stage: str, summaries: Sequence[RunSummary | AblationSummary], result: StageResult) -> None:
         for s in summaries:
             self.run_ids[(stage, s.task)] = s.run_id
-            if s.outcome != "already complete":
-                self.wrote_anything = True
+            wrote = s.outcome != "already complete"
+            self.wrote_anything |= wrote
             mode = f" · {s.mode}" if isinstance(s, AblationSummary) else ""
-            result.detail.append(f"{s.task}{mode}: run {s.run_id} {s.outcome}")
+            result.add(f"{s.task}{mode}", f"run {s.run_id} {s.outcome}", wrote)
 
     # -- stages ----------------------------------------------------------------------------
 
@@ -293,14 +316,13 @@ class Study:
         import time
 
         results = []
-        for index, stage in enumerate(STAGES, start=1):
-            self.hooks.stage(stage, index, len(STAGES))
+        for index, stage in enumerate(STAGE_TABLE, start=1):
+            self.hooks.stage(stage.name, index, len(STAGE_TABLE))
             started = time.perf_counter()
-            result = StageResult(stage, "done")
-            getattr(self, "stage_" + stage.replace("-", "_"))(result)
+            result = StageResult(stage.name)
+            stage.run(self, result)
             result.seconds = time.perf_counter() - started
-            if result.outcome == "done" and result.detail and all(d.endswith(("already complete", "kept"))
-                                                                   for d in result.detail):
+            if result.outcome == "done" and result.wrote_nothing:
                 result.outcome = "skipped"
             self.hooks.stage_done(result)
             results.append(result)
@@ -321,29 +343,21 @@ class Study:
             saved = _read_json(out / LINEAGE_FILE)
             if not forced and saved is not None and _lineage_matches(saved, wanted):
                 self._record_saved(task, saved)
-                result.detail.append(f"{task.name}: kept")
+                result.add(task.name, "kept", wrote=False)
                 continue
             if saved is not None and not forced:
                 self.hooks.note(f"{task.name}: the model in {out} was trained differently; training again")
             self._tuned.pop(task.name, None)
             self.hooks.start(f"fine-tuning {task.name} on {len(task.train.examples)} examples", None)
+            # finetune writes its note, with the study's part, once and after the model files: a
+            # folder whose note lacks this part was not finished by the study, and is trained again.
             trained = finetune(self.options.model, task.train, task.eval, out, self.finetune_options,
-                               self.options.device, self.hooks.step)
-            # Written after the model and finetune's own note: a folder whose note lacks this
-            # part was not finished by the study, and is trained again.
-            lineage = _read_json(out / LINEAGE_FILE) or {}
-            lineage.update({k: v for k, v in wanted.items() if k == STUDY_KEY})
-            lineage[STUDY_KEY] |= {
-                "tuned_weights_hash": trained.tuned_weights_hash, "train_examples": trained.train_examples,
-                "dev_examples": trained.dev_examples, "train_seconds": trained.train_seconds,
-                "final_loss": trained.final_loss,
-            }
-            (out / LINEAGE_FILE).write_text(json.dumps(lineage, indent=2), encoding="utf-8")
+                               self.options.device, self.hooks.step, _study_lineage(wanted[STUDY_KEY]))
             self.trained[task.name] = trained
             run_id = self._store_finetune(task, trained)
             self.wrote_anything = True
             scores = ", ".join(f"{k} {v:.4f}" for k, v in trained.scores.items())
-            result.detail.append(f"{task.name}: trained in {trained.train_seconds:.1f} s, {scores} (run {run_id})")
+            result.add(task.name, f"trained in {trained.train_seconds:.1f} s, {scores} (run {run_id})", wrote=True)
 
     def _store_finetune(self, task: StudyTask, trained: FinetuneResult) -> int:
         con = warehouse.connect(self.options.db)
@@ -407,8 +421,7 @@ class Study:
             for mode in self.options.modes:
                 settings = AblationOptions(mode=mode, top_k=self.options.top_k, n_resamples=self.options.resamples,
                                            importance=self.options.importance, configs_per_pass=per_pass)
-                identity = {**model_identity(tuned, "ablation"), **settings.identity()}
-                prepared = prepare_tasks(tuned, [task.eval], options, identity)
+                prepared = prepare_ablation(tuned, [task.eval], options, settings)
                 gold_labels(tuned, prepared[0].data)
                 summaries = ingest_ablation(self.options.db, tuned, prepared, options, settings,
                                             self.hooks.start, self.hooks.advance)
@@ -419,55 +432,82 @@ class Study:
 
         target = self.options.report
         if target.exists() and not self.wrote_anything and "report" not in self.options.force:
-            result.detail.append(f"{target}: kept")
+            result.add(str(target), "kept", wrote=False)
             return
         built = build_report(self.options.db)
         write_html(built, target)
         drawn = sum(1 for s in built.sections if not s.note)
-        result.detail.append(f"{target}: {len(built.charts())} charts, {drawn} of {len(built.sections)} sections "
-                             "with data")
+        result.add(str(target), f"{len(built.charts())} charts, {drawn} of {len(built.sections)} sections with data",
+                   wrote=True)
 
     # -- summary ---------------------------------------------------------------------------
 
     def summary(self) -> list[TaskSummary]:
         """Per task: the tuned model's score, the layer that changed most, the head whose
-        disabling helped most (first mode), read back from the warehouse."""
+        disabling helped most (first mode), read back from the warehouse by the named query
+        study_summary for this study's runs."""
         from attnwh.sql.queries import get_query, run_query
 
+        query = get_query("study_summary")
+        first_mode = f"ablation:{self.options.modes[0]}"
         con = warehouse.connect(self.options.db, read_only=True)
         try:
             out = []
             for task in self.tasks:
-                tuned = self.tuned(task)
-                score = None
-                finetune_run = self.run_ids.get(("finetune", task.name))
-                if finetune_run is not None:
-                    row = warehouse.first_row(con, "SELECT value FROM scores WHERE run_id = ? AND metric = ?",
-                                              [finetune_run, task.metric])
-                    score = row[0] if row else None
-                changed = None
-                compare_run = self.run_ids.get(("compare", task.name))
-                layers = run_query(con, get_query("finetune_change_by_layer"),
-                                   {"tuned": tuned.name, "task": task.name}).to_pylist()
-                layers = [r for r in layers if r["run_id"] == compare_run]
-                if layers:
-                    best = min(layers, key=lambda r: r["mean_cosine"])
-                    changed = (best["layer"], best["mean_cosine"])
-                helpful = None
-                mode = self.options.modes[0]
-                ablation_run = self.run_ids.get((f"ablation:{mode}", task.name))
-                heads = run_query(con, get_query("ablation_effect"),
-                                  {"model": tuned.name, "task": task.name, "mode": mode, "metric": task.metric}
-                                  ).to_pylist()
-                heads = [r for r in heads if r["run_id"] == ablation_run]
-                if heads:
-                    best = max(heads, key=lambda r: (r["delta"], -(r["p_adjusted"] or 1.0)))
-                    if best["delta"] > 0:
-                        helpful = (best["layer"], best["head"], best["delta"], best["p_adjusted"])
-                out.append(TaskSummary(task.name, task.metric, score, changed, helpful))
+                # Run ids start at 1: 0 selects no run for a stage that has not run in this study.
+                runs = {param: self.run_ids.get((stage, task.name), 0)
+                        for param, stage in (("finetune_run", "finetune"), ("compare_run", "compare"),
+                                             ("ablation_run", first_mode))}
+                rows = run_query(con, query, {"metric": task.metric, **runs}).to_pylist()
+                out.append(_task_summary(task, rows[0] if rows else {}))
             return out
         finally:
             con.close()
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    help: str
+    run: Callable[[Study, StageResult], None]
+
+
+STAGE_TABLE: tuple[Stage, ...] = (
+    Stage("ingest-base", "head statistics of the pre-trained model on each task's eval split",
+          Study.stage_ingest_base),
+    Stage("finetune", "fine-tune the model on each task's train split, score it on the eval split",
+          Study.stage_finetune),
+    Stage("ingest-tuned", "head statistics of each fine-tuned model", Study.stage_ingest_tuned),
+    Stage("compare", "how each head's attention changed through fine-tuning (cosine of the maps)",
+          Study.stage_compare),
+    Stage("ablation", "disable every head and layer of each tuned model, with significance", Study.stage_ablation),
+    Stage("report", "the HTML report of the whole warehouse", Study.stage_report),
+)
+STAGES: tuple[str, ...] = tuple(stage.name for stage in STAGE_TABLE)
+STAGE_HELP: dict[str, str] = {stage.name: stage.help for stage in STAGE_TABLE}
+
+
+def _task_summary(task: StudyTask, row: dict) -> TaskSummary:
+    """A study_summary row as a TaskSummary ({}: nothing found)."""
+    changed = None if row.get("changed_layer") is None else (row["changed_layer"], row["mean_cosine"])
+    helpful = None if row.get("helpful_layer") is None else (
+        row["helpful_layer"], row["helpful_head"], row["helpful_delta"], row["helpful_p_adjusted"])
+    return TaskSummary(task.name, task.metric, row.get("score"), changed, helpful)
+
+
+def _study_lineage(study_part: dict) -> LineageExtra:
+    """The study's part of a tuned model's lineage note: the settings it was trained with
+    and what the training gave."""
+
+    def extra(trained: FinetuneResult) -> dict[str, object]:
+        return {STUDY_KEY: {
+            **study_part,
+            "tuned_weights_hash": trained.tuned_weights_hash, "train_examples": trained.train_examples,
+            "dev_examples": trained.dev_examples, "train_seconds": trained.train_seconds,
+            "final_loss": trained.final_loss,
+        }}
+
+    return extra
 
 
 def _lineage_matches(saved: dict, wanted: dict) -> bool:

@@ -14,6 +14,7 @@ from typing import Literal
 
 from attnwh.errors import UsageError
 from attnwh.sql import warehouse
+from attnwh.sql.queries import get_query, run_query
 
 from attnwh.reports.sections import SECTIONS, ChartBlock, RenderedSection, ReportContext, Section, render_sections
 
@@ -53,16 +54,9 @@ def build_report(
     con = warehouse.connect(db, read_only=True)
     try:
         params = {"model": model, "task": task}
-        counts = warehouse.first_row(
-            con,
-            "SELECT count(DISTINCT r.run_id), count(DISTINCT r.model_id), count(DISTINCT r.task) FROM runs AS r"
-            " JOIN models AS m USING (model_id)"
-            " WHERE r.kind = 'statistics' AND (? IS NULL OR m.name = ?) AND (? IS NULL OR r.task = ?)"
-            " AND EXISTS (SELECT 1 FROM head_stats AS s WHERE s.run_id = r.run_id)",
-            [model, model, task, task],
-        )
+        scope = run_query(con, get_query("report_scope"), params).to_pylist()[0]
         filters = ", ".join(f"{k} {v!r}" for k, v in params.items() if v is not None)
-        if not counts[0]:
+        if not scope["runs"]:
             where = f" for {filters}" if filters else ""
             raise NothingToReport(
                 f"no attention statistics in {db}{where}: nothing to report; add some with `attnwh ingest`"
@@ -70,7 +64,7 @@ def build_report(
         rendered = render_sections(ReportContext(con, params), sections)
     finally:
         con.close()
-    runs, models, tasks = counts
+    runs, models, tasks = scope["runs"], scope["models"], scope["tasks"]
     intro = (
         f"Per-head attention statistics of {models} model{_s(models)} on {tasks} task{_s(tasks)} "
         f"({runs} run{_s(runs)}), after Kovaleva et al. 2019, Clark et al. 2019 and Kobayashi et al. 2020."

@@ -38,6 +38,33 @@ def _cell(frame: pl.DataFrame, smallest: int) -> int:
     return max(smallest, -(-84 // heads))
 
 
+def _heatmap(data: pl.DataFrame, cell: int, **encoding: object) -> alt.Chart:
+    """A layer × head heatmap of `cell` px squares; `encoding` adds colour and tooltips."""
+    return (
+        alt.Chart(data)
+        .mark_rect()
+        .encode(**_HEAD_GRID, **encoding)
+        .properties(width=alt.Step(cell), height=alt.Step(cell))
+    )
+
+
+def _panels(chart: alt.Chart | alt.LayerChart, columns: int, spacing: int, **header: object) -> alt.FacetChart:
+    """One panel per run (the `panel` column), `columns` to a row, titled in bold."""
+    header = {"labelFontWeight": "bold", "labelLimit": 360, **header}
+    return chart.facet(
+        facet=alt.Facet("panel:N", title=None, header=alt.Header(**header)), columns=columns, spacing=spacing
+    )
+
+
+_UNSET = object()
+
+
+def _styled(chart: alt.TopLevelMixin, view_stroke: object = _UNSET) -> alt.TopLevelMixin:
+    """The page's font on `chart`; `view_stroke` (None: no frame) for the cells' frame."""
+    chart = chart.configure(font=_FONT)
+    return chart if view_stroke is _UNSET else chart.configure_view(stroke=view_stroke)
+
+
 def panel_label(frame: pl.DataFrame) -> pl.Expr:
     """'run 3 · bert-base-uncased · rte (dev)': one label per run, so two runs of a model on
     a task are never drawn into one panel. Model names keep only their last path part; the
@@ -68,28 +95,25 @@ def special_tokens_heads(frame: pl.DataFrame) -> alt.FacetChart:
     data = _long(frame, ["layer", "head"])
     # 11 px cells: six 12-head panels and the run labels fit a 1280 px screen; models with
     # few heads get wider cells so that a panel is never narrower than its two-line header.
-    cell = _cell(frame, 11)
-    return (
-        alt.Chart(data)
-        .mark_rect()
-        .encode(
-            **_HEAD_GRID,
-            color=alt.Color(
-                "value:Q",
-                title="mean share",
-                scale=alt.Scale(scheme="viridis", domainMin=0),
-                legend=alt.Legend(orient="right", gradientLength=160),
-            ),
-            tooltip=[
-                alt.Tooltip("panel:N", title="run"),
-                alt.Tooltip("measure:N", title="share"),
-                alt.Tooltip("layer:O"),
-                alt.Tooltip("head:O"),
-                alt.Tooltip("value:Q", title="mean", format=".3f"),
-            ],
-        )
-        .properties(width=alt.Step(cell), height=alt.Step(cell))
-        .facet(
+    cells = _heatmap(
+        data,
+        _cell(frame, 11),
+        color=alt.Color(
+            "value:Q",
+            title="mean share",
+            scale=alt.Scale(scheme="viridis", domainMin=0),
+            legend=alt.Legend(orient="right", gradientLength=160),
+        ),
+        tooltip=[
+            alt.Tooltip("panel:N", title="run"),
+            alt.Tooltip("measure:N", title="share"),
+            alt.Tooltip("layer:O"),
+            alt.Tooltip("head:O"),
+            alt.Tooltip("value:Q", title="mean", format=".3f"),
+        ],
+    )
+    return _styled(
+        cells.facet(
             row=alt.Row(
                 "panel:N",
                 title=None,
@@ -104,9 +128,8 @@ def special_tokens_heads(frame: pl.DataFrame) -> alt.FacetChart:
                 header=alt.Header(labelFontSize=11, labelLimit=200, labelExpr="split(datum.label, ' · ')"),
             ),
             spacing={"row": 18, "column": 10},
-        )
-        .configure(font=_FONT)
-        .configure_view(stroke=None)
+        ),
+        view_stroke=None,
     )
 
 
@@ -114,7 +137,7 @@ def special_tokens_layers(frame: pl.DataFrame) -> alt.FacetChart:
     """Per-layer lines of the three shares, solid by attention weight and dashed
     norm-weighted, one panel per run. `frame` is the `special_tokens_by_layer` query."""
     data = _long(frame, ["layer"])
-    return (
+    lines = (
         alt.Chart(data)
         .mark_line(point=alt.OverlayMarkDef(size=25))
         .encode(
@@ -141,16 +164,8 @@ def special_tokens_layers(frame: pl.DataFrame) -> alt.FacetChart:
             ],
         )
         .properties(width=240, height=170)
-        .facet(
-            facet=alt.Facet(
-                "panel:N", title=None, header=alt.Header(labelFontWeight="bold", labelLimit=300, labelFontSize=11)
-            ),
-            columns=3,
-            spacing=16,
-        )
-        .configure(font=_FONT)
-        .configure_view(stroke="#ddd")
     )
+    return _styled(_panels(lines, 3, 16, labelLimit=300, labelFontSize=11), view_stroke="#ddd")
 
 
 def pair_label(frame: pl.DataFrame) -> pl.Expr:
@@ -164,34 +179,23 @@ def finetune_change_heads(frame: pl.DataFrame) -> alt.FacetChart:
     """Heatmaps layer × head of the mean cosine between base and tuned attention maps, one
     panel per compare run (Kovaleva et al. Fig. 5). `frame` is `finetune_change_by_head`."""
     data = frame.with_columns(panel=pair_label(frame))
-    cell = _cell(frame, 14)
-    return (
-        alt.Chart(data)
-        .mark_rect()
-        .encode(
-            **_HEAD_GRID,
-            # Reversed: the heads that changed most (low cosine) are the bright ones.
-            color=alt.Color(
-                "mean_cosine:Q", title="mean cosine", scale=alt.Scale(scheme="viridis", reverse=True, domainMax=1)
-            ),
-            tooltip=[
-                alt.Tooltip("panel:N", title="comparison"),
-                alt.Tooltip("layer:O"),
-                alt.Tooltip("head:O"),
-                alt.Tooltip("mean_cosine:Q", title="mean cosine", format=".3f"),
-                alt.Tooltip("stddev_cosine:Q", title="std. dev.", format=".3f"),
-                alt.Tooltip("examples:Q"),
-            ],
-        )
-        .properties(width=alt.Step(cell), height=alt.Step(cell))
-        .facet(
-            facet=alt.Facet("panel:N", title=None, header=alt.Header(labelFontWeight="bold", labelLimit=360)),
-            columns=3,
-            spacing=16,
-        )
-        .configure(font=_FONT)
-        .configure_view(stroke=None)
+    cells = _heatmap(
+        data,
+        _cell(frame, 14),
+        # Reversed: the heads that changed most (low cosine) are the bright ones.
+        color=alt.Color(
+            "mean_cosine:Q", title="mean cosine", scale=alt.Scale(scheme="viridis", reverse=True, domainMax=1)
+        ),
+        tooltip=[
+            alt.Tooltip("panel:N", title="comparison"),
+            alt.Tooltip("layer:O"),
+            alt.Tooltip("head:O"),
+            alt.Tooltip("mean_cosine:Q", title="mean cosine", format=".3f"),
+            alt.Tooltip("stddev_cosine:Q", title="std. dev.", format=".3f"),
+            alt.Tooltip("examples:Q"),
+        ],
     )
+    return _styled(_panels(cells, 3, 16), view_stroke=None)
 
 
 def finetune_change_layers(frame: pl.DataFrame) -> alt.LayerChart:
@@ -216,7 +220,7 @@ def finetune_change_layers(frame: pl.DataFrame) -> alt.LayerChart:
             alt.Tooltip("stddev_cosine:Q", title="std. dev.", format=".3f"),
         ],
     )
-    return alt.layer(band, line).properties(width=420, height=220).configure(font=_FONT)
+    return _styled(alt.layer(band, line).properties(width=420, height=220))
 
 
 def relations_label(frame: pl.DataFrame) -> pl.Expr:
@@ -251,7 +255,7 @@ def dependency_heads(frame: pl.DataFrame, relations: int = 15) -> alt.FacetChart
         detail=pl.format("offset {}", pl.col("baseline_offset")),
     )
     data = pl.concat([heads, baseline])
-    return (
+    points = (
         alt.Chart(data)
         .mark_point(filled=True, size=70, opacity=0.85)
         .encode(
@@ -274,77 +278,62 @@ def dependency_heads(frame: pl.DataFrame, relations: int = 15) -> alt.FacetChart
             ],
         )
         .properties(width=320, height=alt.Step(16))
-        .facet(facet=alt.Facet("panel:N", title=None, header=alt.Header(labelFontWeight="bold", labelLimit=360)),
-               columns=2, spacing=24)
-        .configure(font=_FONT)
-        .configure_view(stroke="#ddd")
     )
+    return _styled(_panels(points, 2, 24), view_stroke="#ddd")
 
 
 def frame_heads(frame: pl.DataFrame, direction: str = "either") -> alt.FacetChart:
     """Heatmaps layer × head of the mean max attention on frame links, one panel per run
     (Kovaleva et al. Fig. 4). `frame` is the `frame_heads` query."""
     data = frame.filter(pl.col("direction") == direction).with_columns(panel=relations_label(frame))
-    cell = _cell(frame, 14)
-    return (
-        alt.Chart(data)
-        .mark_rect()
-        .encode(
-            **_HEAD_GRID,
-            color=alt.Color("mean_max_attention:Q", title="mean max attention",
-                            scale=alt.Scale(scheme="viridis", domainMin=0)),
-            stroke=alt.condition("datum.percentile >= 99", alt.value("#e45756"), alt.value(None)),
-            strokeWidth=alt.value(2),
-            tooltip=[
-                alt.Tooltip("panel:N", title="run"),
-                alt.Tooltip("layer:O"),
-                alt.Tooltip("head:O"),
-                alt.Tooltip("mean_max_attention:Q", title="mean max attention", format=".3f"),
-                alt.Tooltip("percentile:Q", format=".1f"),
-                alt.Tooltip("rank:Q"),
-                alt.Tooltip("annotations:Q"),
-            ],
-        )
-        .properties(width=alt.Step(cell), height=alt.Step(cell))
-        .facet(facet=alt.Facet("panel:N", title=None, header=alt.Header(labelFontWeight="bold", labelLimit=360)),
-               columns=3, spacing=16)
-        .configure(font=_FONT)
-        .configure_view(stroke=None)
+    cells = _heatmap(
+        data,
+        _cell(frame, 14),
+        color=alt.Color("mean_max_attention:Q", title="mean max attention",
+                        scale=alt.Scale(scheme="viridis", domainMin=0)),
+        stroke=alt.condition("datum.percentile >= 99", alt.value("#e45756"), alt.value(None)),
+        strokeWidth=alt.value(2),
+        tooltip=[
+            alt.Tooltip("panel:N", title="run"),
+            alt.Tooltip("layer:O"),
+            alt.Tooltip("head:O"),
+            alt.Tooltip("mean_max_attention:Q", title="mean max attention", format=".3f"),
+            alt.Tooltip("percentile:Q", format=".1f"),
+            alt.Tooltip("rank:Q"),
+            alt.Tooltip("annotations:Q"),
+        ],
     )
+    return _styled(_panels(cells, 3, 16), view_stroke=None)
 
 
 def feature_attention(frame: pl.DataFrame) -> alt.FacetChart:
     """Heatmaps layer × head of the attention received by each feature (columns) relative to
     an evenly attending head, one row of panels per run. `frame` is `feature_attention`."""
     data = frame.with_columns(panel=relations_label(frame))
-    cell = _cell(frame, 11)
     order = ["noun", "verb", "pronoun", "subject", "object", "negation"]
-    return (
-        alt.Chart(data)
-        .mark_rect()
-        .encode(
-            **_HEAD_GRID,
-            color=alt.Color("vs_uniform:Q", title="× uniform head", scale=alt.Scale(scheme="viridis", domainMin=0)),
-            tooltip=[
-                alt.Tooltip("panel:N", title="run"),
-                alt.Tooltip("feature:N"),
-                alt.Tooltip("layer:O"),
-                alt.Tooltip("head:O"),
-                alt.Tooltip("mean_attention:Q", title="mean attention", format=".3f"),
-                alt.Tooltip("uniform_attention:Q", title="uniform head", format=".3f"),
-                alt.Tooltip("vs_uniform:Q", title="ratio", format=".2f"),
-                alt.Tooltip("sentences:Q"),
-            ],
-        )
-        .properties(width=alt.Step(cell), height=alt.Step(cell))
-        .facet(
+    cells = _heatmap(
+        data,
+        _cell(frame, 11),
+        color=alt.Color("vs_uniform:Q", title="× uniform head", scale=alt.Scale(scheme="viridis", domainMin=0)),
+        tooltip=[
+            alt.Tooltip("panel:N", title="run"),
+            alt.Tooltip("feature:N"),
+            alt.Tooltip("layer:O"),
+            alt.Tooltip("head:O"),
+            alt.Tooltip("mean_attention:Q", title="mean attention", format=".3f"),
+            alt.Tooltip("uniform_attention:Q", title="uniform head", format=".3f"),
+            alt.Tooltip("vs_uniform:Q", title="ratio", format=".2f"),
+            alt.Tooltip("sentences:Q"),
+        ],
+    )
+    return _styled(
+        cells.facet(
             row=alt.Row("panel:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left",
                                                                    labelFontWeight="bold", labelLimit=210)),
             column=alt.Column("feature:N", title=None, sort=order),
             spacing={"row": 18, "column": 10},
-        )
-        .configure(font=_FONT)
-        .configure_view(stroke=None)
+        ),
+        view_stroke=None,
     )
 
 
@@ -362,15 +351,19 @@ def _pattern_colour() -> alt.Color:
     )
 
 
+def _with_pattern_order(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with its run label and each type's position, so stacks keep the types' order."""
+    order = {name: k for k, name in enumerate(PATTERN_TYPES)}
+    return frame.with_columns(
+        panel=panel_label(frame), order=pl.col("pattern").replace_strict(order, default=len(order))
+    )
+
+
 def pattern_frequency(frame: pl.DataFrame) -> alt.Chart:
     """One stacked bar per run: the share of its maps of each pattern type (Kovaleva et al.
     Fig. 2). `frame` is the `pattern_frequency` query."""
-    order = {name: k for k, name in enumerate(PATTERN_TYPES)}
-    data = frame.with_columns(
-        panel=panel_label(frame), order=pl.col("pattern").replace_strict(order, default=len(order))
-    )
-    return (
-        alt.Chart(data)
+    bars = (
+        alt.Chart(_with_pattern_order(frame))
         .mark_bar()
         .encode(
             y=alt.Y("panel:N", title=None, axis=alt.Axis(labelLimit=320)),
@@ -385,20 +378,15 @@ def pattern_frequency(frame: pl.DataFrame) -> alt.Chart:
             ],
         )
         .properties(width=520, height=alt.Step(22))
-        .configure(font=_FONT)
-        .configure_view(stroke=None)
     )
+    return _styled(bars, view_stroke=None)
 
 
 def pattern_layers(frame: pl.DataFrame) -> alt.FacetChart:
     """Stacked bars per layer of the pattern types' shares, one panel per run. `frame` is the
     `pattern_by_layer` query."""
-    order = {name: k for k, name in enumerate(PATTERN_TYPES)}
-    data = frame.with_columns(
-        panel=panel_label(frame), order=pl.col("pattern").replace_strict(order, default=len(order))
-    )
-    return (
-        alt.Chart(data)
+    bars = (
+        alt.Chart(_with_pattern_order(frame))
         .mark_bar()
         .encode(
             x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0)),
@@ -414,14 +402,8 @@ def pattern_layers(frame: pl.DataFrame) -> alt.FacetChart:
             ],
         )
         .properties(width=alt.Step(22), height=150)
-        .facet(
-            facet=alt.Facet("panel:N", title=None, header=alt.Header(labelFontWeight="bold", labelLimit=300)),
-            columns=3,
-            spacing=16,
-        )
-        .configure(font=_FONT)
-        .configure_view(stroke=None)
     )
+    return _styled(_panels(bars, 3, 16, labelLimit=300), view_stroke=None)
 
 
 def gallery_cells(frame: pl.DataFrame, size: int = 16) -> pl.DataFrame:
@@ -453,7 +435,7 @@ def pattern_gallery(frame: pl.DataFrame) -> alt.FacetChart:
     """Small heatmaps of stored thumbnails, a row per pattern type. `frame` is the
     `pattern_gallery` query."""
     data = gallery_cells(frame)
-    return (
+    maps = (
         alt.Chart(data)
         .mark_rect()
         .encode(
@@ -470,9 +452,8 @@ def pattern_gallery(frame: pl.DataFrame) -> alt.FacetChart:
             column=alt.Column("slot:O", title=None, header=None),
             spacing={"row": 10, "column": 6},
         )
-        .configure(font=_FONT)
-        .configure_view(stroke="#ddd")
     )
+    return _styled(maps, view_stroke="#ddd")
 
 
 _DELTA_TITLE = "Δ score (disabled − baseline)"
@@ -519,14 +500,8 @@ def ablation_heads(frame: pl.DataFrame) -> alt.FacetChart:
         ],
     )
     dots = base.mark_text(fontSize=8, color="#111").encode(text="mark:N")
-    return (
-        alt.layer(cells, dots, data=data)
-        .properties(width=alt.Step(cell), height=alt.Step(cell))
-        .facet(facet=alt.Facet("panel:N", title=None, header=alt.Header(labelFontWeight="bold", labelLimit=420)),
-               columns=2, spacing=16)
-        .configure(font=_FONT)
-        .configure_view(stroke=None)
-    )
+    layered = alt.layer(cells, dots, data=data).properties(width=alt.Step(cell), height=alt.Step(cell))
+    return _styled(_panels(layered, 2, 16, labelLimit=420), view_stroke=None)
 
 
 def _run_colour() -> alt.Color:
@@ -564,7 +539,7 @@ def ablation_layers(frame: pl.DataFrame) -> alt.LayerChart:
             alt.Tooltip("p_adjusted:Q", title="p adjusted (BH)", format=".3g"),
         ],
     )
-    return _interval_around_zero(base, "rule", points).properties(width=alt.Step(28), height=220).configure(font=_FONT)
+    return _styled(_interval_around_zero(base, "rule", points).properties(width=alt.Step(28), height=220))
 
 
 def ablation_curve(frame: pl.DataFrame) -> alt.LayerChart:
@@ -587,7 +562,7 @@ def ablation_curve(frame: pl.DataFrame) -> alt.LayerChart:
             alt.Tooltip("p_value:Q", title="p (unadjusted)", format=".3g"),
         ],
     )
-    return _interval_around_zero(base, "area", line).properties(width=420, height=220).configure(font=_FONT)
+    return _styled(_interval_around_zero(base, "area", line).properties(width=420, height=220))
 
 
 def importance_scatter(frame: pl.DataFrame, correlations: pl.DataFrame) -> alt.FacetChart:
@@ -604,7 +579,7 @@ def importance_scatter(frame: pl.DataFrame, correlations: pl.DataFrame) -> alt.F
                             pl.col("spearman").round(2).cast(pl.String).fill_null("–")),
         )
     )
-    return (
+    points = (
         alt.Chart(data)
         .mark_circle(size=36, opacity=0.7)
         .encode(
@@ -620,7 +595,5 @@ def importance_scatter(frame: pl.DataFrame, correlations: pl.DataFrame) -> alt.F
             ],
         )
         .properties(width=300, height=220)
-        .facet(facet=alt.Facet("panel:N", title=None, header=alt.Header(labelFontWeight="bold", labelLimit=420)),
-               columns=2, spacing=24)
-        .configure(font=_FONT)
     )
+    return _styled(_panels(points, 2, 24, labelLimit=420))

@@ -1,10 +1,11 @@
 -- name: dependency_heads
 -- title: The best head per model, relation and direction for dependency relations, next to the best fixed-offset baseline
--- params: model, relation
+-- params: model, relation, run
 -- One row per relations run, dependency relation and direction (Clark et al. 2019 Table 2):
 -- the head whose most-attended word is most often the dependency's head (dep_to_head) or
 -- dependent (head_to_dep), its accuracy, and the relation's best-offset baseline. model is a
--- model name as stored; relation a deprel without subtype (nsubj, det, ...); NULL = all.
+-- model name as stored; relation a deprel without subtype (nsubj, det, ...); run a run_id;
+-- NULL = all.
 WITH best AS (
     SELECT
         m.name        AS model,
@@ -22,6 +23,7 @@ WITH best AS (
     WHERE r.kind = 'relations'
       AND ($model IS NULL OR m.name = $model)
       AND ($relation IS NULL OR h.relation = $relation)
+      AND ($run IS NULL OR h.run_id = $run)
     QUALIFY row_number() OVER (
         PARTITION BY h.run_id, h.relation, h.direction ORDER BY h.accuracy DESC, h.layer, h.head
     ) = 1

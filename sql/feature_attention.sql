@@ -1,13 +1,14 @@
 -- name: feature_attention
 -- title: Attention received by nouns, verbs, pronouns, subjects, objects and negation words, per head, best first
--- params: model, feature
+-- params: model, feature, run
 -- One row per relations run with feature words (`attnwh ingest relations --conllu`), feature
 -- and head (Kovaleva et al. 2019 §4.4): for each sentence with the feature, the largest mean
 -- attention (over the sentence's words, word level) that one of its feature words receives,
 -- averaged over those sentences; per_word_attention averages over every feature word instead.
 -- uniform_attention is the same score for a head attending evenly to all tokens, and
 -- vs_uniform the ratio. rank 1 = the head giving the feature most attention. model is a model
--- name as stored, feature one of noun, verb, pronoun, subject, object, negation; NULL = all.
+-- name as stored, feature one of noun, verb, pronoun, subject, object, negation; run a
+-- run_id; NULL = all.
 SELECT
     m.name                                          AS model,
     r.dataset,
@@ -30,4 +31,5 @@ JOIN models AS m USING (model_id)
 WHERE r.kind = 'relations'
   AND ($model IS NULL OR m.name = $model)
   AND ($feature IS NULL OR a.feature = $feature)
+  AND ($run IS NULL OR a.run_id = $run)
 ORDER BY model, r.dataset, r.run_id, a.feature, rank;

@@ -7,9 +7,13 @@ at some whole version.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import re
+from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -86,8 +90,7 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
     pending = [m for m in migrations() if m[0] > current]
     if not pending:
         return current
-    con.begin()
-    try:
+    with transaction(con):
         con.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations "
             "(version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
@@ -95,8 +98,47 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
         for version, name, sql in pending:
             con.execute(sql)
             con.execute("INSERT INTO schema_migrations VALUES (?, ?, current_timestamp)", [version, name])
-        con.commit()
+    return pending[-1][0]
+
+
+@contextlib.contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """The block's writes as one transaction: committed at its end, rolled back on any
+    exception (Ctrl-C included), which goes on. DuckDB has no nested transactions: do not
+    open one inside another."""
+    con.begin()
+    try:
+        yield con
     except BaseException:
         con.rollback()
         raise
-    return pending[-1][0]
+    con.commit()
+
+
+# Registered names are unique per process, so helpers never clash with each other or with
+# a name a caller has registered.
+_names = itertools.count()
+Rows = Any  # a pyarrow Table, or a mapping of column name to values (list or numpy array)
+
+
+@contextlib.contextmanager
+def registered(con: duckdb.DuckDBPyConnection, rows: Rows) -> Iterator[str]:
+    """`rows` (a pyarrow Table, or columns by name) visible to SQL under the yielded name
+    for the block, and unregistered after it whatever happens."""
+    if isinstance(rows, Mapping):
+        import pyarrow as pa
+
+        rows = pa.table(dict(rows))
+    name = f"attnwh_rows_{next(_names)}"
+    con.register(name, rows)
+    try:
+        yield name
+    finally:
+        con.unregister(name)
+
+
+def insert_arrow(con: duckdb.DuckDBPyConnection, table: str, rows: Rows, *, or_ignore: bool = False) -> None:
+    """Insert `rows` (a pyarrow Table, or columns by name) into `table`, matching columns
+    by name; with `or_ignore`, rows whose key is already there are skipped."""
+    with registered(con, rows) as name:
+        con.execute(f"INSERT {'OR IGNORE ' if or_ignore else ''}INTO {table} BY NAME SELECT * FROM {name}")

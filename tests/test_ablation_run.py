@@ -182,7 +182,7 @@ def test_interrupted_sweep_resumes_to_the_same_results(monkeypatch, capsys, swep
 
     from attnwh.ingest.runs import ablation as ablation_run
 
-    original = ablation_run.store.write_batch
+    original = ablation_run.rows.write_batch
     calls = []
 
     def write_then_interrupt(*args, **kwargs):
@@ -191,12 +191,12 @@ def test_interrupted_sweep_resumes_to_the_same_results(monkeypatch, capsys, swep
         if len(calls) == 2:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(ablation_run.store, "write_batch", write_then_interrupt)
+    monkeypatch.setattr(ablation_run.rows, "write_batch", write_then_interrupt)
     code, _, err = run(monkeypatch, capsys, *ablation_args(model, data, db))
     assert code == 130 and "resume" in err
     assert frame(db, "SELECT status FROM runs") == [("interrupted",)]
     assert frame(db, "SELECT count(*) FROM ablations")[0][0] == 0  # the finish never half-happens
-    monkeypatch.setattr(ablation_run.store, "write_batch", original)
+    monkeypatch.setattr(ablation_run.rows, "write_batch", original)
     code, out, err = run(monkeypatch, capsys, *ablation_args(model, data, db))
     assert code == 0 and "resumed" in out, err
     sql = ("SELECT c.disabled, a.metric, a.value, a.delta, a.ci_low, a.ci_high, a.p_value, a.p_adjusted FROM ablations a "
@@ -209,6 +209,7 @@ def test_interrupted_sweep_resumes_to_the_same_results(monkeypatch, capsys, swep
     assert code == 0 and "already complete" in out
 
 
+@pytest.mark.slow
 def test_zero_mode_is_a_separate_run(monkeypatch, capsys, classifier, tmp_path):
     data = write_pairs(tmp_path / "pairs.tsv", 12)
     db = tmp_path / "w.duckdb"
@@ -246,6 +247,7 @@ def test_sweep_configurations_count():
     assert [c.start(LAYERS) for c in configs[:2]] == [LAYERS, 0]
 
 
+@pytest.mark.slow
 def test_heads_that_all_tie_give_no_correlation_and_the_report_still_renders(monkeypatch, capsys, swept, tmp_path):
     import json
     import shutil

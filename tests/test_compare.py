@@ -161,6 +161,7 @@ def change_counts(db: Path) -> dict[str, int]:
         }
 
 
+@pytest.mark.slow
 def test_cli_writes_resumes_replaces_and_queries(monkeypatch, capsys, models, tmp_path):
     db = tmp_path / "w.duckdb"
     data = write_pairs(tmp_path / "pairs.tsv", 12)

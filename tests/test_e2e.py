@@ -15,6 +15,7 @@ from test_statistics import reference
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow
 def test_default_ingest_on_bundled_model_and_sample(monkeypatch, capsys, tmp_path):
     db = tmp_path / "w.duckdb"
     code, out, err = run(monkeypatch, capsys, "ingest", "--limit", "16", "--db", str(db))
@@ -33,6 +34,7 @@ def test_default_ingest_on_bundled_model_and_sample(monkeypatch, capsys, tmp_pat
     assert (by_layer["to_cls"] + by_layer["to_sep"]).max() > 0.3
 
 
+@pytest.mark.slow
 def test_bundled_model_statistics_match_eager(tmp_path):
     from attnwh.ingest.sources.files import load_sample
     from attnwh.ingest.encoder.encoding import collate, encode_task

@@ -180,6 +180,7 @@ KILLER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_leaves_an_openable_file_and_rerun_completes(monkeypatch, capsys, tiny_model_dir, pairs, tmp_path):
     db = tmp_path / "w.duckdb"
     model = tiny_model_dir("bert")

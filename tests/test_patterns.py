@@ -190,6 +190,7 @@ def _write_labels(path: Path, rows) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_cnn_trains_and_classifies_end_to_end(tmp_path, monkeypatch, capsys):
     db = tmp_path / "labelled.duckdb"
     labels = synthetic_maps.write_warehouse(db, synthetic_maps.generate(40, 17))

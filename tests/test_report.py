@@ -221,6 +221,7 @@ def test_golden_vega_lite_specs(tmp_path):
 # ---------------------------------------------------------------- images
 
 
+@pytest.mark.slow
 def test_png_and_svg_export(warehouse, tmp_path, monkeypatch, capsys):
     for fmt in ("png", "svg"):
         folder = tmp_path / fmt

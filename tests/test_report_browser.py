@@ -77,6 +77,7 @@ def _wait_for_charts(page, ids: tuple[str, ...] = (*CHART_IDS, *PATTERN_CHART_ID
     )
 
 
+@pytest.mark.slow
 def test_report_renders_offline_in_chromium(browser, page):
     tab, log = open_offline(browser, page)
     _wait_for_charts(tab)
@@ -115,6 +116,7 @@ def test_hostile_names_show_as_text_in_chromium(browser, hostile_warehouse, tmp_
     tab.context.close()
 
 
+@pytest.mark.slow
 def test_every_section_renders_in_chromium(browser, tmp_path):
     """The synthetic warehouse has data for every section: each chart draws, with no error."""
     from attnwh.reports.build import build_report

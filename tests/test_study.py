@@ -86,6 +86,7 @@ def studied(tmp_path_factory):
     return model, glue, tmp
 
 
+@pytest.mark.slow
 def test_every_table_is_filled_and_every_stage_ran(studied):
     _, _, tmp = studied
     db = tmp / "w.duckdb"
@@ -163,6 +164,90 @@ def test_rerun_skips_every_stage(monkeypatch, capsys, studied):
     assert str((tmp / "report.html").resolve()) in out and str((tmp / "w.duckdb").resolve()) in out
 
 
+def test_lineage_note_is_written_once_complete(studied):
+    """finetune writes the note with the study's part, after the model: the same keys and
+    fields as when the study rewrote it, and the tuned weights it describes are in the warehouse."""
+    import json
+
+    _, _, tmp = studied
+    with duckdb.connect(str(tmp / "w.duckdb"), read_only=True) as con:
+        hashes = dict(con.execute("SELECT finetuned_task, weights_hash FROM models "
+                                  "WHERE finetuned_task IS NOT NULL").fetchall())
+    for task in TASKS:
+        note = json.loads((tmp / "models" / task / "attnwh_finetune.json").read_text(encoding="utf-8"))
+        assert list(note) == ["base", "base_weights_hash", "task", "from_scratch", "options", "scores", "study"]
+        assert list(note["study"]) == ["max_train_examples", "train", "tuned_weights_hash", "train_examples",
+                                       "dev_examples", "train_seconds", "final_loss"]
+        assert note["task"] == task and note["study"]["tuned_weights_hash"] == hashes[task]
+        folder = {"rte": "RTE", "stsb": "STS-B"}[task]
+        assert note["study"]["train"] == ["glue", "train", str(tmp / "glue" / folder / "train.tsv"), 40]
+        assert note["study"]["train_examples"] == 40 and note["study"]["dev_examples"] == 16
+
+
+def test_summary_is_the_warehouse_read_as_before(studied):
+    """A Study with the command's settings finds every stage done (skipped, decided from its
+    per-task outcomes), and its summary is what the Python selection over the named queries
+    gave before the study_summary query."""
+    from attnwh.sql.queries import get_query, run_query
+    from attnwh.study import STAGES, Study, StudyOptions
+
+    model, glue, tmp = studied
+    options = StudyOptions(
+        model=str(model), tasks=TASKS, glue_dir=glue, limit=12, ablation_limit=12, max_train_examples=1000,
+        epochs=3, lr=1e-3, batch_size=8, resamples=100, device="cpu", db=tmp / "w.duckdb",
+        report=tmp / "report.html", out_dir=tmp / "models",
+    )
+    runner = Study(options)
+    results = runner.run()
+    assert [r.stage for r in results] == list(STAGES)
+    assert all(r.outcome == "skipped" and r.tasks and not any(t.wrote for t in r.tasks) for r in results)
+    assert all(r.detail == [f"{t.subject}: {t.outcome}" for t in r.tasks] for r in results)
+    assert results[1].detail == ["rte: kept", "stsb: kept"]
+
+    with duckdb.connect(str(tmp / "w.duckdb"), read_only=True) as con:
+        expected = []
+        for task in runner.tasks:
+            tuned = runner.tuned(task)
+            score = con.execute("SELECT value FROM scores WHERE run_id = ? AND metric = ?",
+                                [runner.run_ids[("finetune", task.name)], task.metric]).fetchall()[0][0]
+            layers = [r for r in run_query(con, get_query("finetune_change_by_layer"),
+                                           {"tuned": tuned.name, "task": task.name}).to_pylist()
+                      if r["run_id"] == runner.run_ids[("compare", task.name)]]
+            best_layer = min(layers, key=lambda r: r["mean_cosine"])
+            heads = [r for r in run_query(con, get_query("ablation_effect"),
+                                          {"model": tuned.name, "task": task.name, "mode": "uniform",
+                                           "metric": task.metric}).to_pylist()
+                     if r["run_id"] == runner.run_ids[("ablation:uniform", task.name)]]
+            best = max(heads, key=lambda r: (r["delta"], -(r["p_adjusted"] or 1.0)))
+            helpful = (best["layer"], best["head"], best["delta"], best["p_adjusted"]) if best["delta"] > 0 else None
+            expected.append((task.name, task.metric, score, (best_layer["layer"], best_layer["mean_cosine"]), helpful))
+    found = [(s.task, s.metric, s.score, s.changed_layer, s.helpful_head) for s in runner.summary()]
+    assert found == expected
+
+
+def test_stage_table_names_help_and_methods():
+    from attnwh.study import STAGE_HELP, STAGE_TABLE, STAGES, Study
+
+    assert STAGES == ("ingest-base", "finetune", "ingest-tuned", "compare", "ablation", "report")
+    assert list(STAGE_HELP) == list(STAGES)
+    assert STAGE_HELP["compare"] == "how each head's attention changed through fine-tuning (cosine of the maps)"
+    assert [s.run for s in STAGE_TABLE] == [Study.stage_ingest_base, Study.stage_finetune, Study.stage_ingest_tuned,
+                                            Study.stage_compare, Study.stage_ablation, Study.stage_report]
+
+
+def test_stage_result_skips_on_outcomes_not_text():
+    from attnwh.study import StageResult
+
+    kept = StageResult("finetune")
+    kept.add("rte", "kept", wrote=False)
+    kept.add("stsb · uniform", "run 4 already complete", wrote=False)
+    assert kept.wrote_nothing and kept.detail == ["rte: kept", "stsb · uniform: run 4 already complete"]
+    worded_alike = StageResult("report")
+    worded_alike.add("out/kept", "2 charts, 1 of 3 sections with data kept", wrote=True)
+    assert not worded_alike.wrote_nothing
+    assert not StageResult("ablation").wrote_nothing  # no tasks: done, not skipped
+
+
 def test_force_redoes_only_that_stage(monkeypatch, capsys, studied):
     model, glue, tmp = studied
     before = runs(tmp / "w.duckdb")
@@ -214,3 +299,24 @@ def test_bad_input_is_one_line_before_anything_runs(monkeypatch, capsys, tiny_mo
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and message in err, err
     assert not (tmp_path / "w.duckdb").exists() and not (tmp_path / "models").exists()
+
+
+def test_a_note_without_the_study_part_is_trained_again(monkeypatch, capsys, studied):
+    """Last: it rewrites a model. A folder whose note lacks the study's part (finetune's own
+    note, say) was not finished by the study, so the study trains it again."""
+    import json
+
+    model, glue, tmp = studied
+    note_path = tmp / "models" / "rte" / "attnwh_finetune.json"
+    note = json.loads(note_path.read_text(encoding="utf-8"))
+    note_path.write_text(json.dumps({k: v for k, v in note.items() if k != "study"}, indent=2), encoding="utf-8")
+    before = runs(tmp / "w.duckdb")
+    args = study_args(model, glue, tmp)
+    args[args.index("--tasks") + 1] = "rte"
+    code, out, err = run(monkeypatch, capsys, *args)
+    assert code == 0, err
+    assert "trained differently; training again" in err and "finetune done" in err
+    new = [r for r in runs(tmp / "w.duckdb") if r not in before]
+    assert ("finetune", "rte", "complete") in [(r[1], r[2], r[3]) for r in new]
+    again = json.loads(note_path.read_text(encoding="utf-8"))
+    assert list(again) == list(note) and list(again["study"]) == list(note["study"])

@@ -10,14 +10,13 @@ import sys
 
 import typer
 
-from attnwh.errors import AttnwhError
-from attnwh.cli.ingest import ingest_app
-from attnwh.cli import ablation as ablation_cli  # noqa: F401  registers `attnwh ingest ablation`
 from attnwh.cli.finetune import finetune
-from attnwh.cli.study import study
+from attnwh.cli.ingest import ingest_app
 from attnwh.cli.patterns import patterns_app
 from attnwh.cli.report import report
 from attnwh.cli.sql import queries, query, sql
+from attnwh.cli.study import study
+from attnwh.errors import AttnwhError
 
 app = typer.Typer(
     name="attnwh",
@@ -27,7 +26,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-# A group: bare `attnwh ingest` runs the statistics ingest, `attnwh ingest compare` compares two models.
+# A group: bare `attnwh ingest` runs the statistics ingest; `attnwh ingest compare | relations | ablation`.
 app.add_typer(ingest_app, name="ingest")
 app.command()(sql)
 app.command()(queries)

@@ -7,38 +7,14 @@ Only typer is imported at module level; torch loads when the command runs.
 from __future__ import annotations
 
 import enum
-import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from attnwh.errors import Interrupted
-
-from attnwh.cli.ingest import (
-    DEFAULT_DB,
-    BatchSizeOpt,
-    DatasetConfigOpt,
-    DatasetOpt,
-    DataOpt,
-    DbOpt,
-    Device,
-    DeviceOpt,
-    GlueDirOpt,
-    LabelColumnOpt,
-    LimitOpt,
-    MaxLengthOpt,
-    PairColumnOpt,
-    ReplaceOpt,
-    SplitOpt,
-    TextColumnOpt,
-    TruncateOpt,
-    _progress,
-    ingest_app,
-    ingest_options,
-    load_tasks,
-)
+from attnwh.cli.options import DEFAULT_DB, DataSource, DbOpt, Device, DeviceOpt, Reading, ReplaceOpt, with_option_groups
+from attnwh.cli.progress import loading, run_resumable
+from attnwh.cli.summaries import describe, print_ablation
 
 
 class Mode(str, enum.Enum):
@@ -46,7 +22,7 @@ class Mode(str, enum.Enum):
     zero = "zero"
 
 
-@ingest_app.command("ablation")
+@with_option_groups
 def ablation(
     model: Annotated[
         str,
@@ -57,19 +33,10 @@ def ablation(
         typer.Option(help="Task(s) to read, as in `attnwh ingest`. Without a data source: the sample task the model "
                      "was fine-tuned on by `attnwh finetune`, else both sample tasks."),
     ] = None,
-    glue_dir: GlueDirOpt = None,
-    dataset: DatasetOpt = None,
-    dataset_config: DatasetConfigOpt = None,
-    data: DataOpt = None,
-    text_column: TextColumnOpt = None,
-    pair_column: PairColumnOpt = None,
-    label_column: LabelColumnOpt = None,
-    split: SplitOpt = None,
-    limit: LimitOpt = None,
+    *,
+    source: DataSource,
     seed: Annotated[int, typer.Option(help="Seed of the --limit sample, the bootstrap and the permutations.")] = 42,
-    max_length: MaxLengthOpt = None,
-    truncate: TruncateOpt = True,
-    batch_size: BatchSizeOpt = 32,
+    reading: Reading,
     mode: Annotated[
         list[Mode] | None,
         typer.Option(help="uniform: a disabled head's weights become 1/n (Kovaleva et al.); zero: its output becomes "
@@ -94,24 +61,25 @@ def ablation(
     """
     console = Console(stderr=True)
     modes = list(dict.fromkeys(m.value for m in mode or [Mode.uniform]))
-
-    from attnwh.sql import warehouse
-
-    warehouse.check_writable(db)
-    with console.status("Loading data and model…"):
-        from attnwh.ingest.runs.ablation import AblationOptions, check_classifier, gold_labels, ingest_ablation
-        from attnwh.ingest.sources.files import SAMPLE_TASKS
+    with loading(console, db, source):
         from attnwh.ingest.encoder.loading import load_encoder
-        from attnwh.ingest.runs.loop import model_identity, prepare_tasks
+        from attnwh.ingest.runs.ablation import (
+            AblationOptions,
+            check_classifier,
+            gold_labels,
+            ingest_ablation,
+            prepare_ablation,
+        )
+        from attnwh.ingest.sources.files import SAMPLE_TASKS
 
         encoder = load_encoder(model, device.value)
         check_classifier(encoder)
-        if not task and glue_dir is None and dataset is None and data is None:
+        if not task and not source.given:
             # On the bundled sample, a model made by `attnwh finetune` is swept on its own task.
             tuned_on = (encoder.lineage or {}).get("task")
             task = [tuned_on] if tuned_on in SAMPLE_TASKS else None
-        loaded = load_tasks(task, glue_dir, dataset, dataset_config, data, text_column, pair_column, label_column, split)
-        options = ingest_options(limit, seed, max_length, truncate, batch_size, replace)
+        loaded = source.load(task)
+        options = reading.ingest_options(replace)
         per_pass = configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
         settings = [
             AblationOptions(mode=m, top_k=top_k, n_resamples=resamples, importance=importance,
@@ -119,7 +87,7 @@ def ablation(
             for m in modes
         ]
         prepared = {
-            s.mode: prepare_tasks(encoder, loaded, options, {**model_identity(encoder, "ablation"), **s.identity()})
+            s.mode: prepare_ablation(encoder, loaded, options, s)
             for s in settings
         }
         for p in prepared[modes[0]]:
@@ -127,51 +95,13 @@ def ablation(
 
     n_configs = 1 + encoder.num_layers * encoder.num_heads + encoder.num_layers
     console.print(
-        f"[bold]{encoder.name}[/] ({encoder.family}, {encoder.num_layers} layers × {encoder.num_heads} heads) on "
-        f"{encoder.device}: {n_configs} configurations per task and mode ({', '.join(modes)}), "
+        f"{describe(encoder)}: {n_configs} configurations per task and mode ({', '.join(modes)}), "
         f"{per_pass} per pass, prefix cache {'on' if prefix_cache else 'off'}",
         highlight=False,
     )
-    started = time.perf_counter()
-    summaries = []
-    with _progress(console) as progress:
-        current: list[int] = []
+    summaries, seconds = run_resumable(console, db, lambda bars: [
+        summary for s in settings
+        for summary in ingest_ablation(db, encoder, prepared[s.mode], options, s, bars.start, bars.advance)
+    ])
+    print_ablation(summaries, db, seconds)
 
-        def on_start(name: str, n: int) -> None:
-            current[:] = [progress.add_task(name, total=n)]
-
-        def on_batch(n: int) -> None:
-            progress.advance(current[0], n)
-
-        try:
-            for s in settings:
-                summaries += ingest_ablation(db, encoder, prepared[s.mode], options, s, on_start, on_batch)
-        except KeyboardInterrupt:
-            raise Interrupted(f"interrupted; rerun the same command to resume (the work so far is in {db})") from None
-    _print_summary(summaries, db, time.perf_counter() - started)
-
-
-def _print_summary(summaries, db: Path, seconds: float) -> None:
-    from rich.table import Table
-
-    def effect(name: str, delta: float, p_adjusted: float | None) -> str:
-        return f"{name} {delta:+.4f} (p adj {p_adjusted:.2g})" if p_adjusted is not None else f"{name} {delta:+.4f}"
-
-    table = Table("task · mode", "run", "baseline", "best head", "best layer", "helpful (signif.)", "all helpful",
-                  box=None)
-    for s in summaries:
-        head, layer = s.best_head, s.best_layer
-        table.add_row(
-            f"{s.task} · {s.mode}", f"{s.run_id} {s.outcome}", f"{s.metric} {s.baseline:.4f}",
-            "–" if head is None else effect(f"{head[0]}-{head[1]}", head[2], head[3]),
-            "–" if layer is None else effect(str(layer[0]), layer[1], layer[2]),
-            f"{s.n_helpful} ({s.n_significant})",
-            "–" if s.helpful_delta is None else f"{s.helpful_delta:+.4f}",
-        )
-    out = Console()
-    out.print(table)
-    out.print(
-        f"Δ: score with it disabled minus baseline; signif.: adjusted p < 0.05 (Benjamini–Hochberg over the "
-        f"run's heads and layers). Done in {seconds:.1f} s → {db.resolve()}",
-        highlight=False,
-    )

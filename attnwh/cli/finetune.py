@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from attnwh.cli.options import (
+    DEFAULT_DB,
+    DatasetConfigOpt,
+    DatasetOpt,
+    Device,
+    GlueDirOpt,
+    LabelColumnOpt,
+    PairColumnOpt,
+    RecordDbOpt,
+    TextColumnOpt,
+    command_line,
+)
+from attnwh.cli.progress import Bars, interrupts_as
 from attnwh.errors import UsageError
-
-from attnwh.cli.ingest import DatasetConfigOpt, DatasetOpt, GlueDirOpt, LabelColumnOpt, PairColumnOpt, TextColumnOpt, load_tasks
+from attnwh.ingest.sources.tasks import load_tasks
 
 
 def finetune(
@@ -49,24 +59,21 @@ def finetune(
     from_scratch: Annotated[
         bool, typer.Option(help="Same architecture with random weights (the paper's Table 1 baseline).")
     ] = False,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    db: Annotated[Path, typer.Option(help="Warehouse file to record the run in.", envvar="ATTNWH_DB")] = Path(
-        "attnwh.duckdb"
-    ),
+    device: Annotated[Device, typer.Option(help="auto, cpu or cuda.")] = Device.auto,
+    db: RecordDbOpt = DEFAULT_DB,
 ) -> None:
     """Fine-tune an encoder on a classification (or STS-B regression) task, score it on the eval split with the task's metric, save it with save_pretrained, and record the run, its scores and the tuned model's link to its base in the warehouse.
 
     Defaults follow Kovaleva et al.'s setup: batch 32, 3 epochs, max length 128, 10 % warm-up, seed 42; the learning rate 5e-5 is the top of BERT's fine-tuning grid, which small encoders need.
     """
     console = Console(stderr=True)
-    if device not in ("auto", "cpu", "cuda"):
-        raise UsageError(f"--device must be auto, cpu or cuda, not {device!r}")
     from attnwh.sql import warehouse
 
     warehouse.check_writable(db)
     with console.status("Loading data and model…"):
-        from attnwh.ingest.runs.finetune import FinetuneOptions, check_out_dir, finetune as run_finetune, record
         from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.runs.finetune import FinetuneOptions, check_out_dir, record
+        from attnwh.ingest.runs.finetune import finetune as run_finetune
 
         check_out_dir(out)
         if data is not None and (eval_data is None or label_column is None):
@@ -87,24 +94,23 @@ def finetune(
             epochs=epochs, learning_rate=lr, batch_size=batch_size, max_length=max_length, warmup=warmup,
             seed=seed, from_scratch=from_scratch,
         )
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import TextColumn
 
-    with Progress(
-        TextColumn(f"{'from scratch' if from_scratch else 'fine-tuning'} {train.task}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-    ) as progress:
-        bar = progress.add_task("steps", total=None, loss="–")
+    with Bars(console, stat=TextColumn("loss {task.fields[loss]}")) as bars, interrupts_as(
+        f"interrupted; the model was not saved to {out} and nothing was written to {db}"
+    ):
+        bars.start(f"{'from scratch' if from_scratch else 'fine-tuning'} {train.task}", None, loss="–")
 
         def on_step(step: int, total: int, loss: float) -> None:
-            progress.update(bar, completed=step, total=total, loss=f"{loss:.4f}")
+            bars.update(step, total, loss=f"{loss:.4f}")
 
-        result = run_finetune(model, train, dev, out, options, device, on_step)
-    base = load_encoder(model, device)
-    tuned = load_encoder(str(out), device)
+        result = run_finetune(model, train, dev, out, options, device.value, on_step)
+    base = load_encoder(model, device.value)
+    tuned = load_encoder(str(out), device.value)
     con = warehouse.connect(db)
     try:
         run_id = record(con, result, options, base.facts(), tuned.facts(), dev, str(tuned.device),
-                        shlex.join(["attnwh", *sys.argv[1:]]))
+                        command_line())
     finally:
         con.close()
     scores = ", ".join(f"{k} {v:.4f}" for k, v in result.scores.items())

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from attnwh.cli.options import DEFAULT_DB, ReadDbOpt
 from attnwh.errors import UsageError
 
 patterns_app = typer.Typer(
@@ -23,7 +24,6 @@ patterns_app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-DbOpt = Annotated[Path, typer.Option(help="Warehouse file.", envvar="ATTNWH_DB")]
 RunOpt = Annotated[list[int] | None, typer.Option("--run", help="Only this run (repeatable); default: every run.")]
 
 
@@ -69,12 +69,14 @@ def reclassify(
     ] = None,
     model_id: Annotated[int | None, typer.Option(help="CNN only: which trained model (default: the latest).")] = None,
     run: RunOpt = None,
-    db: DbOpt = Path("attnwh.duckdb"),
+    db: ReadDbOpt = DEFAULT_DB,
 ) -> None:
     """Re-label stored maps without running the model: with the rules (after their thresholds changed) from the features stored in head_stats, or with a trained CNN from the stored thumbnails (into pattern_thumbnails.cnn_pattern; `attnwh query pattern_frequency -p classifier=cnn` reads them)."""
     thresholds = _thresholds(set_) if classifier is Classifier.rules else None
     if set_ and classifier is Classifier.cnn:
         raise UsageError("--set changes the rules' thresholds; it does not apply to --classifier cnn")
+    if model_id is not None and classifier is Classifier.rules:
+        raise UsageError("--model-id picks a trained CNN; it does not apply to --classifier rules")
     from attnwh.ingest.runs import patterns as pattern_store
 
     con = _open(db)
@@ -95,7 +97,7 @@ def reclassify(
 @patterns_app.command("import-labels")
 def import_labels(
     csv_file: Annotated[Path, typer.Argument(metavar="CSV", help="Columns run, example, layer, head, type.")],
-    db: DbOpt = Path("attnwh.duckdb"),
+    db: ReadDbOpt = DEFAULT_DB,
 ) -> None:
     """Import hand labels of attention maps from a CSV file with columns run (run_id), example (example_id), layer, head and type (heterogeneous, vertical, diagonal, vertical+diagonal, block) into pattern_labels; labels of the same maps are replaced."""
     from attnwh.ingest.runs import patterns as pattern_store
@@ -113,7 +115,7 @@ def train(
     seed: Annotated[int, typer.Option(help="Seed of the split, the initialisation and the batch order.")] = 42,
     epochs: Annotated[int, typer.Option(min=1, help="Passes over the training maps.")] = 60,
     test_share: Annotated[float, typer.Option(min=0.05, max=0.9, help="Share of each type's maps held out.")] = 0.25,
-    db: DbOpt = Path("attnwh.duckdb"),
+    db: ReadDbOpt = DEFAULT_DB,
 ) -> None:
     """Train a small CNN on the thumbnails of labelled maps (Kovaleva et al.'s classifier), report its held-out macro F1 against the labels next to that of the rules on the same maps, and store the model and both scores in pattern_models. `attnwh patterns reclassify --classifier cnn` then applies it."""
     from attnwh.ingest.runs import patterns as pattern_store

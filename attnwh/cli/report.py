@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from attnwh.cli.options import DEFAULT_DB, ReadDbOpt
 from attnwh.errors import UsageError
 
 
@@ -22,7 +23,7 @@ class ReportFormat(str, enum.Enum):
 
 
 def report(
-    db: Annotated[Path, typer.Option("--db", help="Warehouse file.", envvar="ATTNWH_DB")] = Path("attnwh.duckdb"),
+    db: ReadDbOpt = DEFAULT_DB,
     out: Annotated[
         Path | None,
         typer.Option(

@@ -13,12 +13,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from attnwh.cli.options import DEFAULT_DB, ReadDbOpt
 from attnwh.errors import UsageError
-
 from attnwh.sql import queries as named
 from attnwh.sql import warehouse
-
-DbOption = Annotated[Path, typer.Option("--db", help="Warehouse file.", envvar="ATTNWH_DB")]
 
 
 class Format(str, enum.Enum):
@@ -36,7 +34,7 @@ OutOption = Annotated[
 
 def sql(
     statement: Annotated[str, typer.Argument(help="SQL to run, e.g. \"SELECT * FROM runs\".")],
-    db: DbOption = Path("attnwh.duckdb"),
+    db: ReadDbOpt = DEFAULT_DB,
     format: FormatOption = Format.table,
     out: OutOption = None,
 ) -> None:
@@ -61,7 +59,7 @@ def query(
     param: Annotated[
         list[str] | None, typer.Option("--param", "-p", help="A parameter as key=value; repeatable.")
     ] = None,
-    db: DbOption = Path("attnwh.duckdb"),
+    db: ReadDbOpt = DEFAULT_DB,
     format: FormatOption = Format.table,
     out: OutOption = None,
 ) -> None:

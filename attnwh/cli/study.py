@@ -5,8 +5,6 @@ Only typer and rich are imported at module level; torch loads when the command r
 
 from __future__ import annotations
 
-import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -14,9 +12,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from attnwh.errors import Interrupted
-
-from attnwh.cli.ingest import (
+from attnwh.cli.options import (
     DEFAULT_DB,
     DatasetConfigOpt,
     DbOpt,
@@ -26,8 +22,10 @@ from attnwh.cli.ingest import (
     LabelColumnOpt,
     PairColumnOpt,
     TextColumnOpt,
-    _progress,
+    command_line,
 )
+from attnwh.cli.progress import Bars, interrupts_as
+from attnwh.cli.summaries import print_study
 
 
 def study(
@@ -131,7 +129,7 @@ def study(
             epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length, seed=seed,
             modes=tuple(dict.fromkeys(mode or ["uniform"])), resamples=resamples, importance=importance,
             device=device.value, db=db, report=report, out_dir=out_dir, force=forced,
-            command=shlex.join(["attnwh", *sys.argv[1:]]),
+            command=command_line(),
         )
         hooks = _ConsoleHooks(console)
         runner = Study(options, hooks)
@@ -143,15 +141,11 @@ def study(
         f"{len(STAGES)} stages → {db}",
         highlight=False,
     )
-    try:
+    with hooks.bars, interrupts_as(
+        f"interrupted; rerun the same command to resume (finished stages and runs are kept in {db})"
+    ):
         runner.run()
-    except KeyboardInterrupt:
-        raise Interrupted(
-            f"interrupted; rerun the same command to resume (finished stages and runs are kept in {db})"
-        ) from None
-    finally:
-        hooks.close()
-    _print_summary(runner, time.perf_counter() - started)
+    print_study(runner, time.perf_counter() - started)
 
 
 class _ConsoleHooks:
@@ -159,67 +153,29 @@ class _ConsoleHooks:
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self.progress = None
-        self.current: int | None = None
-
-    def _bars(self):
-        if self.progress is None:
-            self.progress = _progress(self.console)
-            self.progress.start()
-        return self.progress
-
-    def close(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-            self.progress = None
+        self.bars = Bars(console)
 
     def stage(self, name: str, index: int, total: int) -> None:
         from attnwh.study import STAGE_HELP
 
-        self.close()
+        self.bars.close()
         self.console.print(f"[bold]stage {index}/{total}: {name}[/] — {STAGE_HELP[name]}", highlight=False)
 
     def stage_done(self, result) -> None:
-        self.close()
+        self.bars.close()
         for line in result.detail:
             self.console.print(f"  {line}", highlight=False)
         self.console.print(f"  {result.stage} {result.outcome} in {result.seconds:.1f} s", highlight=False)
 
     def start(self, name: str, total: int | None) -> None:
-        self.current = self._bars().add_task(name, total=total)
+        self.bars.start(name, total)
 
     def advance(self, n: int) -> None:
-        if self.current is not None:
-            self._bars().advance(self.current, n)
+        self.bars.advance(n)
 
     def step(self, step: int, total: int, loss: float) -> None:
-        if self.current is not None:
-            self._bars().update(self.current, completed=step, total=total)
+        self.bars.update(step, total)
 
     def note(self, text: str) -> None:
         self.console.print(f"  {text}", highlight=False)
 
-
-def _print_summary(runner, seconds: float) -> None:
-    from rich.table import Table
-
-    from attnwh.study import is_significant
-
-    table = Table("task", "fine-tuned score", "most changed layer (mean cosine)",
-                  f"most helpful head ({runner.options.modes[0]}: Δ, adjusted p)", "significant", box=None)
-    for s in runner.summary():
-        score = "–" if s.score is None else f"{s.metric} {s.score:.4f}"
-        layer = "–" if s.changed_layer is None else f"{s.changed_layer[0]} ({s.changed_layer[1]:.3f})"
-        if s.helpful_head is None:
-            head, significant = "none helped", "–"
-        else:
-            l, h, delta, p = s.helpful_head
-            head = f"{l}-{h} {s.metric} {delta:+.4f}, p adj {p:.2g}" if p is not None else f"{l}-{h} {delta:+.4f}"
-            significant = "yes" if is_significant(p) else "no"
-        table.add_row(s.task, score, layer, head, significant)
-    out = Console()
-    out.print(table)
-    out.print(f"report: {runner.options.report.resolve()}", highlight=False, soft_wrap=True)
-    out.print(f"warehouse: {runner.options.db.resolve()}", highlight=False, soft_wrap=True)
-    out.print(f"models: {runner.options.models_dir.resolve()}", highlight=False, soft_wrap=True)
-    out.print(f"study done in {seconds:.1f} s", highlight=False)

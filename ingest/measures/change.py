@@ -1,4 +1,4 @@
-"""Attention change between two models (DESIGN §4): per example, layer and head, the cosine
+"""Attention change between two models (docs/metrics.md#attention-change): per example, layer and head, the cosine
 similarity of the base and the tuned model's attention maps on the same input.
 
 Each map is cropped to the example's n real tokens and flattened (n² values). Cropping is

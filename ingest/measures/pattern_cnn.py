@@ -59,7 +59,8 @@ def split(labels: np.ndarray, test_share: float, seed: int) -> tuple[np.ndarray,
     """Seeded train/test indices, stratified: each type keeps about `test_share` of its maps
     in the test set (at least one where it has two or more)."""
     rng = np.random.default_rng(seed)
-    train, test = [], []
+    train: list[int] = []
+    test: list[int] = []
     for c in np.unique(labels):
         idx = rng.permutation(np.flatnonzero(labels == c))
         k = int(round(len(idx) * test_share))

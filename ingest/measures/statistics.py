@@ -2,7 +2,7 @@
 
 For one example, A is a head's attention matrix cropped to the real tokens (rows are
 queries, [CLS] and [SEP] rows included; n rows, each summing to 1). Every statistic is a
-mean over the n rows of a per-row quantity (DESIGN §2):
+mean over the n rows of a per-row quantity (docs/metrics.md#head-statistics):
 
 - ``to_cls``: A[i, cls]; ``to_sep``: the sum of A[i, j] over *all* [SEP] positions (Clark
   et al.; Kovaleva et al. take the larger of the two [SEP]s instead); ``to_punct``: the sum

@@ -31,15 +31,15 @@ import pyarrow as pa
 import torch
 
 from attnwh.errors import DataError, ModelError
-from attnwh.sql import warehouse
+from attnwh.sql import runs, warehouse
 
-from attnwh.ingest.runs import rows as store
+from attnwh.ingest.runs import rows
 from attnwh.ingest.measures.ablation import AblationSweep, Configuration, combination, head_importance_batch, sweep_configurations
 from attnwh.ingest.encoder.encoding import collate, length_buckets
 from attnwh.ingest.sources.examples import TaskData
 from attnwh.ingest.measures.metrics import metrics_for
 from attnwh.ingest.encoder.loading import EncoderModel
-from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, open_task_run
+from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, model_identity, open_task_run, prepare_tasks
 from attnwh.ingest.measures.significance import benjamini_hochberg, compare_to_baseline
 
 
@@ -115,6 +115,20 @@ def gold_labels(encoder: EncoderModel, data: TaskData) -> tuple[np.ndarray, bool
     return np.array([index[e.label] for e in data.examples]), False
 
 
+def ablation_identity(encoder: EncoderModel, ablation: AblationOptions) -> dict[str, object]:
+    """The part of an ablation run's identity that names the model, the kind and the
+    settings: the one place they are merged."""
+    return {**model_identity(encoder, "ablation"), **ablation.identity()}
+
+
+def prepare_ablation(
+    encoder: EncoderModel, tasks: Sequence[TaskData], options: IngestOptions, ablation: AblationOptions
+) -> list[PreparedTask]:
+    """`prepare_tasks` for an ablation sweep with these settings: the run key names them, so
+    another mode or top-k is another run."""
+    return prepare_tasks(encoder, tasks, options, ablation_identity(encoder, ablation))
+
+
 def ingest_ablation(
     db_path: Path,
     encoder: EncoderModel,
@@ -124,14 +138,17 @@ def ingest_ablation(
     on_start: ProgressStart | None = None,
     on_batch: ProgressBatch | None = None,
 ) -> list[AblationSummary]:
-    """Sweep, test and store every prepared task (prepared with the ablation identity in
-    the run key); returns one summary per task."""
+    """Sweep, test and store every prepared task (prepared by `prepare_ablation` with the
+    same settings); returns one summary per task."""
+    wanted = ablation_identity(encoder, ablation)
+    if any({k: task.identity.get(k) for k in wanted} != wanted for task in tasks):
+        raise ValueError("ablation tasks must be prepared by prepare_ablation with the same model and settings")
     check_classifier(encoder)
     golds = [gold_labels(encoder, task.data) for task in tasks]  # all checked before writing
     sweep = AblationSweep(encoder, ablation.mode, ablation.prefix_cache, ablation.configs_per_pass)
     con = warehouse.connect(db_path)
     try:
-        model_ids = {"model_id": store.upsert_model(con, encoder.facts())}
+        model_ids = {"model_id": runs.upsert_model(con, encoder.facts())}
         return [
             _run_task(con, model_ids, sweep, task, gold, options, ablation, on_start or _ignore, on_batch or _ignore)
             for task, gold in zip(tasks, golds)
@@ -165,13 +182,13 @@ def _run_task(
     todo = [i for i, eid in enumerate(task.example_ids.tolist()) if eid not in state.done]
     started = time.perf_counter()
     on_start(f"{task.data.task} · {ablation.mode}: {len(singles)} configurations", len(todo))
-    with store.marking_failure(con, state.run_id):
+    with runs.marking_failure(con, state.run_id):
         for indices in length_buckets(task.encoded.n_tokens, todo, options.batch_size):
             tick = time.perf_counter()
             batch = collate(task.encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
             predictions = _predictions(sweep.logits(batch, singles), regression)
             ids = task.example_ids[indices]
-            store.write_batch(
+            rows.write_batch(
                 con, state.run_id, "ablation_predictions",
                 _prediction_rows(state.run_id, 0, ids, predictions, labels[indices], regression),
                 ids, task.encoded.n_tokens[indices], task.encoded.n_tokens_full[indices], time.perf_counter() - tick,
@@ -216,12 +233,8 @@ def _insert_configs(
             "disabled": [c.label for c in configs],
         }
     )
-    con.register("new_configs", table)
-    try:
-        # Idempotent: a resumed run finds its configurations already there.
-        con.execute("INSERT OR IGNORE INTO ablation_configs BY NAME SELECT * FROM new_configs")
-    finally:
-        con.unregister("new_configs")
+    # Idempotent: a resumed run finds its configurations already there.
+    warehouse.insert_arrow(con, "ablation_configs", table, or_ignore=True)
 
 
 def _stored_predictions(con: duckdb.DuckDBPyConnection, run_id: int, example_ids: np.ndarray, n_configs: int) -> np.ndarray:
@@ -304,14 +317,13 @@ def _finish(
          r.test, n, ablation.n_resamples)
         for i, row in enumerate(combo_results) for r in row
     ]
-    con.begin()
-    try:
+    with warehouse.transaction(con):
         _insert_configs(con, run_id, ablation.mode, combos, first_combo)
         if combos:
-            rows = pa.table(_prediction_rows(run_id, first_combo, task.example_ids, combo_predictions, labels, regression))
-            con.register("combo_rows", rows)
-            con.execute("INSERT INTO ablation_predictions BY NAME SELECT * FROM combo_rows")
-            con.unregister("combo_rows")
+            warehouse.insert_arrow(
+                con, "ablation_predictions",
+                _prediction_rows(run_id, first_combo, task.example_ids, combo_predictions, labels, regression),
+            )
         con.executemany("INSERT INTO ablations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", score_rows)
         if importance is not None:
             norms = np.linalg.norm(importance, axis=1, keepdims=True)
@@ -321,34 +333,24 @@ def _finish(
                 [(run_id, l, h, float(importance[l, h]), float(normalized[l, h]), n)
                  for l in range(encoder.num_layers) for h in range(encoder.num_heads)],
             )
-        con.execute("UPDATE runs SET seconds = coalesce(seconds, 0) + ? WHERE run_id = ?",
-                    [time.perf_counter() - started, run_id])
-        store.finish_run(con, run_id, "complete")
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
+        runs.finish_run(con, run_id, "complete", time.perf_counter() - started)
 
 
 def _summary(
     con: duckdb.DuckDBPyConnection, run_id: int, task: PreparedTask, ablation: AblationOptions, outcome: str,
     n_written: int, seconds: float,
 ) -> AblationSummary:
-    """The headline of a complete run, read back from the warehouse."""
-    rows = con.execute(
-        "SELECT c.kind, c.layer, c.head, a.metric, a.baseline, a.delta, a.p_adjusted "
-        "FROM ablations a JOIN ablation_configs c USING (run_id, config_id) "
-        "WHERE a.run_id = ? ORDER BY c.config_id, a.metric",
-        [run_id],
-    ).fetchall()
+    """The headline of a complete run on its main metric, read back from the warehouse by the
+    named query ablation_summary (the choices of best head and layer are made there)."""
+    from attnwh.sql.queries import get_query, run_query
+
     metric = metrics_for(task.data.task, task.data.labels is None)[0]
-    main = [r for r in rows if r[3] == metric]
-    heads = [r for r in main if r[0] == "head"]
-    layers = [r for r in main if r[0] == "layer"]
-    best_head = max(heads, key=lambda r: r[5], default=None)
-    best_layer = max(layers, key=lambda r: r[5], default=None)
-    helpful = [r for r in heads if r[5] > 0]
-    combo = next((r for r in main if r[0] == "helpful"), None)
+    found = run_query(con, get_query("ablation_summary"), {"run": run_id, "metric": metric}).to_pylist()
+    row = found[0] if found else {}
+    best_head = None if row.get("best_head") is None else (
+        row["best_head_layer"], row["best_head"], row["best_head_delta"], row["best_head_p_adjusted"])
+    best_layer = None if row.get("best_layer") is None else (
+        row["best_layer"], row["best_layer_delta"], row["best_layer_p_adjusted"])
     return AblationSummary(
         task=task.data.task,
         mode=ablation.mode,
@@ -357,12 +359,12 @@ def _summary(
         n_examples=len(task.data.examples),
         n_written=n_written,
         metric=metric,
-        baseline=main[0][4] if main else float("nan"),
-        best_head=None if best_head is None else (best_head[1], best_head[2], best_head[5], best_head[6]),
-        best_layer=None if best_layer is None else (best_layer[1], best_layer[5], best_layer[6]),
-        n_helpful=len(helpful),
-        n_significant=sum(1 for r in helpful if r[6] is not None and r[6] < ALPHA),
-        helpful_delta=None if combo is None else combo[5],
+        baseline=row.get("baseline", float("nan")),
+        best_head=best_head,
+        best_layer=best_layer,
+        n_helpful=row.get("n_helpful", 0),
+        n_significant=row.get("n_significant", 0),
+        helpful_delta=row.get("helpful_delta"),
         seconds=seconds,
     )
 

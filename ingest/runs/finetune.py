@@ -60,6 +60,8 @@ class FinetuneResult:
 
 # Called every step with (step, total steps, running loss).
 StepCallback = Callable[[int, int, float], None]
+# Given the result of a fine-tuning, what the caller adds to its lineage note (top-level keys).
+LineageExtra = Callable[[FinetuneResult], dict[str, object]]
 
 
 def _labels(data: TaskData) -> np.ndarray:
@@ -79,9 +81,12 @@ def finetune(
     options: FinetuneOptions,
     device: str = "auto",
     on_step: StepCallback | None = None,
+    lineage_extra: LineageExtra | None = None,
 ) -> FinetuneResult:
     """Fine-tune `model_name` (None: the bundled MiniLM) on `train`, score it on `dev`
-    with the task's metrics, and save it to `out_dir`."""
+    with the task's metrics, and save it to `out_dir`. `lineage_extra` gives what a caller
+    adds to the lineage note (the study's part), from the result; the note is written once,
+    complete, after the model files."""
     if not train.examples or not dev.examples:
         raise DataError("fine-tuning needs a non-empty train and dev split")
     if train.labels != dev.labels:
@@ -138,6 +143,9 @@ def finetune(
     predictions = predict(model, tokenizer, dev_encoded, regression, options.batch_size, base.device)
     scores = metrics.score(train.task, y_dev, predictions, regression)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # The note is written last: a folder whose model files were replaced but whose note is
+    # missing (interrupted in between) is not taken for a finished model.
+    (out_dir / LINEAGE_FILE).unlink(missing_ok=True)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     tuned_hash = parameters_hash(model.float())
@@ -161,6 +169,8 @@ def finetune(
         "options": asdict(options),
         "scores": scores,
     }
+    if lineage_extra is not None:
+        lineage.update(lineage_extra(result))
     (out_dir / LINEAGE_FILE).write_text(json.dumps(lineage, indent=2), encoding="utf-8")
     return result
 
@@ -202,36 +212,47 @@ def record(
     command: str | None,
 ) -> int:
     """Store a fine-tuning run: both models (the tuned one linked to its base), the run, its
-    settings and its dev scores, in one transaction; returns the run id."""
-    from attnwh.sql.warehouse import first_row
+    settings and its dev scores, in one transaction; returns the run id. Every fine-tuning
+    is its own run: its identity holds the time it is recorded."""
+    from attnwh.sql import runs
+    from attnwh.sql.warehouse import transaction
 
-    from attnwh.ingest.runs import rows as store
+    from attnwh.ingest.runs.rows import library_versions
 
-    con.begin()
-    try:
-        base_id = store.upsert_model(con, base_facts)
-        tuned_id = store.upsert_model(con, tuned_facts)  # its facts link it to the base
-        run_id = first_row(
+    out_dir = str(result.out_dir.resolve())
+    identity = {"tuned_weights": result.tuned_weights_hash, "out_dir": out_dir, "recorded_ns": time.time_ns()}
+    with transaction(con):
+        base_id = runs.upsert_model(con, base_facts)
+        tuned_id = runs.upsert_model(con, tuned_facts)  # its facts link it to the base
+        run_id = runs.create_run(
             con,
-            "INSERT INTO runs (kind, run_key, model_id, base_model_id, dataset, task, split, source, example_limit, "
-            "seed, max_length, n_examples, n_truncated, device, dtype, batch_size, versions, command, status, "
-            "started_at, finished_at, seconds) VALUES ('finetune', ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, 0, ?, "
-            "'float32', ?, ?, ?, 'complete', current_timestamp, current_timestamp, ?) RETURNING run_id",
-            [
-                f"finetune:{result.tuned_weights_hash}:{time.time_ns()}", tuned_id, base_id, dev.dataset, dev.task,
-                dev.split, dev.source, options.seed, options.max_length, result.dev_examples, device,
-                options.batch_size, json.dumps(store.library_versions()), command, result.train_seconds,
-            ],
-        )[0]
+            "finetune",
+            identity,
+            {
+                "model_id": tuned_id,
+                "base_model_id": base_id,
+                "dataset": dev.dataset,
+                "task": dev.task,
+                "split": dev.split,
+                "source": dev.source,
+                "example_limit": None,
+                "seed": options.seed,
+                "max_length": options.max_length,
+                "n_examples": result.dev_examples,
+                "n_truncated": 0,
+                "device": device,
+                "dtype": "float32",
+                "batch_size": options.batch_size,
+                "versions": json.dumps(library_versions()),
+                "command": command,
+            },
+        ).run_id
+        runs.finish_run(con, run_id, "complete", result.train_seconds)
         con.execute(
             "INSERT INTO finetunes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [run_id, options.from_scratch, result.train_examples, options.epochs, options.learning_rate,
-             options.warmup, result.train_seconds, result.final_loss, str(result.out_dir.resolve())],
+             options.warmup, result.train_seconds, result.final_loss, out_dir],
         )
         for metric, value in result.scores.items():
             con.execute("INSERT INTO scores VALUES (?, ?, ?, ?)", [run_id, metric, value, result.dev_examples])
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
     return run_id

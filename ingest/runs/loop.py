@@ -22,10 +22,10 @@ import numpy as np
 import torch
 
 from attnwh.errors import DataError, UsageError
-from attnwh.sql import warehouse
+from attnwh.sql import runs, warehouse
 
 from attnwh.ingest.encoder import capture
-from attnwh.ingest.runs import rows as store
+from attnwh.ingest.runs import rows
 from attnwh.ingest.encoder.encoding import EncodedTask, TokenKinds, collate, encode_task, length_buckets
 from attnwh.ingest.sources.examples import TaskData
 from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs, output_projections
@@ -66,11 +66,19 @@ class PreparedTask:
     encoded: EncodedTask
     example_ids: np.ndarray
     max_length: int
-    run_key: str
+    identity: dict[str, object]  # what the run key is made of (`attnwh.sql.runs.run_key`), kind included
+
+    @property
+    def kind(self) -> str:
+        return str(self.identity["kind"])
+
+    @property
+    def run_key(self) -> str:
+        return runs.run_key(self.kind, self.identity)
 
 
 def model_identity(encoder: EncoderModel, kind: str = "statistics") -> dict[str, object]:
-    """The part of a run key that names the model(s) and the kind of run."""
+    """The part of a run's identity that names the model(s) and the kind of run."""
     return {"kind": kind, "weights": encoder.weights_hash, "name": encoder.name}
 
 
@@ -81,8 +89,8 @@ def prepare_tasks(
     identity: Mapping[str, object] | None = None,
 ) -> list[PreparedTask]:
     """Sample, tokenize (with `encoder`'s tokenizer) and check every task; raises before
-    anything is written. `identity` (default: `model_identity(encoder)`) goes into each run
-    key, so runs of other models or kinds never resume each other."""
+    anything is written. `identity` (default: `model_identity(encoder)`) goes into each
+    run's identity, so runs of other models or kinds never resume each other."""
     max_length = options.max_length or encoder.max_length
     if max_length > encoder.max_length:
         raise UsageError(f"--max-length {max_length} exceeds the model's limit of {encoder.max_length} tokens")
@@ -102,16 +110,15 @@ def prepare_tasks(
                 f"(first: row {first.position}, {encoded.n_tokens_full[too_long[0]]} tokens); "
                 "allow truncation or raise --max-length"
             )
-        ids = np.array([store.example_id(data, e) for e in data.examples], dtype=np.int64)
-        key = {
+        ids = np.array([rows.example_id(data, e) for e in data.examples], dtype=np.int64)
+        run_identity = {
             **(identity if identity is not None else model_identity(encoder)),
             "data": [data.dataset, data.task, data.split],
             "examples": hashlib.blake2b(ids.tobytes(), digest_size=16).hexdigest(),
             "max_length": max_length,
             "dtype": str(encoder.dtype),
         }
-        run_key = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=16).hexdigest()
-        prepared.append(PreparedTask(data, encoded, ids, max_length, run_key))
+        prepared.append(PreparedTask(data, encoded, ids, max_length, run_identity))
     return prepared
 
 
@@ -166,7 +173,7 @@ def ingest_runs(
     resume and replace rules of :func:`ingest_statistics`."""
     con = warehouse.connect(db_path)
     try:
-        model_ids = {column: store.upsert_model(con, e.facts()) for column, e in capture.models().items()}
+        model_ids = {column: runs.upsert_model(con, e.facts()) for column, e in capture.models().items()}
         return [_ingest_task(con, model_ids, capture, task, options, on_start, on_batch) for task in tasks]
     finally:
         con.close()
@@ -203,10 +210,10 @@ class StatisticsCapture:
 
     def extra_rows(self, run_id: int, example_ids: np.ndarray) -> dict[str, object]:
         """pattern_thumbnails rows of the last batch's thumbnail rows (none: {})."""
-        rows, lengths, thumbs = self.observer.collect_thumbnails()
-        if not rows:
+        chosen, lengths, thumbs = self.observer.collect_thumbnails()
+        if not chosen:
             return {}
-        return {"pattern_thumbnails": store.thumbnail_rows(run_id, example_ids[rows], lengths, thumbs)}
+        return {"pattern_thumbnails": rows.thumbnail_rows(run_id, example_ids[chosen], lengths, thumbs)}
 
 
 def open_task_run(
@@ -216,19 +223,17 @@ def open_task_run(
     encoder: EncoderModel,
     task: PreparedTask,
     options: IngestOptions,
-) -> store.RunState:
+) -> runs.RunState:
     """Store the task's examples and find, resume or create its run (kind `kind`), in one
     transaction."""
     data = task.data
-    con.begin()
-    try:
-        store.insert_examples(con, data, task.example_ids.tolist())
-        state = store.open_run(
+    with warehouse.transaction(con):
+        rows.insert_examples(con, data, task.example_ids.tolist())
+        return runs.create_run(
             con,
-            task.run_key,
-            options.replace,
+            kind,
+            task.identity,
             {
-                "kind": kind,
                 **model_ids,
                 "dataset": data.dataset,
                 "task": data.task,
@@ -242,15 +247,11 @@ def open_task_run(
                 "device": str(encoder.device),
                 "dtype": str(encoder.dtype).removeprefix("torch."),
                 "batch_size": options.batch_size,
-                "versions": json.dumps(store.library_versions()),
+                "versions": json.dumps(rows.library_versions()),
                 "command": options.command,
             },
+            replace=options.replace,
         )
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
-    return state
 
 
 def _ingest_task(
@@ -273,30 +274,30 @@ def _ingest_task(
         on_start(data.task, len(todo))
     lengths = encoded.n_tokens
     started = time.perf_counter()
-    thumbnail_ids = store.thumbnail_sample(task.example_ids, options.thumbnails, options.seed)
-    rows = 0
-    with store.marking_failure(con, state.run_id):
+    thumbnail_ids = rows.thumbnail_sample(task.example_ids, options.thumbnails, options.seed)
+    n_rows = 0
+    with runs.marking_failure(con, state.run_id):
         for indices in length_buckets(lengths, todo, options.batch_size):
             tick = time.perf_counter()
             batch = collate(encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
             example_ids = task.example_ids[indices]
             keep = [k for k, eid in enumerate(example_ids.tolist()) if eid in thumbnail_ids]
             values = capture.run(batch, keep)
-            store.write_batch(
+            rows.write_batch(
                 con,
                 state.run_id,
                 capture.table,
-                store.grid_rows(state.run_id, example_ids, values, capture.columns),
+                rows.grid_rows(state.run_id, example_ids, values, capture.columns),
                 example_ids,
                 lengths[indices],
                 encoded.n_tokens_full[indices],
                 time.perf_counter() - tick,
                 capture.extra_rows(state.run_id, example_ids),
             )
-            rows += values.shape[0] * values.shape[1] * values.shape[2]
+            n_rows += values.shape[0] * values.shape[1] * values.shape[2]
             if on_batch:
                 on_batch(len(indices))
-    store.finish_run(con, state.run_id, "complete")
+    runs.finish_run(con, state.run_id, "complete")
     return RunSummary(
-        data.task, state.run_id, state.outcome, len(data.examples), len(todo), n_truncated, rows, time.perf_counter() - started
+        data.task, state.run_id, state.outcome, len(data.examples), len(todo), n_truncated, n_rows, time.perf_counter() - started
     )

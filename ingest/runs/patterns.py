@@ -16,7 +16,7 @@ import pyarrow as pa
 import torch
 
 from attnwh.errors import DataError, UsageError
-from attnwh.sql.warehouse import first_row
+from attnwh.sql.warehouse import first_row, insert_arrow, registered, transaction
 
 from attnwh.ingest.measures import pattern_cnn
 from attnwh.ingest.measures import patterns
@@ -48,8 +48,7 @@ def reclassify_rules(
     features, written before pattern types existed, are left alone)."""
     where, params = _run_filter(runs)
     feature_list = ", ".join(patterns.FEATURE_COLUMNS)
-    con.begin()
-    try:
+    with transaction(con):
         run_ids = [r[0] for r in con.execute(
             f"SELECT DISTINCT run_id FROM head_stats WHERE pattern IS NOT NULL{where} ORDER BY 1", params
         ).fetchall()]
@@ -64,19 +63,12 @@ def reclassify_rules(
                 "example_id": table["example_id"], "layer": table["layer"], "head": table["head"],
                 "pattern": codes.astype(np.int16),
             })
-            con.register("new_patterns", new)
-            try:
+            with registered(con, new) as new_patterns:
                 con.execute(
-                    "UPDATE head_stats AS s SET pattern = n.pattern FROM new_patterns AS n WHERE s.run_id = ?"
+                    f"UPDATE head_stats AS s SET pattern = n.pattern FROM {new_patterns} AS n WHERE s.run_id = ?"
                     " AND s.example_id = n.example_id AND s.layer = n.layer AND s.head = n.head"
                     " AND s.pattern IS DISTINCT FROM n.pattern", [run_id]
                 )
-            finally:
-                con.unregister("new_patterns")
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
     rows = con.execute(
         f"SELECT t.name, count(s.pattern) FROM pattern_types AS t LEFT JOIN head_stats AS s"
         f" ON s.pattern = t.pattern{where.replace('run_id', 's.run_id')} GROUP BY t.pattern, t.name ORDER BY t.pattern",
@@ -124,15 +116,14 @@ def import_labels(con: duckdb.DuckDBPyConnection, path: Path) -> int:
         "pattern": pa.array([r[4] for r in rows], pa.int16()),
         "line": pa.array([r[5] for r in rows], pa.int32()),
     })
-    con.register("new_labels", table)
-    try:
+    with registered(con, table) as new_labels:
         dup = first_row(con, "SELECT min(line) FROM (SELECT line, row_number() OVER (PARTITION BY run_id, example_id,"
-                             " layer, head ORDER BY line) AS k FROM new_labels) WHERE k > 1")
+                             f" layer, head ORDER BY line) AS k FROM {new_labels}) WHERE k > 1")
         if dup[0] is not None:
             raise DataError(f"{path.name} line {dup[0]}: the same map is labelled twice")
         unknown = first_row(
             con,
-            "SELECT min(n.line) FROM new_labels AS n ANTI JOIN head_stats AS s"
+            f"SELECT min(n.line) FROM {new_labels} AS n ANTI JOIN head_stats AS s"
             " ON s.run_id = n.run_id AND s.example_id = n.example_id AND s.layer = n.layer AND s.head = n.head",
         )
         if unknown[0] is not None:
@@ -141,22 +132,13 @@ def import_labels(con: duckdb.DuckDBPyConnection, path: Path) -> int:
                 f"{path.name} line {unknown[0]}: no map run {r[0]}, example {r[1]}, layer {r[2]}, head {r[3]} "
                 "in the warehouse"
             )
-        con.begin()
-        try:
+        with transaction(con):
             con.execute(
-                "DELETE FROM pattern_labels AS l USING new_labels AS n WHERE l.run_id = n.run_id"
+                f"DELETE FROM pattern_labels AS l USING {new_labels} AS n WHERE l.run_id = n.run_id"
                 " AND l.example_id = n.example_id AND l.layer = n.layer AND l.head = n.head"
             )
-            con.execute(
-                "INSERT INTO pattern_labels (run_id, example_id, layer, head, pattern, source)"
-                " SELECT run_id, example_id, layer, head, pattern, ? FROM new_labels", [str(path)]
-            )
-            con.commit()
-        except BaseException:
-            con.rollback()
-            raise
-    finally:
-        con.unregister("new_labels")
+            insert_arrow(con, "pattern_labels",
+                         table.drop_columns(["line"]).append_column("source", pa.array([str(path)] * len(rows))))
     return len(rows)
 
 
@@ -194,13 +176,15 @@ def train_cnn(
     f1_rules = pattern_cnn.macro_f1(labels[trained.test], held_rules)
     settings = {"test_share": test_share, "learning_rate": 3e-3, "batch_size": 64, "input": "thumbnail / max",
                 "architecture": "3 conv 3x3 (8, 16, 16) + pool to 4x4 + MLP 32"}
-    model_id = first_row(
-        con,
-        "INSERT INTO pattern_models (seed, epochs, n_train, n_test, f1_cnn, f1_rules, settings, weights)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING model_id",
-        [seed, epochs, len(trained.train), len(trained.test), trained.f1_cnn, f1_rules, json.dumps(settings),
-         pattern_cnn.to_bytes(trained.model)],
-    )[0]
+    # A trained CNN is not a run (it reads no examples with an encoder): its own table, its own ids.
+    with transaction(con):
+        model_id = first_row(con, "SELECT nextval('pattern_model_ids')")[0]
+        insert_arrow(con, "pattern_models", {
+            "model_id": pa.array([model_id], pa.int32()), "seed": [seed], "epochs": [epochs],
+            "n_train": [len(trained.train)], "n_test": [len(trained.test)], "f1_cnn": [float(trained.f1_cnn)],
+            "f1_rules": [float(f1_rules)], "settings": [json.dumps(settings)],
+            "weights": pa.array([pattern_cnn.to_bytes(trained.model)], pa.binary()),
+        })
     return TrainResult(model_id, data.num_rows, len(trained.train), len(trained.test), trained.f1_cnn, f1_rules)
 
 
@@ -222,14 +206,11 @@ def reclassify_cnn(
     chosen, weights = row
     model = pattern_cnn.from_bytes(bytes(weights))
     wanted = pa.table({"run_id": pa.array(list(runs or []), pa.int32())})
-    con.register("wanted_runs", wanted)
-    try:
+    with registered(con, wanted) as wanted_runs:
         table = con.sql(
             "SELECT run_id, example_id, layer, head, thumbnail FROM pattern_thumbnails"
-            " WHERE NOT EXISTS (SELECT 1 FROM wanted_runs) OR run_id IN (SELECT run_id FROM wanted_runs)"
+            f" WHERE NOT EXISTS (SELECT 1 FROM {wanted_runs}) OR run_id IN (SELECT run_id FROM {wanted_runs})"
         ).to_arrow_table()
-    finally:
-        con.unregister("wanted_runs")
     if table.num_rows == 0:
         raise UsageError("no thumbnails to classify; `attnwh ingest --thumbnails N` stores them")
     thumbs = np.stack(table["thumbnail"].to_numpy(zero_copy_only=False)).astype(np.float32)
@@ -238,19 +219,11 @@ def reclassify_cnn(
         "run_id": table["run_id"], "example_id": table["example_id"], "layer": table["layer"],
         "head": table["head"], "cnn_pattern": codes.astype(np.int16),
     })
-    con.register("new_cnn", new)
-    con.begin()
-    try:
+    with registered(con, new) as new_cnn, transaction(con):
         con.execute(
-            "UPDATE pattern_thumbnails AS t SET cnn_pattern = n.cnn_pattern, cnn_model = ? FROM new_cnn AS n"
+            f"UPDATE pattern_thumbnails AS t SET cnn_pattern = n.cnn_pattern, cnn_model = ? FROM {new_cnn} AS n"
             " WHERE t.run_id = n.run_id AND t.example_id = n.example_id AND t.layer = n.layer AND t.head = n.head",
             [chosen],
         )
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
-    finally:
-        con.unregister("new_cnn")
     counts = {name: int((codes == k).sum()) for k, name in enumerate(patterns.PATTERN_TYPES)}
     return chosen, counts

@@ -1,6 +1,6 @@
 """Storing `attnwh ingest relations` runs: one run per input file (task `dependencies` for a
 CoNLL-U file, `frames` for a FrameNet file), written with all its rows in one transaction at
-the end, so a run row exists only when its rows do. A stored run with the same key (model
+the end, so a run row exists only when its rows do. A stored run with the same identity (model
 weights, file contents, --limit, --seed and what is measured) is kept unless `replace`."""
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ class RelationsSummary:
     task: str = "dependencies"
 
 
-def run_key(encoder: EncoderModel, path: Path, limit: int | None, seed: int, **extra: object) -> str:
-    key = {
+def run_identity(encoder: EncoderModel, path: Path, limit: int | None, seed: int, **extra: object) -> dict[str, object]:
+    """What a relations run's key is made of (`attnwh.sql.runs.run_key`)."""
+    return {
         "kind": "relations",
         "weights": encoder.weights_hash,
         "name": encoder.name,
@@ -47,7 +48,6 @@ def run_key(encoder: EncoderModel, path: Path, limit: int | None, seed: int, **e
         "dtype": str(encoder.dtype),
         **extra,
     }
-    return hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=16).hexdigest()
 
 
 def ingest_run(
@@ -56,7 +56,7 @@ def ingest_run(
     path: Path,
     *,
     task: str,
-    key: str,
+    identity: dict[str, object],
     limit: int | None,
     seed: int,
     batch_size: int,
@@ -69,28 +69,25 @@ def ingest_run(
     """Skip a stored run (unless `replace`), else measure and write it in one transaction."""
     import pyarrow as pa
 
-    from attnwh.sql import warehouse
-    from attnwh.sql.warehouse import first_row
+    from attnwh.sql import runs, warehouse
 
-    from attnwh.ingest.runs import rows as store
+    from attnwh.ingest.runs.rows import library_versions
 
     con = warehouse.connect(db_path)
     try:
-        found = first_row(con, "SELECT run_id FROM runs WHERE run_key = ?", [key])
+        found = runs.find_run(con, "relations", identity)
         if found and not replace:
-            return RelationsSummary(found[0], "already complete", None, task)
+            return RelationsSummary(found.run_id, "already complete", None, task)
         if on_start:
             on_start(n_todo)
         measured = measure()
-        con.begin()
-        try:
-            model_id = store.upsert_model(con, encoder.facts())
-            state = store.open_run(
+        with warehouse.transaction(con):
+            model_id = runs.upsert_model(con, encoder.facts())
+            state = runs.create_run(
                 con,
-                key,
-                True,
+                "relations",
+                identity,
                 {
-                    "kind": "relations",
                     "model_id": model_id,
                     "dataset": Path(path).name,
                     "task": task,
@@ -104,27 +101,16 @@ def ingest_run(
                     "device": str(encoder.device),
                     "dtype": str(encoder.dtype).removeprefix("torch."),
                     "batch_size": batch_size,
-                    "versions": json.dumps(store.library_versions()),
+                    "versions": json.dumps(library_versions()),
                     "command": command,
                 },
+                replace=True,  # a stored run is only here to be replaced
             )
             for table, rows in measured.tables.items():
                 n = len(next(iter(rows.values())))
-                arrow = pa.table({"run_id": pa.array([state.run_id] * n, pa.int32()), **rows})
-                con.register("new_rows", arrow)
-                try:
-                    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM new_rows")
-                finally:
-                    con.unregister("new_rows")
-            con.execute(
-                "UPDATE runs SET status = 'complete', finished_at = current_timestamp, seconds = ? WHERE run_id = ?",
-                [measured.seconds, state.run_id],
-            )
-            con.commit()
-        except BaseException:
-            con.rollback()
-            raise
-        return RelationsSummary(state.run_id, "replaced" if found else "complete", measured.result, task)
+                warehouse.insert_arrow(con, table, {"run_id": pa.array([state.run_id] * n, pa.int32()), **rows})
+            runs.finish_run(con, state.run_id, "complete", measured.seconds)
+        return RelationsSummary(state.run_id, state.outcome, measured.result, task)
     finally:
         con.close()
 
@@ -158,7 +144,7 @@ def ingest_relations(
 
     return ingest_run(
         db_path, encoder, path, task="dependencies",
-        key=run_key(encoder, path, limit, seed, measures="dependencies+features"),
+        identity=run_identity(encoder, path, limit, seed, measures="dependencies+features"),
         limit=limit, seed=seed, batch_size=batch_size, replace=replace, command=command,
         measure=run, n_todo=len(sentences), on_start=on_start,
     )
@@ -196,7 +182,7 @@ def ingest_frames(
 
     return ingest_run(
         db_path, encoder, path, task="frames",
-        key=run_key(encoder, path, limit, seed, measures="frames", filters=[
+        identity=run_identity(encoder, path, limit, seed, measures="frames", filters=[
             frames.MAX_SENTENCE_WORDS, frames.MAX_ELEMENT_WORDS, frames.MIN_DISTANCE]),
         limit=limit, seed=seed, batch_size=batch_size, replace=replace, command=command,
         measure=run, n_todo=len(data.links), on_start=on_start,

@@ -1,4 +1,5 @@
-"""Writing ingest results into the warehouse.
+"""Writing ingest results into the warehouse: examples, and the per-head rows of a run
+batch by batch (the runs rows themselves are written by `attnwh.sql.runs`).
 
 Every write that belongs together happens in one transaction: a batch's rows (head
 statistics or attention change) and the run_examples rows that mark those examples done
@@ -8,18 +9,17 @@ skips exactly those.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import platform
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
-from attnwh.sql.warehouse import first_row
+from attnwh.sql.runs import add_seconds, run_tables
+from attnwh.sql.warehouse import insert_arrow, transaction
 
 from attnwh.ingest.sources.examples import Example, TaskData
 
@@ -47,30 +47,6 @@ def library_versions() -> dict[str, str]:
     }
 
 
-def upsert_model(con: duckdb.DuckDBPyConnection, facts: dict[str, object]) -> int:
-    """The model_id of this checkpoint (by name and weights hash), adding it if new.
-
-    A fine-tuned checkpoint's facts carry `base_weights_hash`; its row then points to the
-    base's row (`base_model_id`) when the base is in this warehouse too.
-    """
-    facts = dict(facts)
-    base_hash = facts.pop("base_weights_hash", None)
-    row = first_row(
-        con, "SELECT model_id FROM models WHERE name = ? AND weights_hash = ?", [facts["name"], facts["weights_hash"]]
-    )
-    if row:
-        return row[0]
-    if base_hash is not None:
-        base = first_row(con, "SELECT min(model_id) FROM models WHERE weights_hash = ?", [base_hash])
-        facts["base_model_id"] = base[0] if base else None
-    columns = list(facts)
-    return first_row(
-        con,
-        f"INSERT INTO models ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}) RETURNING model_id",
-        [facts[c] for c in columns],
-    )[0]
-
-
 def insert_examples(con: duckdb.DuckDBPyConnection, data: TaskData, ids: Sequence[int]) -> None:
     """Add the task's examples; ones already stored (same id) are left as they are."""
     labels = {name: i for i, name in enumerate(data.labels)} if data.labels else {}
@@ -88,63 +64,7 @@ def insert_examples(con: duckdb.DuckDBPyConnection, data: TaskData, ids: Sequenc
             "label_id": pa.array([labels.get(e.label) for e in data.examples], pa.int32()),
         }
     )
-    con.register("new_examples", table)
-    try:
-        con.execute("INSERT OR IGNORE INTO examples BY NAME SELECT * FROM new_examples")
-    finally:
-        con.unregister("new_examples")
-
-
-@dataclass(frozen=True)
-class RunState:
-    run_id: int
-    status: str  # as found, or "new" / "replaced" for a run created now
-    done: frozenset[int]  # example ids already written
-
-    @property
-    def outcome(self) -> str:
-        """What finishing this run is, for summaries: complete, replaced or resumed."""
-        return {"new": "complete", "replaced": "replaced"}.get(self.status, "resumed")
-
-
-def open_run(con: duckdb.DuckDBPyConnection, run_key: str, replace: bool, fields: dict[str, object]) -> RunState:
-    """Find the run with this key, or create it; with `replace`, drop what it wrote first.
-
-    Must be called inside a transaction.
-    """
-    row = first_row(con, "SELECT run_id, status FROM runs WHERE run_key = ?", [run_key])
-    created = "new"
-    if row and replace:
-        delete_run(con, row[0])
-        row, created = None, "replaced"
-    if row:
-        run_id, status = row
-        done = con.execute("SELECT example_id FROM run_examples WHERE run_id = ?", [run_id]).fetchall()
-        if status != "complete":
-            con.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?", [run_id])
-        return RunState(run_id, status, frozenset(r[0] for r in done))
-    columns = ["run_key", "status", "started_at", *fields]
-    run_id = first_row(
-        con,
-        f"INSERT INTO runs ({', '.join(columns)}) VALUES (?, 'running', current_timestamp, "
-        f"{', '.join('?' for _ in fields)}) RETURNING run_id",
-        [run_key, *fields.values()],
-    )[0]
-    return RunState(run_id, created, frozenset())
-
-
-# Every table holding rows of a run; deleting a run (--replace) clears all of them.
-RUN_TABLES: tuple[str, ...] = (
-    "head_stats", "attention_change", "dependency_heads", "dependency_baselines", "run_examples",
-    "feature_attention", "frame_heads", "frame_filters",
-    "ablation_configs", "ablation_predictions", "ablations", "head_importance",
-    "pattern_thumbnails", "pattern_labels",
-)
-
-
-def delete_run(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
-    for table in (*RUN_TABLES, "runs"):
-        con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+    insert_arrow(con, "examples", table, or_ignore=True)
 
 
 def grid_rows(
@@ -181,8 +101,12 @@ def write_batch(
     """Commit one batch: `rows` (columns by name) into `table`, `extra` rows into their
     tables (e.g. pattern_thumbnails), and the examples' done marks, in one transaction, so a
     run never holds part of an example."""
-    if table not in RUN_TABLES or table == "run_examples":
+    tables = run_tables(con)
+    if table not in tables or table == "run_examples":
         raise ValueError(f"{table!r} is not a table of per-head run rows")
+    for name in extra or {}:
+        if name not in tables:
+            raise ValueError(f"{name!r} is not a table of run rows")
     done = pa.table(
         {
             "run_id": np.full(len(example_ids), run_id, dtype=np.int32),
@@ -192,29 +116,12 @@ def write_batch(
             "truncated": n_tokens_full > n_tokens,
         }
     )
-    rows_table = pa.table(rows)
-    con.begin()
-    try:
-        con.register("batch_rows", rows_table)
-        con.register("batch_done", done)
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM batch_rows")
+    with transaction(con):
+        insert_arrow(con, table, rows)
         for name, extra_rows in (extra or {}).items():
-            if name not in RUN_TABLES:
-                raise ValueError(f"{name!r} is not a table of run rows")
-            con.register("batch_extra", extra_rows)
-            try:
-                con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM batch_extra")
-            finally:
-                con.unregister("batch_extra")
-        con.execute("INSERT INTO run_examples BY NAME SELECT * FROM batch_done")
-        con.execute("UPDATE runs SET seconds = coalesce(seconds, 0) + ? WHERE run_id = ?", [seconds, run_id])
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
-    finally:
-        con.unregister("batch_rows")
-        con.unregister("batch_done")
+            insert_arrow(con, name, extra_rows)
+        insert_arrow(con, "run_examples", done)
+        add_seconds(con, run_id, seconds)
 
 
 def thumbnail_rows(
@@ -245,23 +152,3 @@ def thumbnail_sample(example_ids: np.ndarray, count: int, seed: int) -> frozense
         return frozenset()
     chosen = np.random.default_rng(seed).choice(len(ids), size=min(count, len(ids)), replace=False)
     return frozenset(int(i) for i in ids[chosen])
-
-
-@contextlib.contextmanager
-def marking_failure(con: duckdb.DuckDBPyConnection, run_id: int) -> Iterator[None]:
-    """Inside the block, an exception marks the run `interrupted` (Ctrl-C) or `failed`, so a
-    rerun resumes it; the exception goes on."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        finish_run(con, run_id, "interrupted")
-        raise
-    except BaseException:
-        finish_run(con, run_id, "failed")
-        raise
-
-
-def finish_run(con: duckdb.DuckDBPyConnection, run_id: int, status: str) -> None:
-    con.execute(
-        "UPDATE runs SET status = ?, finished_at = current_timestamp WHERE run_id = ?", [status, run_id]
-    )

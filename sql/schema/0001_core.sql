@@ -71,7 +71,7 @@ CREATE TABLE run_examples (
     PRIMARY KEY (run_id, example_id)
 );
 
--- DESIGN §2; every value is a mean over the example's real query rows.
+-- docs/metrics.md#head-statistics; every value is a mean over the example's real query rows.
 CREATE TABLE head_stats (
     run_id        INTEGER NOT NULL,
     example_id    BIGINT NOT NULL,

@@ -1,0 +1,191 @@
+"""The option vocabulary of every `attnwh` command, declared once.
+
+A command names an option by its alias (`db: DbOpt = DEFAULT_DB`), or takes a whole group of
+them as one dataclass parameter (`source: DataSource`, `reading: Reading`) under
+:func:`with_option_groups`, which spreads the group's fields into the command's options in
+that place. A command that words one option of a group differently declares that option itself;
+the group still receives its value.
+
+Only typer is imported here (and the torch-free task dispatcher): `attnwh --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import inspect
+import shlex
+import sys
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from attnwh.errors import UsageError
+from attnwh.ingest.sources.tasks import check_sources, load_tasks
+
+if TYPE_CHECKING:
+    from attnwh.ingest.runs.loop import IngestOptions
+    from attnwh.ingest.sources.examples import TaskData
+
+DEFAULT_DB = Path("attnwh.duckdb")
+DB_ENVVAR = "ATTNWH_DB"
+
+
+class Device(str, enum.Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Dtype(str, enum.Enum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+# --db: one name, one default (DEFAULT_DB), one environment variable; the help says what the
+# command does with the file.
+DbOpt = Annotated[Path, typer.Option("--db", help="Warehouse file (created if missing).", envvar=DB_ENVVAR)]
+ReadDbOpt = Annotated[Path, typer.Option("--db", help="Warehouse file.", envvar=DB_ENVVAR)]
+RecordDbOpt = Annotated[Path, typer.Option("--db", help="Warehouse file to record the run in.", envvar=DB_ENVVAR)]
+
+DeviceOpt = Annotated[Device, typer.Option(help="Where to run the model.")]
+
+# The data-source options (`attnwh ingest`, `compare`, `ablation`; finetune and study reuse some).
+TaskOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Task(s) to read; repeat or separate with commas. GLUE: sst2 mrpc rte cola stsb qnli qqp mnli wnli. "
+        "Bundled sample: sentiment, entailment (both by default)."
+    ),
+]
+GlueDirOpt = Annotated[
+    Path | None, typer.Option(help="Folder with GLUE task folders (SST-2/, RTE/, ...) in the original TSV layout.")
+]
+DatasetOpt = Annotated[
+    str | None, typer.Option(help="A Hugging Face datasets name or local dataset folder, e.g. nyu-mll/glue.")
+]
+DatasetConfigOpt = Annotated[str | None, typer.Option(help="Configuration of --dataset, e.g. sst2.")]
+DataOpt = Annotated[Path | None, typer.Option(help="A local CSV, TSV, JSONL or Parquet file.")]
+TextColumnOpt = Annotated[str | None, typer.Option(help="Text column of --data or --dataset.")]
+PairColumnOpt = Annotated[str | None, typer.Option(help="Second-sentence column, for sentence pairs.")]
+LabelColumnOpt = Annotated[str | None, typer.Option(help="Label column.")]
+SplitOpt = Annotated[
+    str | None, typer.Option(help="Split to read: train, dev, ... (default: dev; for --data: the whole file).")
+]
+
+# How the examples are read and batched.
+LimitOpt = Annotated[int | None, typer.Option(min=1, help="At most this many examples per task, a seeded random sample.")]
+SeedOpt = Annotated[int, typer.Option(help="Seed of the --limit sample.")]
+MaxLengthOpt = Annotated[
+    int | None, typer.Option(min=1, help="Truncate inputs to this many tokens (default: the model's limit).")
+]
+TruncateOpt = Annotated[
+    bool, typer.Option(help="Truncate over-long inputs (counted and reported) instead of refusing them.")
+]
+BatchSizeOpt = Annotated[int, typer.Option(min=1, help="Examples per batch (batches are bucketed by length).")]
+ReplaceOpt = Annotated[bool, typer.Option(help="Redo runs that are already complete instead of skipping them.")]
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSource:
+    """Where a command's examples come from: one source, or the bundled sample without one."""
+
+    task: TaskOpt = None
+    glue_dir: GlueDirOpt = None
+    dataset: DatasetOpt = None
+    dataset_config: DatasetConfigOpt = None
+    data: DataOpt = None
+    text_column: TextColumnOpt = None
+    pair_column: PairColumnOpt = None
+    label_column: LabelColumnOpt = None
+    split: SplitOpt = None
+
+    @property
+    def given(self) -> bool:
+        """Whether a data source was named (else the bundled sample is read)."""
+        return self.glue_dir is not None or self.dataset is not None or self.data is not None
+
+    def check(self) -> None:
+        """Refuse conflicting sources and options that the chosen source would ignore."""
+        check_sources(self.glue_dir, self.dataset, self.data)
+        if self.dataset_config is not None and self.dataset is None:
+            raise UsageError("--dataset-config goes with --dataset")
+        columns = [name for name, value in (("--text-column", self.text_column), ("--pair-column", self.pair_column),
+                                            ("--label-column", self.label_column)) if value is not None]
+        if columns and self.data is None and self.dataset is None:
+            raise UsageError(f"{columns[0]} names a column of --data or --dataset; give one of them")
+
+    def load(self, task: list[str] | None = None) -> list[TaskData]:
+        """The tasks to read; `task` overrides --task."""
+        return load_tasks(
+            task if task is not None else self.task, self.glue_dir, self.dataset, self.dataset_config, self.data,
+            self.text_column, self.pair_column, self.label_column, self.split,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """How many examples are read, how long they may be, and how they are batched."""
+
+    limit: LimitOpt = None
+    seed: SeedOpt = 42
+    max_length: MaxLengthOpt = None
+    truncate: TruncateOpt = True
+    batch_size: BatchSizeOpt = 32
+
+    def ingest_options(self, replace: bool) -> IngestOptions:
+        """Run settings of the ingest loop, with the command line recorded."""
+        from attnwh.ingest.runs.loop import IngestOptions
+
+        return IngestOptions(
+            limit=self.limit, seed=self.seed, max_length=self.max_length, truncate=self.truncate,
+            batch_size=self.batch_size, replace=replace, command=command_line(),
+        )
+
+
+def command_line() -> str:
+    """The command as typed, recorded with every run."""
+    return shlex.join(["attnwh", *sys.argv[1:]])
+
+
+_GROUPS = (DataSource, Reading)
+
+
+def with_option_groups(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Spread each parameter typed with an option group (:class:`DataSource`, :class:`Reading`)
+    into the group's options, at that place in the command's options, and hand the command the
+    group built from them. An option of the group that the command declares itself (its own
+    help) takes the group's place for it in --help; the group gets its value too."""
+    signature = inspect.signature(command, eval_str=True)
+    own = signature.parameters
+    groups = {p.name: p.annotation for p in own.values() if p.annotation in _GROUPS}
+    grouped = {f.name for group in groups.values() for f in dataclasses.fields(group)}
+    params: list[inspect.Parameter] = []
+    for p in own.values():
+        if p.name in groups:
+            hints = typing.get_type_hints(p.annotation, include_extras=True)
+            params += [
+                own[f.name] if f.name in own else inspect.Parameter(
+                    f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
+                for f in dataclasses.fields(p.annotation)
+            ]
+        elif p.name not in grouped:
+            params.append(p)
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+
+    @functools.wraps(command)
+    def run(**kwargs: Any) -> Any:
+        for name, group in groups.items():
+            fields = [f.name for f in dataclasses.fields(group)]
+            kwargs[name] = group(**{f: kwargs[f] if f in own else kwargs.pop(f) for f in fields})
+        return command(**kwargs)
+
+    del run.__wrapped__  # typer reads the signature below, not the command's
+    run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    return run

@@ -1,0 +1,170 @@
+"""The tables the commands print on stdout when they finish.
+
+Relations results are read back from the warehouse with the named queries (the same numbers
+`attnwh query dependency_heads | feature_attention | frame_heads -p run=N` shows), so the best
+heads are chosen once, in SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def describe(encoder: Any) -> str:
+    """The model line a command prints on stderr before it starts."""
+    return (f"[bold]{encoder.name}[/] ({encoder.family}, {encoder.num_layers} layers × {encoder.num_heads} heads) "
+            f"on {encoder.device}")
+
+
+def print_runs(summaries: Sequence[Any], db: Path, seconds: float, rows_name: str = "head-statistics") -> None:
+    """One line per run of `attnwh ingest` / `ingest compare` (`RunSummary`), then the total."""
+    table = Table("task", "run", "outcome", "examples", "written", "truncated", "rows", "ex/s", box=None)
+    for s in summaries:
+        rate = f"{s.n_written / s.seconds:.1f}" if s.seconds > 0 else "–"
+        table.add_row(
+            s.task, str(s.run_id), s.outcome, str(s.n_examples), str(s.n_written), str(s.n_truncated),
+            f"{s.rows_written:,}", rate,
+        )
+    out = Console()
+    out.print(table)
+    out.print(f"{sum(s.rows_written for s in summaries):,} {rows_name} rows written in {seconds:.1f} s → {db.resolve()}")
+
+
+def print_relations(summary: Any, db: Path) -> None:
+    """The stored results of one `attnwh ingest relations` run (`RelationsSummary`), then its line."""
+    from attnwh.sql import warehouse
+
+    out = Console()
+    con = warehouse.connect(db, read_only=True)
+    try:
+        if summary.task == "frames":
+            _frame_tables(out, con, summary.run_id)
+        else:
+            n_dependencies = _dependency_tables(out, con, summary.run_id)
+    finally:
+        con.close()
+    r = summary.result
+    if r is None:
+        out.print(f"{summary.task} run {summary.run_id}: already complete (--replace redoes it)")
+    elif summary.task == "frames":
+        out.print(
+            f"frames run {summary.run_id} {summary.outcome}: {r.n_annotations} annotations after the filters "
+            f"({r.n_skipped} not measurable), in {r.seconds:.1f} s"
+        )
+    else:
+        rate = f"{(r.n_sentences - r.n_skipped) / r.seconds:.1f} sent/s" if r.seconds > 0 else ""
+        out.print(
+            f"run {summary.run_id} {summary.outcome}: {r.n_sentences} sentences ({r.n_skipped} skipped as too long), "
+            f"{n_dependencies} dependencies, {rate}, in {r.seconds:.1f} s → {db.resolve()}"
+        )
+
+
+def _rows(con: Any, name: str, run_id: int) -> list[dict[str, Any]]:
+    from attnwh.sql.queries import get_query, run_query
+
+    return run_query(con, get_query(name), {"run": str(run_id)}).to_pylist()
+
+
+def _frame_tables(out: Console, con: Any, run_id: int) -> None:
+    from attnwh.ingest.measures.frames import DIRECTIONS
+
+    rows = _rows(con, "frame_heads", run_id)
+    table = Table("direction", "rank", "layer-head", "mean max attention", "percentile", box=None)
+    for direction in DIRECTIONS:
+        for row in (r for r in rows if r["direction"] == direction and r["rank"] <= 3):
+            table.add_row(direction if row["rank"] == 1 else "", str(row["rank"]), f"{row['layer']}-{row['head']}",
+                          f"{row['mean_max_attention']:.3f}", f"{row['percentile']:.1f}")
+    out.print(table)
+
+
+def _dependency_tables(out: Console, con: Any, run_id: int) -> int:
+    """Print the best head per relation and the feature words' heads; returns the dependencies."""
+    from attnwh.ingest.measures.features import FEATURES
+
+    best: dict[str, dict[str, dict[str, Any]]] = {}  # relation → direction → row, most frequent first
+    for row in _rows(con, "dependency_heads", run_id):
+        best.setdefault(row["relation"], {})[row["direction"]] = row
+    table = Table("relation", "deps", "best dep→head", "acc", "best head→dep", "acc", "baseline", "acc", box=None)
+    for relation, by_direction in best.items():
+        first = by_direction["dep_to_head"]
+        cells = []
+        for direction in ("dep_to_head", "head_to_dep"):
+            row = by_direction[direction]
+            cells += [f"{row['layer']}-{row['head']}", f"{row['accuracy']:.3f}"]
+        table.add_row(relation, str(first["dependencies"]), *cells, f"{first['baseline_offset']:+d}",
+                      f"{first['baseline_accuracy']:.3f}")
+    out.print(table)
+
+    features: dict[str, list[dict[str, Any]]] = {}
+    for row in _rows(con, "feature_attention", run_id):
+        features.setdefault(row["feature"], []).append(row)
+    if features:
+        table = Table("feature", "sentences", "words", "best head", "attention", "uniform", "layer means", box=None)
+        for feature in (f for f in FEATURES if f in features):
+            heads = features[feature]
+            top = next(r for r in heads if r["rank"] == 1)
+            by_layer: dict[int, list[float]] = {}
+            for r in heads:
+                by_layer.setdefault(r["layer"], []).append(r["mean_attention"])
+            layer_means = " ".join(f"{sum(v) / len(v):.2f}" for _, v in sorted(by_layer.items()))
+            table.add_row(
+                feature, str(top["sentences"]), str(top["words"]), f"{top['layer']}-{top['head']}",
+                f"{top['mean_attention']:.3f}", f"{top['uniform_attention']:.3f}", layer_means,
+            )
+        out.print(table)
+    return sum(by_direction["dep_to_head"]["dependencies"] for by_direction in best.values())
+
+
+def print_ablation(summaries: Sequence[Any], db: Path, seconds: float) -> None:
+    """One line per run of `attnwh ingest ablation` (`AblationSummary`): baseline, best head and layer."""
+
+    def effect(name: str, delta: float, p_adjusted: float | None) -> str:
+        return f"{name} {delta:+.4f} (p adj {p_adjusted:.2g})" if p_adjusted is not None else f"{name} {delta:+.4f}"
+
+    table = Table("task · mode", "run", "baseline", "best head", "best layer", "helpful (signif.)", "all helpful",
+                  box=None)
+    for s in summaries:
+        head, layer = s.best_head, s.best_layer
+        table.add_row(
+            f"{s.task} · {s.mode}", f"{s.run_id} {s.outcome}", f"{s.metric} {s.baseline:.4f}",
+            "–" if head is None else effect(f"{head[0]}-{head[1]}", head[2], head[3]),
+            "–" if layer is None else effect(str(layer[0]), layer[1], layer[2]),
+            f"{s.n_helpful} ({s.n_significant})",
+            "–" if s.helpful_delta is None else f"{s.helpful_delta:+.4f}",
+        )
+    out = Console()
+    out.print(table)
+    out.print(
+        f"Δ: score with it disabled minus baseline; signif.: adjusted p < 0.05 (Benjamini–Hochberg over the "
+        f"run's heads and layers). Done in {seconds:.1f} s → {db.resolve()}",
+        highlight=False,
+    )
+
+
+def print_study(runner: Any, seconds: float) -> None:
+    """Per task of `attnwh study`: the tuned score, the most changed layer, the most helpful head."""
+    from attnwh.study import is_significant
+
+    table = Table("task", "fine-tuned score", "most changed layer (mean cosine)",
+                  f"most helpful head ({runner.options.modes[0]}: Δ, adjusted p)", "significant", box=None)
+    for s in runner.summary():
+        score = "–" if s.score is None else f"{s.metric} {s.score:.4f}"
+        layer = "–" if s.changed_layer is None else f"{s.changed_layer[0]} ({s.changed_layer[1]:.3f})"
+        if s.helpful_head is None:
+            head, significant = "none helped", "–"
+        else:
+            l, h, delta, p = s.helpful_head
+            head = f"{l}-{h} {s.metric} {delta:+.4f}, p adj {p:.2g}" if p is not None else f"{l}-{h} {delta:+.4f}"
+            significant = "yes" if is_significant(p) else "no"
+        table.add_row(s.task, score, layer, head, significant)
+    out = Console()
+    out.print(table)
+    out.print(f"report: {runner.options.report.resolve()}", highlight=False, soft_wrap=True)
+    out.print(f"warehouse: {runner.options.db.resolve()}", highlight=False, soft_wrap=True)
+    out.print(f"models: {runner.options.models_dir.resolve()}", highlight=False, soft_wrap=True)
+    out.print(f"study done in {seconds:.1f} s", highlight=False)

@@ -1,0 +1,131 @@
+"""Schema migrations: numbered 1..N without gaps, applied in order, and a file made by any
+earlier version upgrades to the latest with its rows kept."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import duckdb
+import pytest
+
+from attnwh.sql import runs, warehouse
+
+# Rows written into a file at each version, into the tables that version has (column lists
+# name only that version's columns: later migrations add some).
+ROWS: dict[int, list[str]] = {
+    1: [
+        "INSERT INTO models (model_id, name, weights_hash, family, architecture, num_layers, num_heads, hidden_size,"
+        " max_length) VALUES (1, 'tiny/bert', 'ab', 'bert', 'BertModel', 2, 4, 32, 64)",
+        "INSERT INTO examples VALUES (7, 'd', 't', 'dev', 0, NULL, 'A sentence.', NULL, 'yes', 1)",
+        "INSERT INTO run_examples VALUES ({run}, 7, 5, 5, false)",
+        "INSERT INTO head_stats (run_id, example_id, layer, head, to_cls, to_sep, to_punct, to_self, to_prev, to_next,"
+        " entropy, max_weight, norm_to_cls, norm_to_sep, norm_to_punct)"
+        " VALUES ({run}, 7, 0, 0, 0.1, 0.2, 0.3, 0.1, 0.1, 0.1, 1.0, 0.5, 0.1, 0.2, 0.3)",
+    ],
+    2: [
+        "INSERT INTO finetunes VALUES ({run}, false, 10, 1.0, 5e-5, 0.1, 2.5, 0.6, '/tmp/tuned')",
+        "INSERT INTO scores VALUES ({run}, 'accuracy', 0.75, 8)",
+        "INSERT INTO attention_change VALUES ({run}, 7, 0, 0, 0.9)",
+    ],
+    3: [
+        "INSERT INTO dependency_heads VALUES ({run}, 'det', 'dep_to_head', 0, 0, 3, 4, 0.75)",
+        "INSERT INTO dependency_baselines VALUES ({run}, 'det', 1, 3, 4, 0.75)",
+    ],
+    4: [
+        "INSERT INTO frame_heads VALUES ({run}, 'either', 0, 0, 2, 0.4, 50.0, 1)",
+        "INSERT INTO frame_filters VALUES ({run}, 6, 1, 1, 1, 1, 2, 2, 2, 12, 3, 2)",
+        "INSERT INTO feature_attention VALUES ({run}, 'noun', 0, 0, 3, 4, 0.1, 0.05, 0.1, 0.05)",
+    ],
+    5: [
+        "INSERT INTO pattern_thumbnails (run_id, example_id, layer, head, n_tokens, thumbnail)"
+        " VALUES ({run}, 7, 0, 0, 5, [0.5, 0.5]::FLOAT[])",
+        "INSERT INTO pattern_labels (run_id, example_id, layer, head, pattern, source) VALUES ({run}, 7, 0, 0, 1, 'x.csv')",
+        "INSERT INTO pattern_models (seed, epochs, n_train, n_test, f1_cnn, f1_rules, settings, weights)"
+        " VALUES (1, 2, 3, 4, 0.5, 0.4, '{{}}', '\\x00'::BLOB)",
+    ],
+    6: [
+        "INSERT INTO ablation_configs VALUES ({run}, 0, 'baseline', 'uniform', NULL, NULL, NULL, 0, '')",
+        "INSERT INTO ablation_predictions VALUES ({run}, 0, 7, 1.0, true)",
+        "INSERT INTO ablations VALUES ({run}, 0, 'accuracy', 0.8, 0.8, 0.0, 0.0, 0.0, 1.0, NULL, 'mcnemar-exact', 8, 100)",
+        "INSERT INTO head_importance VALUES ({run}, 0, 0, 0.1, 1.0, 8)",
+    ],
+}
+
+
+def _table(sql: str) -> str:
+    return re.match(r"INSERT INTO (\w+)", sql).group(1)
+
+
+def test_migrations_are_numbered_one_to_n_without_gaps():
+    found = warehouse.migrations()
+    assert [m[0] for m in found] == list(range(1, len(found) + 1))
+    files = sorted(e.name for e in (resources.files("attnwh.sql") / "schema").iterdir() if e.name.endswith(".sql"))
+    assert files == [f"{v:04d}_{name}.sql" for v, name, _ in found]  # every .sql file is a migration
+    assert set(ROWS) == {m[0] for m in found}, "add the new migration's tables to ROWS"
+
+
+def test_a_new_file_gets_every_migration_in_order(tmp_path):
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    try:
+        applied = con.execute("SELECT version, name FROM schema_migrations ORDER BY rowid").fetchall()  # as written
+        assert applied == [(v, name) for v, name, _ in warehouse.migrations()]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("version", range(len(warehouse.migrations())))
+def test_a_file_of_an_earlier_version_upgrades_with_its_rows(tmp_path, version):
+    """Migrations 1..version applied by hand (as that version of attnwh did), a row in each
+    of its tables, then `connect`: the latest version, rows kept; a second connect changes
+    nothing."""
+    latest = warehouse.migrations()[-1][0]
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    try:
+        con.execute(
+            "CREATE TABLE schema_migrations "
+            "(version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
+        )
+        for v, name, sql in warehouse.migrations()[:version]:
+            con.execute(sql)
+            con.execute("INSERT INTO schema_migrations VALUES (?, ?, current_timestamp)", [v, name])
+        run_id = None
+        if version >= 1:
+            for sql in ROWS[1][:2]:
+                con.execute(sql)
+            run_id = runs.create_run(con, "statistics", {"weights": "ab"}, {
+                "model_id": 1, "dataset": "d", "task": "t", "split": "dev", "source": "f.tsv", "seed": 42,
+                "max_length": 64, "n_examples": 1, "n_truncated": 0, "device": "cpu", "dtype": "float32",
+                "batch_size": 8, "versions": "{}",
+            }).run_id
+            runs.finish_run(con, run_id, "complete", 1.0)
+        written = []
+        for v in range(1, version + 1):
+            for sql in ROWS[v]:
+                if v == 1 and sql in ROWS[1][:2]:
+                    written.append(_table(sql))
+                    continue
+                con.execute(sql.format(run=run_id))
+                written.append(_table(sql))
+        assert warehouse.schema_version(con) == version
+    finally:
+        con.close()
+
+    for _ in range(2):  # the second connect finds nothing to do
+        con = warehouse.connect(path)
+        try:
+            assert warehouse.schema_version(con) == latest
+            assert [r[0] for r in con.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()] == (
+                list(range(1, latest + 1))
+            )
+            for table in written:
+                assert con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] == 1, table
+            if run_id is not None:
+                assert con.execute("SELECT kind, status, seconds, base_model_id FROM runs").fetchall() == [
+                    ("statistics", "complete", 1.0, None)
+                ]
+                assert con.execute("SELECT to_sep, pattern FROM head_stats").fetchall() == [(pytest.approx(0.2), None)]
+            assert con.execute("SELECT count(*) FROM pattern_types").fetchall()[0][0] == 5
+        finally:
+            con.close()
