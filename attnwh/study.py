@@ -25,19 +25,28 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from attnwh.errors import DataError, UsageError
-from attnwh.sql import warehouse
-
-from attnwh.ingest.runs.ablation import (
-    AblationOptions, AblationSummary, check_classifier, gold_labels, ingest_ablation, prepare_ablation,
-)
-from attnwh.ingest.measures.change import ChangeCapture, prepare_comparison
-from attnwh.ingest.sources.examples import TaskData
-from attnwh.ingest.runs.finetune import (
-    FinetuneOptions, FinetuneResult, LineageExtra, check_out_dir, finetune, record,
-)
-from attnwh.ingest.measures.metrics import metrics_for
 from attnwh.ingest.encoder.loading import LINEAGE_FILE, EncoderModel, load_encoder
+from attnwh.ingest.measures.change import ChangeCapture, prepare_comparison
+from attnwh.ingest.measures.metrics import metrics_for
+from attnwh.ingest.runs.ablation import (
+    AblationOptions,
+    AblationSummary,
+    check_classifier,
+    gold_labels,
+    ingest_ablation,
+    prepare_ablation,
+)
+from attnwh.ingest.runs.finetune import (
+    FinetuneOptions,
+    FinetuneResult,
+    LineageExtra,
+    check_out_dir,
+    finetune,
+    record,
+)
 from attnwh.ingest.runs.loop import IngestOptions, RunSummary, ingest_runs, ingest_statistics, prepare_tasks
+from attnwh.ingest.sources.examples import TaskData
+from attnwh.sql import warehouse
 
 # The stages, in order, with their help and method: STAGE_TABLE (and STAGES, STAGE_HELP) below
 # the Study class.
@@ -196,8 +205,17 @@ def load_study_tasks(options: StudyOptions) -> list[StudyTask]:
 
     def load(task: str | None, split: str, file: Path | None) -> TaskData:
         config = options.dataset_config or (task if options.dataset is not None else None)
-        return load_tasks([task] if task else None, options.glue_dir, options.dataset, config, file,
-                          options.text_column, options.pair_column, options.label_column, split)[0]
+        return load_tasks(
+            [task] if task else None,
+            options.glue_dir,
+            options.dataset,
+            config,
+            file,
+            options.text_column,
+            options.pair_column,
+            options.label_column,
+            split,
+        )[0]
 
     if options.glue_dir is not None and not tasks:
         raise UsageError("--glue-dir needs --tasks (e.g. --tasks sst2,mrpc,rte)")
@@ -205,8 +223,10 @@ def load_study_tasks(options: StudyOptions) -> list[StudyTask]:
         if not tasks:
             raise UsageError("--dataset needs --tasks (e.g. --dataset nyu-mll/glue --tasks sst2,rte)")
         if options.dataset_config is not None and len(tasks) > 1:
-            raise UsageError("--dataset-config names one task's configuration; give one task, or leave it out "
-                             "to use each task name as its configuration")
+            raise UsageError(
+                "--dataset-config names one task's configuration; give one task, or leave it out "
+                "to use each task name as its configuration"
+            )
     if options.data is not None:
         if options.eval_data is None or options.label_column is None or options.text_column is None:
             raise UsageError("--data needs --eval-data, --text-column and --label-column (train and score files)")
@@ -220,8 +240,9 @@ def load_study_tasks(options: StudyOptions) -> list[StudyTask]:
         try:
             train = load(task, options.train_split, options.data)
         except DataError as exc:
-            raise DataError(f"{exc} — the study fine-tunes on each task's {options.train_split} split; "
-                            f"leave {task} out of --tasks") from None
+            raise DataError(
+                f"{exc} — the study fine-tunes on each task's {options.train_split} split; leave {task} out of --tasks"
+            ) from None
         evaluation = load(task, options.eval_split, options.eval_data)
         if options.data is not None:  # files are named after themselves; the study's name wins
             train = dataclasses.replace(train, task=task)
@@ -273,16 +294,24 @@ class Study:
             check_out_dir(self.tuned_dir(task))
         self.base = load_encoder(options.model, options.device)
         self.finetune_options = FinetuneOptions(
-            epochs=options.epochs, learning_rate=options.lr, batch_size=options.batch_size,
-            max_length=options.finetune_max_length, seed=options.seed,
+            epochs=options.epochs,
+            learning_rate=options.lr,
+            batch_size=options.batch_size,
+            max_length=options.finetune_max_length,
+            seed=options.seed,
         )
         self.ingest = IngestOptions(
-            limit=options.limit, seed=options.seed, max_length=options.max_length, batch_size=options.batch_size,
-            command=options.command, thumbnails=options.thumbnails,
+            limit=options.limit,
+            seed=options.seed,
+            max_length=options.max_length,
+            batch_size=options.batch_size,
+            command=options.command,
+            thumbnails=options.thumbnails,
         )
         # Fail on lengths now rather than after fine-tuning.
-        prepare_tasks(self.base, [dataclasses.replace(t.eval, examples=t.eval.examples[:1]) for t in self.tasks],
-                      self.ingest)
+        prepare_tasks(
+            self.base, [dataclasses.replace(t.eval, examples=t.eval.examples[:1]) for t in self.tasks], self.ingest
+        )
         self._tuned: dict[str, EncoderModel] = {}
         self.run_ids: dict[tuple[str, str], int] = {}  # (stage, task) -> run id of this study's run
         self.trained: dict[str, FinetuneResult] = {}
@@ -331,8 +360,9 @@ class Study:
     def stage_ingest_base(self, result: StageResult) -> None:
         options = self._ingest("ingest-base")
         prepared = prepare_tasks(self.base, [t.eval for t in self.tasks], options)
-        summaries = ingest_statistics(self.options.db, self.base, prepared, options, self.hooks.start,
-                                      self.hooks.advance)
+        summaries = ingest_statistics(
+            self.options.db, self.base, prepared, options, self.hooks.start, self.hooks.advance
+        )
         self._record("ingest-base", summaries, result)
 
     def stage_finetune(self, result: StageResult) -> None:
@@ -351,8 +381,16 @@ class Study:
             self.hooks.start(f"fine-tuning {task.name} on {len(task.train.examples)} examples", None)
             # finetune writes its note, with the study's part, once and after the model files: a
             # folder whose note lacks this part was not finished by the study, and is trained again.
-            trained = finetune(self.options.model, task.train, task.eval, out, self.finetune_options,
-                               self.options.device, self.hooks.step, _study_lineage(wanted[STUDY_KEY]))
+            trained = finetune(
+                self.options.model,
+                task.train,
+                task.eval,
+                out,
+                self.finetune_options,
+                self.options.device,
+                self.hooks.step,
+                _study_lineage(wanted[STUDY_KEY]),
+            )
             self.trained[task.name] = trained
             run_id = self._store_finetune(task, trained)
             self.wrote_anything = True
@@ -362,8 +400,16 @@ class Study:
     def _store_finetune(self, task: StudyTask, trained: FinetuneResult) -> int:
         con = warehouse.connect(self.options.db)
         try:
-            run_id = record(con, trained, self.finetune_options, self.base.facts(), self.tuned(task).facts(),
-                            task.eval, str(self.base.device), self.options.command)
+            run_id = record(
+                con,
+                trained,
+                self.finetune_options,
+                self.base.facts(),
+                self.tuned(task).facts(),
+                task.eval,
+                str(self.base.device),
+                self.options.command,
+            )
         finally:
             con.close()
         self.run_ids[("finetune", task.name)] = run_id
@@ -376,8 +422,11 @@ class Study:
         con = warehouse.connect(self.options.db)
         try:
             row = warehouse.first_row(
-                con, "SELECT max(r.run_id) FROM runs r JOIN models m USING (model_id) "
-                "WHERE r.kind = 'finetune' AND m.weights_hash = ? AND m.name = ?", [tuned.weights_hash, tuned.name])
+                con,
+                "SELECT max(r.run_id) FROM runs r JOIN models m USING (model_id) "
+                "WHERE r.kind = 'finetune' AND m.weights_hash = ? AND m.name = ?",
+                [tuned.weights_hash, tuned.name],
+            )
         finally:
             con.close()
         if row and row[0] is not None:
@@ -385,11 +434,15 @@ class Study:
             return
         note = saved.get(STUDY_KEY, {})
         result = FinetuneResult(
-            out_dir=self.tuned_dir(task), base_name=saved.get("base", self.base.name),
-            base_weights_hash=self.base.weights_hash, tuned_weights_hash=tuned.weights_hash, task=task.name,
+            out_dir=self.tuned_dir(task),
+            base_name=saved.get("base", self.base.name),
+            base_weights_hash=self.base.weights_hash,
+            tuned_weights_hash=tuned.weights_hash,
+            task=task.name,
             train_examples=note.get("train_examples", len(task.train.examples)),
             dev_examples=note.get("dev_examples", len(task.eval.examples)),
-            train_seconds=note.get("train_seconds", 0.0), final_loss=note.get("final_loss"),
+            train_seconds=note.get("train_seconds", 0.0),
+            final_loss=note.get("final_loss"),
             scores=saved.get("scores", {}),
         )
         self._store_finetune(task, result)
@@ -400,16 +453,25 @@ class Study:
         for task in self.tasks:
             tuned = self.tuned(task)
             prepared = prepare_tasks(tuned, [task.eval], options)
-            self._record("ingest-tuned", ingest_statistics(self.options.db, tuned, prepared, options,
-                                                           self.hooks.start, self.hooks.advance), result)
+            self._record(
+                "ingest-tuned",
+                ingest_statistics(self.options.db, tuned, prepared, options, self.hooks.start, self.hooks.advance),
+                result,
+            )
 
     def stage_compare(self, result: StageResult) -> None:
         options = self._ingest("compare")
         for task in self.tasks:
             tuned = self.tuned(task)
             prepared = prepare_comparison(self.base, tuned, [task.eval], options)
-            summaries = ingest_runs(self.options.db, ChangeCapture(self.base, tuned), prepared, options,
-                                    self.hooks.start, self.hooks.advance)
+            summaries = ingest_runs(
+                self.options.db,
+                ChangeCapture(self.base, tuned),
+                prepared,
+                options,
+                self.hooks.start,
+                self.hooks.advance,
+            )
             self._record("compare", summaries, result)
 
     def stage_ablation(self, result: StageResult) -> None:
@@ -419,12 +481,18 @@ class Study:
             check_classifier(tuned)
             per_pass = self.options.configs_per_pass or (8 if tuned.device.type == "cuda" else 1)
             for mode in self.options.modes:
-                settings = AblationOptions(mode=mode, top_k=self.options.top_k, n_resamples=self.options.resamples,
-                                           importance=self.options.importance, configs_per_pass=per_pass)
+                settings = AblationOptions(
+                    mode=mode,
+                    top_k=self.options.top_k,
+                    n_resamples=self.options.resamples,
+                    importance=self.options.importance,
+                    configs_per_pass=per_pass,
+                )
                 prepared = prepare_ablation(tuned, [task.eval], options, settings)
                 gold_labels(tuned, prepared[0].data)
-                summaries = ingest_ablation(self.options.db, tuned, prepared, options, settings,
-                                            self.hooks.start, self.hooks.advance)
+                summaries = ingest_ablation(
+                    self.options.db, tuned, prepared, options, settings, self.hooks.start, self.hooks.advance
+                )
                 self._record(f"ablation:{mode}", summaries, result)
 
     def stage_report(self, result: StageResult) -> None:
@@ -437,8 +505,11 @@ class Study:
         built = build_report(self.options.db)
         write_html(built, target)
         drawn = sum(1 for s in built.sections if not s.note)
-        result.add(str(target), f"{len(built.charts())} charts, {drawn} of {len(built.sections)} sections with data",
-                   wrote=True)
+        result.add(
+            str(target),
+            f"{len(built.charts())} charts, {drawn} of {len(built.sections)} sections with data",
+            wrote=True,
+        )
 
     # -- summary ---------------------------------------------------------------------------
 
@@ -455,9 +526,14 @@ class Study:
             out = []
             for task in self.tasks:
                 # Run ids start at 1: 0 selects no run for a stage that has not run in this study.
-                runs = {param: self.run_ids.get((stage, task.name), 0)
-                        for param, stage in (("finetune_run", "finetune"), ("compare_run", "compare"),
-                                             ("ablation_run", first_mode))}
+                runs = {
+                    param: self.run_ids.get((stage, task.name), 0)
+                    for param, stage in (
+                        ("finetune_run", "finetune"),
+                        ("compare_run", "compare"),
+                        ("ablation_run", first_mode),
+                    )
+                }
                 rows = run_query(con, query, {"metric": task.metric, **runs}).to_pylist()
                 out.append(_task_summary(task, rows[0] if rows else {}))
             return out
@@ -473,13 +549,12 @@ class Stage:
 
 
 STAGE_TABLE: tuple[Stage, ...] = (
-    Stage("ingest-base", "head statistics of the pre-trained model on each task's eval split",
-          Study.stage_ingest_base),
-    Stage("finetune", "fine-tune the model on each task's train split, score it on the eval split",
-          Study.stage_finetune),
+    Stage("ingest-base", "head statistics of the pre-trained model on each task's eval split", Study.stage_ingest_base),
+    Stage(
+        "finetune", "fine-tune the model on each task's train split, score it on the eval split", Study.stage_finetune
+    ),
     Stage("ingest-tuned", "head statistics of each fine-tuned model", Study.stage_ingest_tuned),
-    Stage("compare", "how each head's attention changed through fine-tuning (cosine of the maps)",
-          Study.stage_compare),
+    Stage("compare", "how each head's attention changed through fine-tuning (cosine of the maps)", Study.stage_compare),
     Stage("ablation", "disable every head and layer of each tuned model, with significance", Study.stage_ablation),
     Stage("report", "the HTML report of the whole warehouse", Study.stage_report),
 )
@@ -490,8 +565,11 @@ STAGE_HELP: dict[str, str] = {stage.name: stage.help for stage in STAGE_TABLE}
 def _task_summary(task: StudyTask, row: dict) -> TaskSummary:
     """A study_summary row as a TaskSummary ({}: nothing found)."""
     changed = None if row.get("changed_layer") is None else (row["changed_layer"], row["mean_cosine"])
-    helpful = None if row.get("helpful_layer") is None else (
-        row["helpful_layer"], row["helpful_head"], row["helpful_delta"], row["helpful_p_adjusted"])
+    helpful = (
+        None
+        if row.get("helpful_layer") is None
+        else (row["helpful_layer"], row["helpful_head"], row["helpful_delta"], row["helpful_p_adjusted"])
+    )
     return TaskSummary(task.name, task.metric, row.get("score"), changed, helpful)
 
 
@@ -500,12 +578,16 @@ def _study_lineage(study_part: dict) -> LineageExtra:
     and what the training gave."""
 
     def extra(trained: FinetuneResult) -> dict[str, object]:
-        return {STUDY_KEY: {
-            **study_part,
-            "tuned_weights_hash": trained.tuned_weights_hash, "train_examples": trained.train_examples,
-            "dev_examples": trained.dev_examples, "train_seconds": trained.train_seconds,
-            "final_loss": trained.final_loss,
-        }}
+        return {
+            STUDY_KEY: {
+                **study_part,
+                "tuned_weights_hash": trained.tuned_weights_hash,
+                "train_examples": trained.train_examples,
+                "dev_examples": trained.dev_examples,
+                "train_seconds": trained.train_seconds,
+                "final_loss": trained.final_loss,
+            }
+        }
 
     return extra
 

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from attnwh.ingest.sources import files as loaders
-from attnwh.ingest.measures.ablation import AblationSweep, sweep_configurations
 from attnwh.ingest.encoder.encoding import collate, encode_task, length_buckets
-from attnwh.ingest.runs.finetune import FinetuneOptions, finetune
 from attnwh.ingest.encoder.loading import load_encoder
+from attnwh.ingest.measures.ablation import AblationSweep, sweep_configurations
+from attnwh.ingest.runs.finetune import FinetuneOptions, finetune
+from attnwh.ingest.sources import files as loaders
 
 SHARED_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
 
@@ -79,13 +79,17 @@ def main() -> None:
 
     L = encoder.num_layers
     passes = L + sum(L - c.start(L) for c in configs)
-    print(f"{data.task}/{data.split}: {len(data.examples)} examples, {len(configs)} configurations "
-          f"({L} layers × {encoder.num_heads} heads + {L} layers + baseline), device {encoder.device}, "
-          f"{args.configs_per_pass} configuration(s) per pass")
+    print(
+        f"{data.task}/{data.split}: {len(data.examples)} examples, {len(configs)} configurations "
+        f"({L} layers × {encoder.num_heads} heads + {L} layers + baseline), device {encoder.device}, "
+        f"{args.configs_per_pass} configuration(s) per pass"
+    )
     print(f"naive sweep (baseline)   {times['naive']:8.1f} s")
     print(f"attnwh (prefix cache)    {times['attnwh']:8.1f} s   ratio {times['attnwh'] / times['naive']:.3f}")
-    print(f"arithmetic floor of prefix caching: {passes}/{len(configs) * L} layer passes = "
-          f"{passes / (len(configs) * L):.3f}")
+    print(
+        f"arithmetic floor of prefix caching: {passes}/{len(configs) * L} layer passes = "
+        f"{passes / (len(configs) * L):.3f}"
+    )
     print(f"identical predictions: {'yes' if same else 'NO'}; largest logit difference {worst:.2e}")
 
 

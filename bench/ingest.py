@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModel
 
-from attnwh.ingest.sources import files as loaders
 from attnwh.ingest.encoder.encoding import TokenKinds, collate, encode_task, length_buckets
 from attnwh.ingest.encoder.loading import bundled_model_path, load_encoder
 from attnwh.ingest.runs.loop import StatisticsCapture
+from attnwh.ingest.sources import files as loaders
 
 
 def eager_maps_statistics(model, kinds: TokenKinds, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -100,12 +100,16 @@ def main() -> None:
         "eager maps (baseline)": best_of(args.repeats, run_eager),
     }
     n = len(data.examples)
-    print(f"{data.task}/{data.split}: {n} examples, {len(batches)} batches, device {encoder.device}, "
-          f"mean length {encoded.n_tokens.mean():.1f} tokens")
+    print(
+        f"{data.task}/{data.split}: {n} examples, {len(batches)} batches, device {encoder.device}, "
+        f"mean length {encoded.n_tokens.mean():.1f} tokens"
+    )
     base = timings["eager maps (baseline)"]
     for name, seconds in timings.items():
-        print(f"{name:24s} {seconds:7.3f} s  {n / seconds:8.1f} ex/s  "
-              f"ratio to baseline {seconds / base:5.2f}  to plain {seconds / timings['plain (no statistics)']:5.2f}")
+        print(
+            f"{name:24s} {seconds:7.3f} s  {n / seconds:8.1f} ex/s  "
+            f"ratio to baseline {seconds / base:5.2f}  to plain {seconds / timings['plain (no statistics)']:5.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnwh.ingest.measures import pattern_cnn
-from attnwh.ingest.measures import patterns
+from attnwh.ingest.measures import pattern_cnn, patterns
+
 # The synthetic fixtures live with the tests.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fixtures import synthetic_maps
@@ -44,9 +44,11 @@ def main() -> None:
     labels = np.array([m.label for m in maps])
     codes = synthetic_maps.predicted(maps)
     seconds = time.perf_counter() - start
-    print(f"{len(maps)} synthetic maps ({args.per_type} per type, seed {args.seed}), "
-          f"lengths {min(len(m.cls) for m in maps)}–{max(len(m.cls) for m in maps)}, "
-          f"{sum(m.pair for m in maps)} pairs; generated and classified in {seconds:.1f} s\n")
+    print(
+        f"{len(maps)} synthetic maps ({args.per_type} per type, seed {args.seed}), "
+        f"lengths {min(len(m.cls) for m in maps)}–{max(len(m.cls) for m in maps)}, "
+        f"{sum(m.pair for m in maps)} pairs; generated and classified in {seconds:.1f} s\n"
+    )
     report = synthetic_maps.per_class_report(labels, codes)
     print(f"{'type':20s} {'precision':>9s} {'recall':>7s} {'support':>8s}")
     for name, precision, recall, support in report:
@@ -57,8 +59,9 @@ def main() -> None:
     except ImportError:
         pass
     else:
-        p, r, _, _ = precision_recall_fscore_support(labels, codes, labels=range(len(patterns.PATTERN_TYPES)),
-                                                     zero_division=0)
+        p, r, _, _ = precision_recall_fscore_support(
+            labels, codes, labels=range(len(patterns.PATTERN_TYPES)), zero_division=0
+        )
         assert np.allclose(p, [row[1] for row in report]) and np.allclose(r, [row[2] for row in report])
         print("(equal to sklearn.metrics.precision_recall_fscore_support)")
     print("\nconfusion (rows: true type, columns: rules)")
@@ -74,9 +77,11 @@ def main() -> None:
         start = time.perf_counter()
         trained = pattern_cnn.train(thumbnails(train_maps), train_labels, seed=42, epochs=40, test_share=0.25)
         predicted = pattern_cnn.predict(trained.model, thumbnails(maps))
-        print(f"\nCNN on thumbnails: trained on {len(trained.train)} maps in {time.perf_counter() - start:.1f} s; "
-              f"macro F1 on its own held-out split {trained.f1_cnn:.3f}, on the maps above "
-              f"{pattern_cnn.macro_f1(labels, predicted):.3f}")
+        print(
+            f"\nCNN on thumbnails: trained on {len(trained.train)} maps in {time.perf_counter() - start:.1f} s; "
+            f"macro F1 on its own held-out split {trained.f1_cnn:.3f}, on the maps above "
+            f"{pattern_cnn.macro_f1(labels, predicted):.3f}"
+        )
 
 
 if __name__ == "__main__":

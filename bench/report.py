@@ -24,11 +24,12 @@ from pathlib import Path
 import polars as pl
 
 from attnwh.reports.build import build_report, write_html
+
 # The synthetic fixtures live with the tests.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from fixtures.synthetic_warehouse import build_synthetic_warehouse
 from attnwh.sql import queries as named
 from attnwh.sql import warehouse
+from fixtures.synthetic_warehouse import build_synthetic_warehouse
 
 QUERIES = ("head_summary", "special_tokens_by_layer", "run_provenance")
 
@@ -55,7 +56,9 @@ def main() -> None:
         db.unlink(missing_ok=True)
         start = time.perf_counter()
         rows = build_synthetic_warehouse(db, examples=args.examples, layers=12, heads=12)
-        print(f"warehouse: {rows:,} head_stats rows in {time.perf_counter() - start:.1f} s ({db.stat().st_size / 1e6:.0f} MB)")
+        print(
+            f"warehouse: {rows:,} head_stats rows in {time.perf_counter() - start:.1f} s ({db.stat().st_size / 1e6:.0f} MB)"
+        )
 
         start = time.perf_counter()
         result_rows = run_queries(db)
@@ -67,9 +70,13 @@ def main() -> None:
         built = time.perf_counter() - start
         page = write_html(report, folder / "report.html")
         total = time.perf_counter() - start
-        print(f"report: {total:.2f} s (queries + charts {built:.2f} s, page with JavaScript bundle {total - built:.2f} s),"
-              f" {page.stat().st_size / 1e6:.1f} MB page")
-        print(f"ratio report / baseline: {total / baseline:.1f}x; target under 10 s: {'met' if total < 10 else 'MISSED'}")
+        print(
+            f"report: {total:.2f} s (queries + charts {built:.2f} s, page with JavaScript bundle {total - built:.2f} s),"
+            f" {page.stat().st_size / 1e6:.1f} MB page"
+        )
+        print(
+            f"ratio report / baseline: {total / baseline:.1f}x; target under 10 s: {'met' if total < 10 else 'MISSED'}"
+        )
 
 
 if __name__ == "__main__":

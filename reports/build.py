@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Literal
 
 from attnwh.errors import UsageError
+from attnwh.reports.sections import SECTIONS, ChartBlock, RenderedSection, ReportContext, Section, render_sections
 from attnwh.sql import warehouse
 from attnwh.sql.queries import get_query, run_query
-
-from attnwh.reports.sections import SECTIONS, ChartBlock, RenderedSection, ReportContext, Section, render_sections
 
 
 class NothingToReport(UsageError):

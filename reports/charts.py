@@ -117,8 +117,9 @@ def special_tokens_heads(frame: pl.DataFrame) -> alt.FacetChart:
             row=alt.Row(
                 "panel:N",
                 title=None,
-                header=alt.Header(labelAngle=0, labelAlign="left", labelFontWeight="bold", labelLimit=210,
-                                  labelPadding=8),
+                header=alt.Header(
+                    labelAngle=0, labelAlign="left", labelFontWeight="bold", labelLimit=210, labelPadding=8
+                ),
             ),
             column=alt.Column(
                 "measure:N",
@@ -208,7 +209,9 @@ def finetune_change_layers(frame: pl.DataFrame) -> alt.LayerChart:
     )
     base = alt.Chart(data).encode(
         x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0)),
-        color=alt.Color("panel:N", title="comparison", legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=400)),
+        color=alt.Color(
+            "panel:N", title="comparison", legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=400)
+        ),
     )
     band = base.mark_area(opacity=0.15).encode(y=alt.Y("low:Q", title="cosine, base vs tuned"), y2="high:Q")
     line = base.mark_line(point=True).encode(
@@ -238,20 +241,29 @@ def dependency_heads(frame: pl.DataFrame, relations: int = 15) -> alt.FacetChart
     per run. `frame` is the `dependency_heads` query."""
     frame = frame.with_columns(panel=relations_label(frame))
     top = (
-        frame.group_by("panel", "relation").agg(pl.col("dependencies").max())
+        frame.group_by("panel", "relation")
+        .agg(pl.col("dependencies").max())
         .sort(["panel", "dependencies", "relation"], descending=[False, True, False])
-        .group_by("panel", maintain_order=True).head(relations)
+        .group_by("panel", maintain_order=True)
+        .head(relations)
     )
     frame = frame.join(top.select("panel", "relation"), on=["panel", "relation"])
     heads = frame.select(
-        "panel", "relation", "dependencies",
-        measure=pl.when(pl.col("direction") == "dep_to_head").then(pl.lit(_DEP_MEASURES[0]))
+        "panel",
+        "relation",
+        "dependencies",
+        measure=pl.when(pl.col("direction") == "dep_to_head")
+        .then(pl.lit(_DEP_MEASURES[0]))
         .otherwise(pl.lit(_DEP_MEASURES[1])),
         value="accuracy",
         detail=pl.format("head {}-{}", pl.col("layer"), pl.col("head")),
     )
     baseline = frame.filter(pl.col("direction") == "dep_to_head").select(
-        "panel", "relation", "dependencies", measure=pl.lit(_DEP_MEASURES[2]), value="baseline_accuracy",
+        "panel",
+        "relation",
+        "dependencies",
+        measure=pl.lit(_DEP_MEASURES[2]),
+        value="baseline_accuracy",
         detail=pl.format("offset {}", pl.col("baseline_offset")),
     )
     data = pl.concat([heads, baseline])
@@ -260,14 +272,20 @@ def dependency_heads(frame: pl.DataFrame, relations: int = 15) -> alt.FacetChart
         .mark_point(filled=True, size=70, opacity=0.85)
         .encode(
             x=alt.X("value:Q", title="accuracy", scale=alt.Scale(domain=[0, 1])),
-            y=alt.Y("relation:N", title="relation", sort=alt.EncodingSortField("dependencies", op="max", order="descending")),
+            y=alt.Y(
+                "relation:N", title="relation", sort=alt.EncodingSortField("dependencies", op="max", order="descending")
+            ),
             color=alt.Color(
-                "measure:N", title=None,
+                "measure:N",
+                title=None,
                 scale=alt.Scale(domain=list(_DEP_MEASURES), range=["#4c78a8", "#f58518", "#333333"]),
                 legend=alt.Legend(orient="bottom", direction="vertical"),
             ),
-            shape=alt.Shape("measure:N", scale=alt.Scale(domain=list(_DEP_MEASURES), range=["circle", "circle", "diamond"]),
-                            legend=None),
+            shape=alt.Shape(
+                "measure:N",
+                scale=alt.Scale(domain=list(_DEP_MEASURES), range=["circle", "circle", "diamond"]),
+                legend=None,
+            ),
             tooltip=[
                 alt.Tooltip("panel:N", title="run"),
                 alt.Tooltip("relation:N"),
@@ -289,8 +307,9 @@ def frame_heads(frame: pl.DataFrame, direction: str = "either") -> alt.FacetChar
     cells = _heatmap(
         data,
         _cell(frame, 14),
-        color=alt.Color("mean_max_attention:Q", title="mean max attention",
-                        scale=alt.Scale(scheme="viridis", domainMin=0)),
+        color=alt.Color(
+            "mean_max_attention:Q", title="mean max attention", scale=alt.Scale(scheme="viridis", domainMin=0)
+        ),
         stroke=alt.condition("datum.percentile >= 99", alt.value("#e45756"), alt.value(None)),
         strokeWidth=alt.value(2),
         tooltip=[
@@ -328,8 +347,11 @@ def feature_attention(frame: pl.DataFrame) -> alt.FacetChart:
     )
     return _styled(
         cells.facet(
-            row=alt.Row("panel:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left",
-                                                                   labelFontWeight="bold", labelLimit=210)),
+            row=alt.Row(
+                "panel:N",
+                title=None,
+                header=alt.Header(labelAngle=0, labelAlign="left", labelFontWeight="bold", labelLimit=210),
+            ),
             column=alt.Column("feature:N", title=None, sort=order),
             spacing={"row": 18, "column": 10},
         ),
@@ -345,7 +367,9 @@ _PATTERN_COLOURS = ("#bab0ac", "#4c78a8", "#f58518", "#b279a2", "#54a24b")
 
 def _pattern_colour() -> alt.Color:
     return alt.Color(
-        "pattern:N", title="pattern type", sort=list(PATTERN_TYPES),
+        "pattern:N",
+        title="pattern type",
+        sort=list(PATTERN_TYPES),
         scale=alt.Scale(domain=list(PATTERN_TYPES), range=list(_PATTERN_COLOURS)),
         legend=alt.Legend(orient="bottom", direction="horizontal"),
     )
@@ -421,14 +445,33 @@ def gallery_cells(frame: pl.DataFrame, size: int = 16) -> pl.DataFrame:
                 cells[i // step][j // step] += value / (step * step)
         top = max(max(row) for row in cells) or 1.0
         rank = sum(1 for earlier in frame["pattern"][:k] if earlier == r["pattern"])
-        label = (f"run {r['run_id']} · L{r['layer']} H{r['head']} · n={r['n_tokens']} · "
-                 f"V {r['vertical']:.2f} D {r['diagonal']:.2f} B {r['block']:.2f}")
+        label = (
+            f"run {r['run_id']} · L{r['layer']} H{r['head']} · n={r['n_tokens']} · "
+            f"V {r['vertical']:.2f} D {r['diagonal']:.2f} B {r['block']:.2f}"
+        )
         for i, row in enumerate(cells):
             for j, value in enumerate(row):
-                rows.append({"pattern": r["pattern"], "slot": rank, "map": label, "query": i, "key": j,
-                             "value": round(value / top, 4)})
-    return pl.DataFrame(rows, schema={"pattern": pl.String, "slot": pl.Int64, "map": pl.String, "query": pl.Int64,
-                                      "key": pl.Int64, "value": pl.Float64})
+                rows.append(
+                    {
+                        "pattern": r["pattern"],
+                        "slot": rank,
+                        "map": label,
+                        "query": i,
+                        "key": j,
+                        "value": round(value / top, 4),
+                    }
+                )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "pattern": pl.String,
+            "slot": pl.Int64,
+            "map": pl.String,
+            "query": pl.Int64,
+            "key": pl.Int64,
+            "value": pl.Float64,
+        },
+    )
 
 
 def pattern_gallery(frame: pl.DataFrame) -> alt.FacetChart:
@@ -442,13 +485,22 @@ def pattern_gallery(frame: pl.DataFrame) -> alt.FacetChart:
             x=alt.X("key:O", axis=None),
             y=alt.Y("query:O", axis=None),
             color=alt.Color("value:Q", title="weight / map's max", scale=alt.Scale(scheme="greys", domain=[0, 1])),
-            tooltip=[alt.Tooltip("pattern:N", title="type"), alt.Tooltip("map:N"), alt.Tooltip("query:O"),
-                     alt.Tooltip("key:O"), alt.Tooltip("value:Q", format=".2f")],
+            tooltip=[
+                alt.Tooltip("pattern:N", title="type"),
+                alt.Tooltip("map:N"),
+                alt.Tooltip("query:O"),
+                alt.Tooltip("key:O"),
+                alt.Tooltip("value:Q", format=".2f"),
+            ],
         )
         .properties(width=96, height=96)
         .facet(
-            row=alt.Row("pattern:N", title=None, sort=list(PATTERN_TYPES),
-                        header=alt.Header(labelAngle=0, labelAlign="left", labelFontWeight="bold")),
+            row=alt.Row(
+                "pattern:N",
+                title=None,
+                sort=list(PATTERN_TYPES),
+                header=alt.Header(labelAngle=0, labelAlign="left", labelFontWeight="bold"),
+            ),
             column=alt.Column("slot:O", title=None, header=None),
             spacing={"row": 10, "column": 6},
         )
@@ -463,23 +515,30 @@ def ablation_label(frame: pl.DataFrame) -> pl.Expr:
     """'run 7 · minilm-sst2 · sst2 (dev) · uniform · accuracy': one label per ablation run and
     metric."""
     short = pl.col("model").str.split("/").list.last()
-    return pl.format("run {} · {} · {} ({}) · {} · {}", pl.col("run_id"), short, pl.col("task"), pl.col("split"),
-                     pl.col("mode"), pl.col("metric"))
+    return pl.format(
+        "run {} · {} · {} ({}) · {} · {}",
+        pl.col("run_id"),
+        short,
+        pl.col("task"),
+        pl.col("split"),
+        pl.col("mode"),
+        pl.col("metric"),
+    )
 
 
 def _delta_colour(frame: pl.DataFrame) -> alt.Color:
     # Symmetric around 0 so that white is "no effect" in every panel; blue: disabling helped.
     reach = float(frame["delta"].abs().max() or 0.0) or 1e-3
-    return alt.Color("delta:Q", title=_DELTA_TITLE,
-                     scale=alt.Scale(scheme="redblue", domain=[-reach, reach]))
+    return alt.Color("delta:Q", title=_DELTA_TITLE, scale=alt.Scale(scheme="redblue", domain=[-reach, reach]))
 
 
 def ablation_heads(frame: pl.DataFrame) -> alt.FacetChart:
     """Heatmaps layer × head of the change in task score when the head is disabled, one panel
     per ablation run and metric (Kovaleva et al. Fig. 6); a dot marks a change that survives
     the Benjamini–Hochberg correction. `frame` is `ablation_effect`."""
-    data = frame.with_columns(panel=ablation_label(frame), mark=pl.when(pl.col("significant")).then(pl.lit("●"))
-                              .otherwise(pl.lit("")))
+    data = frame.with_columns(
+        panel=ablation_label(frame), mark=pl.when(pl.col("significant")).then(pl.lit("●")).otherwise(pl.lit(""))
+    )
     cell = _cell(frame, 16)
     base = alt.Chart().encode(
         **_HEAD_GRID,
@@ -528,8 +587,11 @@ def ablation_layers(frame: pl.DataFrame) -> alt.LayerChart:
     )
     points = base.mark_point(filled=True, size=60).encode(
         y="delta:Q",
-        shape=alt.Shape("significant:N", title="adjusted p < 0.05", scale=alt.Scale(domain=[True, False],
-                                                                                  range=["diamond", "circle"])),
+        shape=alt.Shape(
+            "significant:N",
+            title="adjusted p < 0.05",
+            scale=alt.Scale(domain=[True, False], range=["diamond", "circle"]),
+        ),
         tooltip=[
             alt.Tooltip("panel:N", title="run"),
             alt.Tooltip("layer:O"),
@@ -575,8 +637,9 @@ def importance_scatter(frame: pl.DataFrame, correlations: pl.DataFrame) -> alt.F
         .join(rho, on=["run_id", "metric"], how="left")
         .with_columns(
             drop=-pl.col("delta"),
-            panel=pl.format("{} · Spearman {}", ablation_label(frame),
-                            pl.col("spearman").round(2).cast(pl.String).fill_null("–")),
+            panel=pl.format(
+                "{} · Spearman {}", ablation_label(frame), pl.col("spearman").round(2).cast(pl.String).fill_null("–")
+            ),
         )
     )
     points = (

@@ -13,7 +13,6 @@ import functools
 import json
 import re
 from importlib import resources
-
 from typing import TYPE_CHECKING
 
 import jinja2
@@ -52,7 +51,13 @@ def script_json(value: object) -> Markup:
     """JSON for a `<script type="application/json">` element: `<`, `>`, `&` and the two
     Unicode line separators become \\u escapes, which JSON.parse reads back unchanged."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+    for char, escape in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
         text = text.replace(char, escape)
     return Markup(text)
 

@@ -15,9 +15,8 @@ import altair as alt
 import duckdb
 import polars as pl
 
-from attnwh.sql import queries as named
-
 from attnwh.reports import charts
+from attnwh.sql import queries as named
 
 
 @dataclass(frozen=True)
@@ -168,18 +167,26 @@ def _provenance(ctx: ReportContext) -> list[Block]:
         rows.append(
             [
                 [str(r["run_id"]), r["kind"]],
-                [r["model"], f"{r['family']} · {r['architecture']}", f"{r['num_layers']} layers × {r['num_heads']} heads",
-                 f"weights {r['weights_hash']}" + (f" · revision {r['revision']}" if r["revision"] else "")],
+                [
+                    r["model"],
+                    f"{r['family']} · {r['architecture']}",
+                    f"{r['num_layers']} layers × {r['num_heads']} heads",
+                    f"weights {r['weights_hash']}" + (f" · revision {r['revision']}" if r["revision"] else ""),
+                ],
                 [f"{r['dataset']} · {r['task']} · {r['split']}", r["source"]],
-                [f"{r['n_examples']} examples ({limit})",
-                 # fine-tuning runs keep no per-example token counts
-                 *([f"mean {r['mean_tokens']} tokens"] if r["mean_tokens"] is not None else []),
-                 f"{r['n_truncated']} truncated at {r['max_length']}"],
+                [
+                    f"{r['n_examples']} examples ({limit})",
+                    # fine-tuning runs keep no per-example token counts
+                    *([f"mean {r['mean_tokens']} tokens"] if r["mean_tokens"] is not None else []),
+                    f"{r['n_truncated']} truncated at {r['max_length']}",
+                ],
                 [f"{r['device']} · {r['dtype']} · batch {r['batch_size']}", r["command"] or ""],
                 [versions],
                 [r["status"], f"{r['seconds']} s" if r["seconds"] is not None else ""],
-                [f"started {r['started_at']:%Y-%m-%d %H:%M}",
-                 f"finished {r['finished_at']:%Y-%m-%d %H:%M}" if r["finished_at"] else "not finished"],
+                [
+                    f"started {r['started_at']:%Y-%m-%d %H:%M}",
+                    f"finished {r['finished_at']:%Y-%m-%d %H:%M}" if r["finished_at"] else "not finished",
+                ],
                 [_clip(r["sample_text"] or "", 120)],
             ]
         )
@@ -272,24 +279,63 @@ def _pattern_gallery(ctx: ReportContext) -> list[Block]:
 # Order of the page. Sections without `build` wait for the command that writes their tables;
 # their table names are placeholders for that command to settle, not a schema.
 SECTIONS: tuple[Section, ...] = (
-    Section("special-tokens", "Attention to [CLS], [SEP] and punctuation", ("head_stats", "runs", "models"),
-            "attnwh ingest", _special_tokens),
+    Section(
+        "special-tokens",
+        "Attention to [CLS], [SEP] and punctuation",
+        ("head_stats", "runs", "models"),
+        "attnwh ingest",
+        _special_tokens,
+    ),
     Section("pattern-types", "Pattern types per task", ("head_patterns",), "attnwh ingest", _pattern_types),
-    Section("pattern-gallery", "Pattern gallery", ("head_patterns", "pattern_thumbnails"),
-            "attnwh ingest --thumbnails N", _pattern_gallery),
-    Section("finetuning-change", "Change through fine-tuning per layer and head", ("attention_change",),
-            "attnwh ingest compare", _finetune_change),
-    Section("relations-dependencies", "Heads that track linguistic relations: dependencies",
-            ("dependency_heads", "dependency_baselines"), "attnwh ingest relations --conllu FILE",
-            _relations_dependencies),
-    Section("relations-frames", "Heads that track linguistic relations: frame links", ("frame_heads",),
-            "attnwh ingest relations --framenet FILE", _relations_frames),
-    Section("relations-features", "Heads that track linguistic relations: feature words", ("feature_attention",),
-            "attnwh ingest relations --conllu FILE", _relations_features),
-    Section("ablation", "Disabling heads and layers", ("ablations", "ablation_configs"),
-            "attnwh ingest ablation --model FINETUNED", _ablation),
-    Section("importance", "Head importance against the effect of disabling", ("ablations", "head_importance"),
-            "attnwh ingest ablation --model FINETUNED", _importance),
+    Section(
+        "pattern-gallery",
+        "Pattern gallery",
+        ("head_patterns", "pattern_thumbnails"),
+        "attnwh ingest --thumbnails N",
+        _pattern_gallery,
+    ),
+    Section(
+        "finetuning-change",
+        "Change through fine-tuning per layer and head",
+        ("attention_change",),
+        "attnwh ingest compare",
+        _finetune_change,
+    ),
+    Section(
+        "relations-dependencies",
+        "Heads that track linguistic relations: dependencies",
+        ("dependency_heads", "dependency_baselines"),
+        "attnwh ingest relations --conllu FILE",
+        _relations_dependencies,
+    ),
+    Section(
+        "relations-frames",
+        "Heads that track linguistic relations: frame links",
+        ("frame_heads",),
+        "attnwh ingest relations --framenet FILE",
+        _relations_frames,
+    ),
+    Section(
+        "relations-features",
+        "Heads that track linguistic relations: feature words",
+        ("feature_attention",),
+        "attnwh ingest relations --conllu FILE",
+        _relations_features,
+    ),
+    Section(
+        "ablation",
+        "Disabling heads and layers",
+        ("ablations", "ablation_configs"),
+        "attnwh ingest ablation --model FINETUNED",
+        _ablation,
+    ),
+    Section(
+        "importance",
+        "Head importance against the effect of disabling",
+        ("ablations", "head_importance"),
+        "attnwh ingest ablation --model FINETUNED",
+        _importance,
+    ),
     Section("provenance", "Provenance", ("runs", "models"), "attnwh ingest", _provenance),
 )
 

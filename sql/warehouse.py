@@ -64,11 +64,19 @@ def connect(path: Path | str, read_only: bool = False, apply_migrations: bool = 
     return con
 
 
-def first_row(con: duckdb.DuckDBPyConnection, sql: str, params: list[object] | None = None) -> tuple | None:
+def first_row(con: duckdb.DuckDBPyConnection, sql: str, params: list[object] | None = None) -> tuple[Any, ...] | None:
     """The first row of a query, or None. Fetches to the end: DuckDB refuses further work on
     a connection whose last result was only partly read."""
     rows = con.execute(sql, params).fetchall() if params else con.execute(sql).fetchall()
     return rows[0] if rows else None
+
+
+def one_row(con: duckdb.DuckDBPyConnection, sql: str, params: list[object] | None = None) -> tuple[Any, ...]:
+    """The row of a query that always returns one (an aggregate, an INSERT … RETURNING)."""
+    row = first_row(con, sql, params)
+    if row is None:
+        raise AttnwhError(f"expected a row from: {' '.join(sql.split())[:80]}")
+    return row
 
 
 def check_writable(path: Path | str) -> None:

@@ -29,7 +29,9 @@ def tiny_model_dir(tmp_path_factory):
     def build(family: str = "bert", classifier: bool = False) -> Path:
         key = (family, classifier)
         if key not in cache:
-            cache[key] = make_tiny(family, tmp_path_factory.mktemp(f"{family}{'-cls' if classifier else ''}"), classifier)
+            cache[key] = make_tiny(
+                family, tmp_path_factory.mktemp(f"{family}{'-cls' if classifier else ''}"), classifier
+            )
         return cache[key]
 
     return build

@@ -51,6 +51,20 @@ def digest(path: Path) -> str | None:
 
 def ingest_args(model: Path, data: Path, db: Path, *extra: str) -> list[str]:
     return [
-        "ingest", "--model", str(model), "--data", str(data), "--text-column", "premise",
-        "--pair-column", "hypothesis", "--label-column", "label", "--db", str(db), "--batch-size", "5", *extra,
+        "ingest",
+        "--model",
+        str(model),
+        "--data",
+        str(data),
+        "--text-column",
+        "premise",
+        "--pair-column",
+        "hypothesis",
+        "--label-column",
+        "label",
+        "--db",
+        str(db),
+        "--batch-size",
+        "5",
+        *extra,
     ]

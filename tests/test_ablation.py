@@ -7,10 +7,16 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from attnwh.ingest.measures.ablation import AblationSweep, Configuration, combination, head_importance_batch, sweep_configurations
 from attnwh.ingest.encoder.encoding import collate, encode_task
-from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.ingest.encoder.loading import forward_inputs, load_encoder
+from attnwh.ingest.measures.ablation import (
+    AblationSweep,
+    Configuration,
+    combination,
+    head_importance_batch,
+    sweep_configurations,
+)
+from attnwh.ingest.sources.examples import Example, TaskData
 from helpers import SENTENCES
 
 LAYERS, HEADS = 3, 4
@@ -105,7 +111,8 @@ def test_all_heads_of_a_layer_equal_the_layer_configuration(classifier_dir):
 
 @pytest.mark.parametrize(
     ("family", "mode"),
-    [(f, "uniform") for f in ("bert", "roberta", "distilbert", "electra", "albert")] + [("bert", "zero"), ("distilbert", "zero")],
+    [(f, "uniform") for f in ("bert", "roberta", "distilbert", "electra", "albert")]
+    + [("bert", "zero"), ("distilbert", "zero")],
 )
 @pytest.mark.parametrize("per_pass", [1, 5])
 def test_cached_prefix_path_equals_the_full_path(classifier_dir, family, per_pass, mode):

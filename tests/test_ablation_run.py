@@ -3,11 +3,11 @@ with scikit-learn, p-values and their correction recomputed independently, resum
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import numpy as np
 import pytest
-from pathlib import Path
-
 from scipy import stats
 from sklearn import metrics as sk
 
@@ -24,9 +24,27 @@ def wide_terminal(monkeypatch):
 
 def ablation_args(model, data, db, *extra: str) -> list[str]:
     return [
-        "ingest", "ablation", "--model", str(model), "--data", str(data), "--text-column", "premise",
-        "--pair-column", "hypothesis", "--label-column", "label", "--db", str(db), "--batch-size", "8",
-        "--resamples", "200", "--top-k", "3", *extra,
+        "ingest",
+        "ablation",
+        "--model",
+        str(model),
+        "--data",
+        str(data),
+        "--text-column",
+        "premise",
+        "--pair-column",
+        "hypothesis",
+        "--label-column",
+        "label",
+        "--db",
+        str(db),
+        "--batch-size",
+        "8",
+        "--resamples",
+        "200",
+        "--top-k",
+        "3",
+        *extra,
     ]
 
 
@@ -72,7 +90,7 @@ def test_every_configuration_has_a_prediction_per_example_and_scores(swept):
     assert kinds["top_k"] == 3
     n_configs = sum(kinds.values())
     assert n_configs >= n_singles + 3
-    (rows, unique), = frame(db, "SELECT count(*), count(DISTINCT (config_id, example_id)) FROM ablation_predictions")
+    ((rows, unique),) = frame(db, "SELECT count(*), count(DISTINCT (config_id, example_id)) FROM ablation_predictions")
     assert rows == unique == n_configs * N
     assert frame(db, "SELECT count(*) FROM ablations")[0][0] == n_configs  # accuracy only for this task
     assert frame(db, "SELECT count(*) FROM head_importance WHERE importance >= 0")[0][0] == LAYERS * HEADS
@@ -145,7 +163,9 @@ def test_combinations_follow_the_individual_ranking(swept):
         assert set(disabled.split(",")) == {f"{l}-{h}" for l, h, _, _ in ranked[:k]}
     helpful = {f"{l}-{h}" for l, h, d, _ in heads if d > 0}
     stored = frame(db, "SELECT disabled FROM ablation_configs WHERE kind = 'helpful'")
-    assert stored == ([(",".join(sorted(helpful, key=lambda s: tuple(map(int, s.split("-"))))),)] if len(helpful) >= 2 else [])
+    assert stored == (
+        [(",".join(sorted(helpful, key=lambda s: tuple(map(int, s.split("-"))))),)] if len(helpful) >= 2 else []
+    )
 
 
 def test_named_queries_read_the_sweep(monkeypatch, capsys, swept):
@@ -199,10 +219,12 @@ def test_interrupted_sweep_resumes_to_the_same_results(monkeypatch, capsys, swep
     monkeypatch.setattr(ablation_run.rows, "write_batch", original)
     code, out, err = run(monkeypatch, capsys, *ablation_args(model, data, db))
     assert code == 0 and "resumed" in out, err
-    sql = ("SELECT c.disabled, a.metric, a.value, a.delta, a.ci_low, a.ci_high, a.p_value, a.p_adjusted FROM ablations a "
-           "JOIN ablation_configs c USING (run_id, config_id) ORDER BY a.config_id, a.metric")
+    sql = (
+        "SELECT c.disabled, a.metric, a.value, a.delta, a.ci_low, a.ci_high, a.p_value, a.p_adjusted FROM ablations a "
+        "JOIN ablation_configs c USING (run_id, config_id) ORDER BY a.config_id, a.metric"
+    )
     assert frame(db, sql) == frame(reference_db, sql)
-    (rows, unique), = frame(db, "SELECT count(*), count(DISTINCT (config_id, example_id)) FROM ablation_predictions")
+    ((rows, unique),) = frame(db, "SELECT count(*), count(DISTINCT (config_id, example_id)) FROM ablation_predictions")
     assert rows == unique
     # Complete: a rerun skips it.
     code, out, _ = run(monkeypatch, capsys, *ablation_args(model, data, db))
@@ -214,8 +236,9 @@ def test_zero_mode_is_a_separate_run(monkeypatch, capsys, classifier, tmp_path):
     data = write_pairs(tmp_path / "pairs.tsv", 12)
     db = tmp_path / "w.duckdb"
     model = classifier
-    code, _, err = run(monkeypatch, capsys, *ablation_args(model, data, db, "--mode", "uniform", "--mode", "zero",
-                                                          "--no-importance"))
+    code, _, err = run(
+        monkeypatch, capsys, *ablation_args(model, data, db, "--mode", "uniform", "--mode", "zero", "--no-importance")
+    )
     assert code == 0, err
     assert frame(db, "SELECT DISTINCT mode FROM ablation_configs ORDER BY 1") == [("uniform",), ("zero",)]
     assert frame(db, "SELECT count(*) FROM runs WHERE status = 'complete'")[0][0] == 2
@@ -276,7 +299,20 @@ def test_a_model_tuned_on_a_sample_task_is_swept_on_that_task_by_default(monkeyp
     model = make_sharp_classifier("bert", tmp_path / "tuned")
     (model / "attnwh_finetune.json").write_text(json.dumps({"task": "sentiment", "base_weights_hash": None}))
     db = tmp_path / "w.duckdb"
-    code, out, err = run(monkeypatch, capsys, "ingest", "ablation", "--model", str(model), "--limit", "8",
-                         "--resamples", "100", "--no-importance", "--db", str(db))
+    code, out, err = run(
+        monkeypatch,
+        capsys,
+        "ingest",
+        "ablation",
+        "--model",
+        str(model),
+        "--limit",
+        "8",
+        "--resamples",
+        "100",
+        "--no-importance",
+        "--db",
+        str(db),
+    )
     assert code == 0, err
     assert frame(db, "SELECT task, dataset, status FROM runs") == [("sentiment", "sample", "complete")]

@@ -34,9 +34,18 @@ def _param(command, name: str):
 def test_every_db_option_reads_attnwh_db_with_one_default():
     with_db = {path: _param(c, "db") for path, c in _commands().items() if _param(c, "db") is not None}
     assert set(with_db) == {
-        "attnwh ingest", "attnwh ingest compare", "attnwh ingest relations", "attnwh ingest ablation",
-        "attnwh sql", "attnwh query", "attnwh report", "attnwh finetune", "attnwh study",
-        "attnwh patterns reclassify", "attnwh patterns import-labels", "attnwh patterns train",
+        "attnwh ingest",
+        "attnwh ingest compare",
+        "attnwh ingest relations",
+        "attnwh ingest ablation",
+        "attnwh sql",
+        "attnwh query",
+        "attnwh report",
+        "attnwh finetune",
+        "attnwh study",
+        "attnwh patterns reclassify",
+        "attnwh patterns import-labels",
+        "attnwh patterns train",
     }
     for path, param in with_db.items():
         assert param.opts == ["--db"], path
@@ -46,16 +55,28 @@ def test_every_db_option_reads_attnwh_db_with_one_default():
 
 def test_every_device_option_is_one_choice():
     devices = {path: _param(c, "device") for path, c in _commands().items() if _param(c, "device") is not None}
-    assert {"attnwh ingest", "attnwh ingest compare", "attnwh ingest ablation", "attnwh ingest relations",
-            "attnwh finetune", "attnwh study"} <= set(devices)
+    assert {
+        "attnwh ingest",
+        "attnwh ingest compare",
+        "attnwh ingest ablation",
+        "attnwh ingest relations",
+        "attnwh finetune",
+        "attnwh study",
+    } <= set(devices)
     for path, param in devices.items():
         assert param.default is Device.auto, path
 
 
 @pytest.mark.parametrize(
     "command",
-    [["finetune", "--out", "M"], ["ingest"], ["ingest", "compare", "--tuned", "x"], ["ingest", "relations"],
-     ["ingest", "ablation", "--model", "x"], ["study"]],
+    [
+        ["finetune", "--out", "M"],
+        ["ingest"],
+        ["ingest", "compare", "--tuned", "x"],
+        ["ingest", "relations"],
+        ["ingest", "ablation", "--model", "x"],
+        ["study"],
+    ],
 )
 def test_an_unknown_device_is_refused_in_one_line(monkeypatch, capsys, tmp_path, command):
     monkeypatch.chdir(tmp_path)
@@ -92,7 +113,10 @@ def test_attnwh_db_from_the_environment_is_no_option_before_a_subcommand(monkeyp
     ("args", "message"),
     [
         (["ingest", "--dataset-config", "sst2"], "--dataset-config goes with --dataset"),
-        (["ingest", "compare", "--tuned", "x", "--text-column", "s"], "--text-column names a column of --data or --dataset"),
+        (
+            ["ingest", "compare", "--tuned", "x", "--text-column", "s"],
+            "--text-column names a column of --data or --dataset",
+        ),
         (["ingest", "ablation", "--model", "x", "--label-column", "l", "--task", "sentiment"], "--label-column"),
         (["patterns", "reclassify", "--model-id", "1"], "--model-id picks a trained CNN"),
     ],

@@ -16,12 +16,12 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from attnwh.ingest.runs import rows as store
-from attnwh.ingest.measures.change import ChangeCapture, prepare_comparison
-from attnwh.ingest.sources.files import load_file
 from attnwh.ingest.encoder.encoding import collate
 from attnwh.ingest.encoder.loading import load_encoder
+from attnwh.ingest.measures.change import ChangeCapture, prepare_comparison
+from attnwh.ingest.runs import rows as store
 from attnwh.ingest.runs.loop import IngestOptions, ingest_runs
+from attnwh.ingest.sources.files import load_file
 from attnwh.sql.queries import get_query, run_query
 from helpers import digest, run, write_pairs
 from tiny_models import make_tiny
@@ -104,10 +104,12 @@ def test_stored_cosines_match_eager_output_attentions(models, tmp_path, family):
         types = None if task.encoded.token_type_ids is None else task.encoded.token_type_ids[i]
         base = eager_maps(models[family], ids, types)
         tuned = eager_maps(models[f"{family}-tuned"], ids, types)
-        expected = np.array([
-            [np.dot(a.ravel(), b.ravel()) / (np.linalg.norm(a) * np.linalg.norm(b)) for a, b in zip(la, lb)]
-            for la, lb in zip(base, tuned)
-        ])  # (layer, head); the maps are already n × n: cropped to the real tokens
+        expected = np.array(
+            [
+                [np.dot(a.ravel(), b.ravel()) / (np.linalg.norm(a) * np.linalg.norm(b)) for a, b in zip(la, lb)]
+                for la, lb in zip(base, tuned)
+            ]
+        )  # (layer, head); the maps are already n × n: cropped to the real tokens
         np.testing.assert_allclose(stored[eid], expected, atol=1e-5, rtol=0)
     # The comparison must see a change, or the parity above would prove little.
     last = np.array([v[-1] for v in stored.values()])
@@ -147,9 +149,25 @@ def test_batched_cosines_equal_one_example_at_a_time(models, tmp_path):
 
 def compare_args(base: Path, tuned: Path, data: Path, db: Path, *extra: str) -> list[str]:
     return [
-        "ingest", "compare", "--base", str(base), "--tuned", str(tuned), "--data", str(data),
-        "--text-column", "premise", "--pair-column", "hypothesis", "--label-column", "label",
-        "--db", str(db), "--batch-size", "5", *extra,
+        "ingest",
+        "compare",
+        "--base",
+        str(base),
+        "--tuned",
+        str(tuned),
+        "--data",
+        str(data),
+        "--text-column",
+        "premise",
+        "--pair-column",
+        "hypothesis",
+        "--label-column",
+        "label",
+        "--db",
+        str(db),
+        "--batch-size",
+        "5",
+        *extra,
     ]
 
 
@@ -209,8 +227,21 @@ def test_cli_writes_resumes_replaces_and_queries(monkeypatch, capsys, models, tm
     assert change_counts(db) == first
 
     # A statistics ingest of the tuned model is a different run, not a resume of the comparison.
-    code, _, err = run(monkeypatch, capsys, "ingest", "--model", str(models["bert-tuned"]), "--data", str(data),
-                       "--text-column", "premise", "--pair-column", "hypothesis", "--db", str(db))
+    code, _, err = run(
+        monkeypatch,
+        capsys,
+        "ingest",
+        "--model",
+        str(models["bert-tuned"]),
+        "--data",
+        str(data),
+        "--text-column",
+        "premise",
+        "--pair-column",
+        "hypothesis",
+        "--db",
+        str(db),
+    )
     assert code == 0, err
     assert change_counts(db)["runs"] == 2
 
@@ -224,7 +255,7 @@ def test_cli_writes_resumes_replaces_and_queries(monkeypatch, capsys, models, tm
     assert [(r["layer"], r["examples"], r["base"], r["tuned"], r["task"]) for r in by_layer] == [
         (layer, 12, str(models["bert"]), str(models["bert-tuned"]), "pairs") for layer in range(2)
     ]
-    for row, (layer, mean, low, high) in zip(by_layer, direct):
+    for row, (_layer, mean, low, high) in zip(by_layer, direct):
         assert row["mean_cosine"] == pytest.approx(mean) and row["min_cosine"] == pytest.approx(low)
         assert row["max_cosine"] == pytest.approx(high)
     assert by_layer[0]["mean_cosine"] == pytest.approx(1.0, abs=1e-6) and by_layer[1]["mean_cosine"] < 0.99
@@ -233,8 +264,18 @@ def test_cli_writes_resumes_replaces_and_queries(monkeypatch, capsys, models, tm
     assert none == []
 
     # The query command finds them by name, with the documented parameters.
-    code, out, err = run(monkeypatch, capsys, "query", "finetune_change_by_head", "-p", f"tuned={models['bert-tuned']}",
-                         "--format", "csv", "--db", str(db))
+    code, out, err = run(
+        monkeypatch,
+        capsys,
+        "query",
+        "finetune_change_by_head",
+        "-p",
+        f"tuned={models['bert-tuned']}",
+        "--format",
+        "csv",
+        "--db",
+        str(db),
+    )
     assert code == 0, err
     assert len(out.strip().splitlines()) == 1 + 2 * 4
 
@@ -271,7 +312,8 @@ def test_mismatched_models_give_one_line_and_leave_the_database_unchanged(
 
 
 def test_compare_needs_both_models(monkeypatch, capsys, models, tmp_path):
-    code, _, err = run(monkeypatch, capsys, "ingest", "compare", "--base", str(models["bert"]),
-                       "--db", str(tmp_path / "w.duckdb"))
+    code, _, err = run(
+        monkeypatch, capsys, "ingest", "compare", "--base", str(models["bert"]), "--db", str(tmp_path / "w.duckdb")
+    )
     assert code == 2 and "--tuned" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "w.duckdb").exists()

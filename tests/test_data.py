@@ -13,6 +13,8 @@ import pytest
 
 from attnwh.errors import DataError
 from attnwh.ingest.sources import files as data
+from attnwh.ingest.sources import hub
+from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.ingest.sources.files import (
     GLUE_TASKS,
     glue_task,
@@ -21,8 +23,6 @@ from attnwh.ingest.sources.files import (
     load_glue,
     load_sample,
 )
-from attnwh.ingest.sources import hub
-from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.ingest.sources.hub import load_hub
 
 GLUE_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
@@ -60,11 +60,16 @@ def glue(task: str, split: str) -> TaskData:
 @pytest.mark.parametrize(
     ("task", "split", "size"),
     [
-        ("sst2", "dev", 872), ("sst2", "train", 67349),
-        ("mrpc", "dev", 408), ("mrpc", "train", 3668),
-        ("rte", "dev", 277), ("rte", "train", 2490),
-        ("cola", "dev", 1043), ("cola", "train", 8551),
-        ("stsb", "dev", 1500), ("stsb", "train", 5749),
+        ("sst2", "dev", 872),
+        ("sst2", "train", 67349),
+        ("mrpc", "dev", 408),
+        ("mrpc", "train", 3668),
+        ("rte", "dev", 277),
+        ("rte", "train", 2490),
+        ("cola", "dev", 1043),
+        ("cola", "train", 8551),
+        ("stsb", "dev", 1500),
+        ("stsb", "train", 5749),
         ("qnli", "dev", 5463),
     ],
 )
@@ -145,33 +150,39 @@ def test_real_glue_accepts_task_folder_and_aliases() -> None:
 @pytest.fixture
 def fake_glue(tmp_path: Path) -> Path:
     root = tmp_path / "glue"
-    write(root / "SST-2" / "dev.tsv", 'sentence\tlabel\nit \'s "great . \t1\n\nbad \t0\n')
-    write(root / "MRPC" / "dev.tsv",
-          "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t11\t12\tA s.\t\"B s.\n")
+    write(root / "SST-2" / "dev.tsv", "sentence\tlabel\nit 's \"great . \t1\n\nbad \t0\n")
+    write(root / "MRPC" / "dev.tsv", '\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t11\t12\tA s.\t"B s.\n')
     write(root / "CoLA" / "dev.tsv", "gj04\t1\t\tFirst row.\ngj04\t0\t*\tSecond row .\n")
-    write(root / "QQP" / "dev.tsv",
-          "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
-          "402555\t536040\t536041\tHow do I?\tHow can I?\t1\n")
-    mnli_header = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse"
-                   "\tsentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label\n")
+    write(
+        root / "QQP" / "dev.tsv",
+        "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n402555\t536040\t536041\tHow do I?\tHow can I?\t1\n",
+    )
+    mnli_header = (
+        "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse"
+        "\tsentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label\n"
+    )
     parses = "\t(" * 4  # the four parse columns
-    write(root / "MNLI" / "dev_matched.tsv",
-          mnli_header + f"7\t1\t1e\tfic{parses}\tP m.\tH m.\tneutral\tneutral\n")
-    write(root / "MNLI" / "dev_mismatched.tsv",
-          mnli_header + f"8\t1\t1e\tfic{parses}\tP x.\tH x.\tentailment\tentailment\n")
+    write(root / "MNLI" / "dev_matched.tsv", mnli_header + f"7\t1\t1e\tfic{parses}\tP m.\tH m.\tneutral\tneutral\n")
+    write(
+        root / "MNLI" / "dev_mismatched.tsv",
+        mnli_header + f"8\t1\t1e\tfic{parses}\tP x.\tH x.\tentailment\tentailment\n",
+    )
     write(root / "WNLI" / "train.tsv", "index\tsentence1\tsentence2\tlabel\n3\tA.\tB.\t1\n")
-    write(root / "QNLI" / "dev.tsv",
-          "index\tquestion\tsentence\tlabel\n5\tWhy?\tBecause.\tentailment\n")
-    write(root / "STS-B" / "dev.tsv",
-          "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
-          "0\tg\tf\t2012\t0\tnone\tnone\tA.\tB.\t3.800\n")
+    write(root / "QNLI" / "dev.tsv", "index\tquestion\tsentence\tlabel\n5\tWhy?\tBecause.\tentailment\n")
+    write(
+        root / "STS-B" / "dev.tsv",
+        "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+        "0\tg\tf\t2012\t0\tnone\tnone\tA.\tB.\t3.800\n",
+    )
     return root
 
 
 def test_glue_layouts(fake_glue: Path) -> None:
     sst = load_glue(fake_glue, "SST-2", "dev")
     assert [(e.position, e.text_a, e.label) for e in sst.examples] == [
-        (0, 'it \'s "great .', "1"), (1, "bad", "0")]  # bare quote intact, blank line skipped
+        (0, "it 's \"great .", "1"),
+        (1, "bad", "0"),
+    ]  # bare quote intact, blank line skipped
     mrpc = load_glue(fake_glue, "mrpc", "dev").examples[0]
     assert (mrpc.text_a, mrpc.text_b, mrpc.label, mrpc.guid) == ("A s.", '"B s.', "1", None)
     cola = load_glue(fake_glue, "cola", "dev")
@@ -233,8 +244,10 @@ def test_glue_empty_file(fake_glue: Path) -> None:
 
 
 def test_glue_wrong_column_count_names_line(fake_glue: Path) -> None:
-    write(fake_glue / "RTE" / "dev.tsv",
-          "index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tentailment\n1\tA. B.\tentailment\n")
+    write(
+        fake_glue / "RTE" / "dev.tsv",
+        "index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tentailment\n1\tA. B.\tentailment\n",
+    )
     message = _error(load_glue, fake_glue, "rte", "dev")
     assert "RTE/dev.tsv line 3" in message and "expected 4 columns, found 3" in message
 
@@ -243,8 +256,7 @@ def test_glue_label_outside_set(fake_glue: Path) -> None:
     write(fake_glue / "RTE" / "dev.tsv", "index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tneutral\n")
     message = _error(load_glue, fake_glue, "rte", "dev")
     assert "RTE/dev.tsv line 2" in message and "'neutral'" in message and "not_entailment" in message
-    write(fake_glue / "STS-B" / "dev.tsv", (fake_glue / "STS-B" / "dev.tsv").read_text()
-          .replace("3.800", "7.5"))
+    write(fake_glue / "STS-B" / "dev.tsv", (fake_glue / "STS-B" / "dev.tsv").read_text().replace("3.800", "7.5"))
     assert "'7.5'" in _error(load_glue, fake_glue, "stsb", "dev")
 
 
@@ -266,9 +278,11 @@ def sample_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "sample"
     write(root / "sentiment" / "train.tsv", 'sentence\tlabel\na "fine" film \t1\ndull\t0\n')
     write(root / "sentiment" / "dev.tsv", "sentence\tlabel\nok\t1\n")
-    write(root / "entailment" / "dev.tsv",
-          "index\tsentence1\tsentence2\tlabel\n0\tA cat sat.\tAn animal sat.\tentailment\n"
-          "1\tA cat sat.\tA dog ran.\tnot_entailment\n")
+    write(
+        root / "entailment" / "dev.tsv",
+        "index\tsentence1\tsentence2\tlabel\n0\tA cat sat.\tAn animal sat.\tentailment\n"
+        "1\tA cat sat.\tA dog ran.\tnot_entailment\n",
+    )
     monkeypatch.setattr(data, "sample_root", lambda: root)
     return root
 
@@ -329,7 +343,8 @@ def test_load_file_formats(tmp_path: Path, kind: str) -> None:
     full = load_file(path, "text", "hyp", "label")
     assert (full.dataset, full.task, full.split, full.source) == (path.name, "pairs", "all", str(path))
     assert [(e.position, e.text_a, e.text_b, e.label) for e in full.examples] == [
-        (i, r["text"], r["hyp"], r["label"]) for i, r in enumerate(ROWS)]
+        (i, r["text"], r["hyp"], r["label"]) for i, r in enumerate(ROWS)
+    ]
     assert full.labels == ("no", "yes") and full.is_pair
     bare = load_file(path, "text", task="nli", split="dev")
     assert (bare.task, bare.split, bare.labels, bare.is_pair) == ("nli", "dev", None, False)
@@ -425,32 +440,37 @@ def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def saved_dict(hf_cache: Path) -> Path:
-    features = datasets.Features({
-        "premise": datasets.Value("string"),
-        "hypothesis": datasets.Value("string"),
-        "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"]),
-        "idx": datasets.Value("int32"),
-    })
-    rows = {"premise": ["A.", "B.", "C."], "hypothesis": ["a.", "b.", "c."],
-            "label": [2, 0, -1], "idx": [10, 11, 12]}
+    features = datasets.Features(
+        {
+            "premise": datasets.Value("string"),
+            "hypothesis": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"]),
+            "idx": datasets.Value("int32"),
+        }
+    )
+    rows = {"premise": ["A.", "B.", "C."], "hypothesis": ["a.", "b.", "c."], "label": [2, 0, -1], "idx": [10, 11, 12]}
     path = hf_cache / "saved"
-    datasets.DatasetDict({
-        "train": datasets.Dataset.from_dict(rows, features=features),
-        "validation": datasets.Dataset.from_dict({k: v[:2] for k, v in rows.items()}, features=features),
-    }).save_to_disk(str(path))
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict(rows, features=features),
+            "validation": datasets.Dataset.from_dict({k: v[:2] for k, v in rows.items()}, features=features),
+        }
+    ).save_to_disk(str(path))
     return path
 
 
 def test_hub_saved_dict_with_classlabel(saved_dict: Path) -> None:
-    loaded = load_hub(str(saved_dict), None, "dev", text_column="premise",
-                      pair_column="hypothesis", label_column="label")
+    loaded = load_hub(
+        str(saved_dict), None, "dev", text_column="premise", pair_column="hypothesis", label_column="label"
+    )
     assert loaded.split == "validation" and loaded.task == "saved"
     assert loaded.labels == ("entailment", "neutral", "contradiction")
     assert [(e.text_a, e.text_b, e.label) for e in loaded.examples] == [
-        ("A.", "a.", "contradiction"), ("B.", "b.", "entailment")]
+        ("A.", "a.", "contradiction"),
+        ("B.", "b.", "entailment"),
+    ]
     assert loaded.source == f"{saved_dict}:validation"
-    train = load_hub(str(saved_dict), None, "train", task="nli", text_column="premise",
-                     label_column="label")
+    train = load_hub(str(saved_dict), None, "train", task="nli", text_column="premise", label_column="label")
     assert train.task == "nli" and train.examples[2].label is None  # -1: unlabelled
     message = _error(load_hub, str(saved_dict), None, "test", text_column="premise")
     assert "'test'" in message and "train, validation" in message
@@ -485,11 +505,16 @@ def test_hub_errors(hf_cache: Path, saved_dict: Path) -> None:
 
 def test_hub_glue_knows_columns(hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """nyu-mll/glue needs no column names; the Hub call itself is faked with a local dataset."""
-    features = datasets.Features({"sentence": datasets.Value("string"),
-                                  "label": datasets.ClassLabel(names=["negative", "positive"]),
-                                  "idx": datasets.Value("int32")})
-    fake = datasets.Dataset.from_dict({"sentence": ["good .", "bad ."], "label": [1, 0], "idx": [4, 5]},
-                                      features=features)
+    features = datasets.Features(
+        {
+            "sentence": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=["negative", "positive"]),
+            "idx": datasets.Value("int32"),
+        }
+    )
+    fake = datasets.Dataset.from_dict(
+        {"sentence": ["good .", "bad ."], "label": [1, 0], "idx": [4, 5]}, features=features
+    )
     calls = []
 
     def open_split(name, config, split, where):

@@ -36,10 +36,10 @@ def test_default_ingest_on_bundled_model_and_sample(monkeypatch, capsys, tmp_pat
 
 @pytest.mark.slow
 def test_bundled_model_statistics_match_eager(tmp_path):
-    from attnwh.ingest.sources.files import load_sample
     from attnwh.ingest.encoder.encoding import collate, encode_task
     from attnwh.ingest.encoder.loading import bundled_model_path, load_encoder
     from attnwh.ingest.runs.loop import StatisticsCapture
+    from attnwh.ingest.sources.files import load_sample
 
     encoder = load_encoder(None, device="cpu")
     eager = AutoModel.from_pretrained(bundled_model_path(), attn_implementation="eager").eval()
@@ -47,7 +47,9 @@ def test_bundled_model_statistics_match_eager(tmp_path):
     encoded = encode_task(encoder.tokenizer, data, encoder.max_length)
     stats = StatisticsCapture(encoder).run(collate(encoded, range(4), encoder.tokenizer.pad_token_id, encoder.device))
     for i in range(4):
-        expected = reference(eager, encoder.tokenizer, encoded.input_ids[i].tolist(), encoded.token_type_ids[i].tolist())
+        expected = reference(
+            eager, encoder.tokenizer, encoded.input_ids[i].tolist(), encoded.token_type_ids[i].tolist()
+        )
         np.testing.assert_allclose(stats[i], expected, atol=1e-5, rtol=0)
 
 
@@ -56,8 +58,19 @@ def test_ingest_glue_rte_with_bundled_model(monkeypatch, capsys, tmp_path):
     db = tmp_path / "w.duckdb"
     glue = str(SHARED_DATA / "glue")
     code, out, err = run(
-        monkeypatch, capsys, "ingest", "--glue-dir", glue, "--task", "rte", "--limit", "12", "--max-length", "64",
-        "--db", str(db),
+        monkeypatch,
+        capsys,
+        "ingest",
+        "--glue-dir",
+        glue,
+        "--task",
+        "rte",
+        "--limit",
+        "12",
+        "--max-length",
+        "64",
+        "--db",
+        str(db),
     )
     assert code == 0, err
     with duckdb.connect(str(db), read_only=True) as con:

@@ -10,9 +10,9 @@ import pytest
 from sklearn.metrics import accuracy_score
 
 from attnwh.ingest.encoder.encoding import encode_task
-from attnwh.ingest.sources.examples import Example, TaskData
-from attnwh.ingest.runs.finetune import LINEAGE_FILE, FinetuneOptions, finetune, predict
 from attnwh.ingest.encoder.loading import load_encoder
+from attnwh.ingest.runs.finetune import LINEAGE_FILE, FinetuneOptions, finetune, predict
+from attnwh.ingest.sources.examples import Example, TaskData
 from helpers import SENTENCES, run
 
 OPTIONS = FinetuneOptions(epochs=2, batch_size=8, max_length=32, seed=3)
@@ -20,11 +20,14 @@ OPTIONS = FinetuneOptions(epochs=2, batch_size=8, max_length=32, seed=3)
 
 def task(n: int, regression: bool = False, split: str = "train") -> TaskData:
     examples = tuple(
-        Example(i, None, SENTENCES[i % len(SENTENCES)] + f" {i}", None,
-                f"{(i % 11) / 2:.1f}" if regression else str(i % 2))
+        Example(
+            i, None, SENTENCES[i % len(SENTENCES)] + f" {i}", None, f"{(i % 11) / 2:.1f}" if regression else str(i % 2)
+        )
         for i in range(n)
     )
-    return TaskData("test", "stsb" if regression else "toy", split, examples, None if regression else ("0", "1"), "test")
+    return TaskData(
+        "test", "stsb" if regression else "toy", split, examples, None if regression else ("0", "1"), "test"
+    )
 
 
 def test_finetune_saves_a_loadable_model_scored_like_sklearn(tiny_model_dir, tmp_path):
@@ -44,7 +47,9 @@ def test_finetune_saves_a_loadable_model_scored_like_sklearn(tiny_model_dir, tmp
 
 
 def test_regression_task_gets_correlations(tiny_model_dir, tmp_path):
-    result = finetune(str(tiny_model_dir("bert")), task(40, True), task(16, True, "dev"), tmp_path / "r", OPTIONS, "cpu")
+    result = finetune(
+        str(tiny_model_dir("bert")), task(40, True), task(16, True, "dev"), tmp_path / "r", OPTIONS, "cpu"
+    )
     assert set(result.scores) == {"pearson", "spearman"}
     assert all(-1 <= v <= 1 for v in result.scores.values())
 
@@ -53,8 +58,14 @@ def test_from_scratch_starts_from_random_weights(tiny_model_dir, tmp_path):
     base = tiny_model_dir("bert")
     options = FinetuneOptions(epochs=0.01, batch_size=8, max_length=32, seed=3, learning_rate=0.0)
     kept = finetune(str(base), task(16), task(8, split="dev"), tmp_path / "a", options, "cpu")
-    scratch = finetune(str(base), task(16), task(8, split="dev"), tmp_path / "b",
-                       FinetuneOptions(**{**options.__dict__, "from_scratch": True}), "cpu")
+    scratch = finetune(
+        str(base),
+        task(16),
+        task(8, split="dev"),
+        tmp_path / "b",
+        FinetuneOptions(**{**options.__dict__, "from_scratch": True}),
+        "cpu",
+    )
     a = load_encoder(str(tmp_path / "a"), "cpu").model.state_dict()
     b = load_encoder(str(tmp_path / "b"), "cpu").model.state_dict()
     encoder_keys = [k for k in a if "embeddings.word_embeddings" in k]
@@ -69,15 +80,32 @@ def test_from_scratch_starts_from_random_weights(tiny_model_dir, tmp_path):
 def test_cli_records_run_scores_and_lineage(monkeypatch, capsys, tiny_model_dir, tmp_path):
     db, out = tmp_path / "w.duckdb", tmp_path / "tuned"
     code, stdout, err = run(
-        monkeypatch, capsys, "finetune", "--model", str(tiny_model_dir("bert")), "--task", "sentiment",
-        "--max-train-examples", "32", "--epochs", "1", "--batch-size", "16", "--out", str(out), "--db", str(db),
+        monkeypatch,
+        capsys,
+        "finetune",
+        "--model",
+        str(tiny_model_dir("bert")),
+        "--task",
+        "sentiment",
+        "--max-train-examples",
+        "32",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "16",
+        "--out",
+        str(out),
+        "--db",
+        str(db),
     )
     assert code == 0, err
     assert "accuracy" in stdout and str(out.resolve()) in stdout
     with duckdb.connect(str(db), read_only=True) as con:
         run_row = con.execute("SELECT kind, task, split, n_examples, model_id, base_model_id FROM runs").fetchall()
         assert [r[:4] for r in run_row] == [("finetune", "sentiment", "dev", 400)]
-        tuned = con.execute("SELECT name, base_model_id, finetuned_task FROM models WHERE model_id = ?", [run_row[0][4]]).fetchall()
+        tuned = con.execute(
+            "SELECT name, base_model_id, finetuned_task FROM models WHERE model_id = ?", [run_row[0][4]]
+        ).fetchall()
         assert tuned == [(str(out), run_row[0][5], "sentiment")]
         assert con.execute("SELECT train_examples, from_scratch FROM finetunes").fetchall() == [(32, False)]
         assert [r[0] for r in con.execute("SELECT metric FROM scores").fetchall()] == ["accuracy"]
@@ -85,19 +113,41 @@ def test_cli_records_run_scores_and_lineage(monkeypatch, capsys, tiny_model_dir,
     # in a warehouse that never saw the fine-tuning.
     other = tmp_path / "other.duckdb"
     for model in (tiny_model_dir("bert"), out):
-        code, _, err = run(monkeypatch, capsys, "ingest", "--model", str(model), "--limit", "4", "--task", "sentiment",
-                           "--db", str(other))
+        code, _, err = run(
+            monkeypatch,
+            capsys,
+            "ingest",
+            "--model",
+            str(model),
+            "--limit",
+            "4",
+            "--task",
+            "sentiment",
+            "--db",
+            str(other),
+        )
         assert code == 0, err
     with duckdb.connect(str(other), read_only=True) as con:
-        rows = con.execute("SELECT model_id, name, base_model_id, finetuned_task FROM models ORDER BY model_id").fetchall()
+        rows = con.execute(
+            "SELECT model_id, name, base_model_id, finetuned_task FROM models ORDER BY model_id"
+        ).fetchall()
     assert rows[1][1:] == (str(out), rows[0][0], "sentiment") and rows[0][2:] == (None, None)
 
 
 def test_out_must_not_clobber_a_non_model_folder(monkeypatch, capsys, tiny_model_dir, tmp_path):
     (tmp_path / "stuff").mkdir()
     (tmp_path / "stuff" / "notes.txt").write_text("mine")
-    code, _, err = run(monkeypatch, capsys, "finetune", "--model", str(tiny_model_dir("bert")), "--out",
-                       str(tmp_path / "stuff"), "--db", str(tmp_path / "w.duckdb"))
+    code, _, err = run(
+        monkeypatch,
+        capsys,
+        "finetune",
+        "--model",
+        str(tiny_model_dir("bert")),
+        "--out",
+        str(tmp_path / "stuff"),
+        "--db",
+        str(tmp_path / "w.duckdb"),
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1 and "holds no model" in err
 
 
@@ -105,9 +155,25 @@ def test_cli_trains_on_local_files(monkeypatch, capsys, tiny_model_dir, tmp_path
     from helpers import write_pairs
 
     train, dev = write_pairs(tmp_path / "train.tsv", 24), write_pairs(tmp_path / "dev.tsv", 10)
-    common = ["finetune", "--model", str(tiny_model_dir("bert")), "--data", str(train), "--text-column", "premise",
-              "--pair-column", "hypothesis", "--out", str(tmp_path / "m"), "--db", str(tmp_path / "w.duckdb"),
-              "--epochs", "1", "--batch-size", "8"]
+    common = [
+        "finetune",
+        "--model",
+        str(tiny_model_dir("bert")),
+        "--data",
+        str(train),
+        "--text-column",
+        "premise",
+        "--pair-column",
+        "hypothesis",
+        "--out",
+        str(tmp_path / "m"),
+        "--db",
+        str(tmp_path / "w.duckdb"),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+    ]
     code, _, err = run(monkeypatch, capsys, *common)
     assert code == 2 and "--eval-data" in err
     code, out, err = run(monkeypatch, capsys, *common, "--eval-data", str(dev), "--label-column", "label")

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from attnwh.ingest.measures import dependencies as rel
 from attnwh.ingest.measures import features as feat
 from attnwh.ingest.measures import frames as fn
-from attnwh.ingest.measures import dependencies as rel
 from attnwh.ingest.measures import wordlevel
 from conftest import SHARED_DATA
 from helpers import run
@@ -23,23 +23,42 @@ from test_relations import CONLLU
 # conversion. Expected fate in the comment.
 BLOCKS = [
     # kept: Communicator (words 0-1) is 2 from the target; Evaluee (4-6) is 1 away -> link dropped
-    ("The critic warmly praised the new museum .".split(), {3: "praise.v"}, "Judgment_communication",
-     ["B-Communicator", "I-Communicator", "O", "O", "B-Evaluee", "I-Evaluee", "I-Evaluee", "O"]),
+    (
+        ["The", "critic", "warmly", "praised", "the", "new", "museum", "."],
+        {3: "praise.v"},
+        "Judgment_communication",
+        ["B-Communicator", "I-Communicator", "O", "O", "B-Evaluee", "I-Evaluee", "I-Evaluee", "O"],
+    ),
     # too close: the only element is the target itself
-    ("The critic warmly praised the new museum .".split(), {1: "critic.n"}, "People_by_vocation",
-     ["O", "B-Person", "O", "O", "O", "O", "O", "O"]),
+    (
+        ["The", "critic", "warmly", "praised", "the", "new", "museum", "."],
+        {1: "critic.n"},
+        "People_by_vocation",
+        ["O", "B-Person", "O", "O", "O", "O", "O", "O"],
+    ),
     # no elements
-    ("The critic warmly praised the new museum .".split(), {6: "museum.n"}, "Locale_by_use",
-     ["O"] * 8),
+    (["The", "critic", "warmly", "praised", "the", "new", "museum", "."], {6: "museum.n"}, "Locale_by_use", ["O"] * 8),
     # sentence of 13 words
-    ("one two three four five six seven eight nine ten eleven twelve thirteen".split(), {0: "one.num"}, "Cardinal",
-     ["O", "O", "B-Entity"] + ["O"] * 10),
+    (
+        ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen"],
+        {0: "one.num"},
+        "Cardinal",
+        ["O", "O", "B-Entity"] + ["O"] * 10,
+    ),
     # element of 4 words
-    ("Robots opened the big new wing .".split(), {1: "open.v"}, "Opening",
-     ["O", "O", "B-Theme", "I-Theme", "I-Theme", "I-Theme", "O"]),
+    (
+        ["Robots", "opened", "the", "big", "new", "wing", "."],
+        {1: "open.v"},
+        "Opening",
+        ["O", "O", "B-Theme", "I-Theme", "I-Theme", "I-Theme", "O"],
+    ),
     # kept, two links, a two-word target (1-2) and a split word ("museum")
-    ("Robots quickly took over the museum .".split(), {2: "take_over.v", 3: "take_over.v"}, "Conquering",
-     ["B-Conqueror", "O", "O", "O", "O", "B-Theme", "O"]),
+    (
+        ["Robots", "quickly", "took", "over", "the", "museum", "."],
+        {2: "take_over.v", 3: "take_over.v"},
+        "Conquering",
+        ["B-Conqueror", "O", "O", "O", "O", "B-Theme", "O"],
+    ),
 ]
 
 
@@ -56,8 +75,23 @@ def opensesame_text() -> str:
     lines = []
     for words, lus, frame, tags in BLOCKS:
         for i, (w, t) in enumerate(zip(words, tags)):
-            cells = [str(i + 1), w, "_", w.lower(), "nn", "NN", "0", "_", "_", "_", "_", "_",
-                     lus.get(i, "_"), frame if i in lus else "_", t]
+            cells = [
+                str(i + 1),
+                w,
+                "_",
+                w.lower(),
+                "nn",
+                "NN",
+                "0",
+                "_",
+                "_",
+                "_",
+                "_",
+                "_",
+                lus.get(i, "_"),
+                frame if i in lus else "_",
+                t,
+            ]
             lines.append("\t".join(cells))
         lines.append("")
     return "\n".join(lines)
@@ -92,8 +126,14 @@ def test_both_layouts_read_the_same_annotations(framenet, tmp_path):
 
 def test_filters_follow_the_paper_and_are_counted(framenet):
     data = fn.apply_filters(fn.read_framenet(framenet))
-    assert data.filters == {"annotations_read": 6, "no_elements": 1, "long_sentence": 1, "long_element": 1,
-                            "too_close": 1, "kept": 2}
+    assert data.filters == {
+        "annotations_read": 6,
+        "no_elements": 1,
+        "long_sentence": 1,
+        "long_element": 1,
+        "too_close": 1,
+        "kept": 2,
+    }
     assert [link.elements for link in data.links] == [((0, 1),), ((0,), (5,))]
     assert len(data.sentences) == 2 and data.links[1].targets == (2, 3)
 
@@ -167,8 +207,11 @@ def test_mean_over_annotations_and_percentiles():
     assert means[1, 0, 1] == pytest.approx(0.2)  # 0 then 0.4
     assert means[2, 1, 0] == pytest.approx(0.4) and means[2, 0, 1] == pytest.approx(0.2)
     rows = counts.rows()
-    either = [(l, h, p, r) for d, l, h, p, r in zip(rows["direction"], rows["layer"], rows["head"],
-                                                    rows["percentile"], rows["rank"]) if d == "either"]
+    either = [
+        (l, h, p, r)
+        for d, l, h, p, r in zip(rows["direction"], rows["layer"], rows["head"], rows["percentile"], rows["rank"])
+        if d == "either"
+    ]
     assert either[2] == (1, 0, 100.0, 1)
     assert counts.top("either", 1) == [(1, 0, pytest.approx(0.4), 100.0)]
 
@@ -258,25 +301,42 @@ def test_frames_match_eager_attention_on_a_tiny_model(tiny_model_dir, framenet):
 
 def test_relations_command_with_frames_and_features(monkeypatch, capsys, tiny_model_dir, treebank, framenet, tmp_path):
     db = tmp_path / "w.duckdb"
-    args = ["ingest", "relations", "--conllu", str(treebank), "--framenet", str(framenet),
-            "--model", str(tiny_model_dir("bert")), "--db", str(db), "--batch-size", "2"]
+    args = [
+        "ingest",
+        "relations",
+        "--conllu",
+        str(treebank),
+        "--framenet",
+        str(framenet),
+        "--model",
+        str(tiny_model_dir("bert")),
+        "--db",
+        str(db),
+        "--batch-size",
+        "2",
+    ]
     code, out, err = run(monkeypatch, capsys, *args)
     assert code == 0, err
     assert "percentile" in out and "negation" in out and "2 annotations" in out
     with duckdb.connect(str(db), read_only=True) as con:
         runs = con.execute("SELECT task, dataset, status, n_examples FROM runs ORDER BY run_id").fetchall()
-        assert runs == [("dependencies", "tiny-ud-dev.conllu", "complete", 3),
-                        ("frames", "fn-tiny.conll", "complete", 2)]
+        assert runs == [
+            ("dependencies", "tiny-ud-dev.conllu", "complete", 3),
+            ("frames", "fn-tiny.conll", "complete", 2),
+        ]
         assert con.execute("SELECT count(*), min(n_annotations), max(percentile) FROM frame_heads").fetchall() == [
-            (3 * 2 * 4, 2, 100.0)]
+            (3 * 2 * 4, 2, 100.0)
+        ]
         assert con.execute("SELECT annotations_read, kept, sentences, measured FROM frame_filters").fetchall() == [
-            (6, 2, 2, 2)]
+            (6, 2, 2, 2)
+        ]
         features = dict(con.execute("SELECT feature, max(n_sentences) FROM feature_attention GROUP BY ALL").fetchall())
         assert features == {"noun": 3, "verb": 3, "pronoun": 1, "subject": 3, "object": 2, "negation": 1}
     code, out, err = run(monkeypatch, capsys, "query", "frame_heads", "--db", str(db), "--format", "csv")
     assert code == 0 and len(out.strip().splitlines()) == 1 + 3 * 8
-    code, out, err = run(monkeypatch, capsys, "query", "feature_attention", "--db", str(db), "-p", "feature=negation",
-                         "--format", "csv")
+    code, out, err = run(
+        monkeypatch, capsys, "query", "feature_attention", "--db", str(db), "-p", "feature=negation", "--format", "csv"
+    )
     assert code == 0 and len(out.strip().splitlines()) == 1 + 8
     # rerun: both kept; --replace redoes both, without leftovers
     code, out, err = run(monkeypatch, capsys, *args)
@@ -316,8 +376,18 @@ def test_bad_input_is_one_line_and_leaves_the_database_alone(monkeypatch, capsys
 def test_bundled_minilm_on_shared_data(monkeypatch, capsys, tmp_path):
     db = tmp_path / "w.duckdb"
     code, out, err = run(
-        monkeypatch, capsys, "ingest", "relations", "--conllu", str(SHARED_DATA / "ud" / "en_ewt-ud-dev.conllu"),
-        "--framenet", str(SHARED_DATA / "framenet" / "fn1.7.dev.opensesame.conll"), "--limit", "12", "--db", str(db),
+        monkeypatch,
+        capsys,
+        "ingest",
+        "relations",
+        "--conllu",
+        str(SHARED_DATA / "ud" / "en_ewt-ud-dev.conllu"),
+        "--framenet",
+        str(SHARED_DATA / "framenet" / "fn1.7.dev.opensesame.conll"),
+        "--limit",
+        "12",
+        "--db",
+        str(db),
     )
     assert code == 0, err
     with duckdb.connect(str(db), read_only=True) as con:

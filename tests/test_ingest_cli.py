@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import duckdb
 import pytest
 
 from helpers import counts, digest, ingest_args, run, write_pairs
+
 
 def test_ingest_writes_one_row_per_example_layer_head(monkeypatch, capsys, tiny_model_dir, pairs, tmp_path):
     db = tmp_path / "w.duckdb"
@@ -98,24 +98,46 @@ def bad_inputs(tmp_path: Path, tiny_model_dir) -> dict[str, tuple[list[str], str
         "empty dataset": (ingest_args(bert, empty, Path("DB")), "empty"),
         "header only": (ingest_args(bert, header_only, Path("DB")), "no data rows"),
         "malformed dataset": (ingest_args(bert, ragged, Path("DB")), "ragged"),
-        "missing column": (ingest_args(bert, good, Path("DB"))[:6] + ["--text-column", "sentence", "--db", "DB"], "sentence"),
-        "too long, no truncation": (ingest_args(bert, good, Path("DB"), "--max-length", "8", "--no-truncate"), "longer than 8"),
+        "missing column": (
+            ingest_args(bert, good, Path("DB"))[:6] + ["--text-column", "sentence", "--db", "DB"],
+            "sentence",
+        ),
+        "too long, no truncation": (
+            ingest_args(bert, good, Path("DB"), "--max-length", "8", "--no-truncate"),
+            "longer than 8",
+        ),
         "max length above the model's": (ingest_args(bert, good, Path("DB"), "--max-length", "4096"), "exceeds"),
-        "unknown GLUE task": (["ingest", "--model", str(bert), "--glue-dir", str(tmp_path), "--task", "xnli", "--db", "DB"], "xnli"),
+        "unknown GLUE task": (
+            ["ingest", "--model", str(bert), "--glue-dir", str(tmp_path), "--task", "xnli", "--db", "DB"],
+            "xnli",
+        ),
     }
 
 
-@pytest.mark.parametrize("case", [
-    "missing model", "not a model directory", "decoder-only model", "empty dataset", "header only",
-    "malformed dataset", "missing column", "too long, no truncation", "max length above the model's",
-    "unknown GLUE task",
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing model",
+        "not a model directory",
+        "decoder-only model",
+        "empty dataset",
+        "header only",
+        "malformed dataset",
+        "missing column",
+        "too long, no truncation",
+        "max length above the model's",
+        "unknown GLUE task",
+    ],
+)
 def test_bad_input_gives_one_line_and_leaves_the_database_unchanged(
     monkeypatch, capsys, tiny_model_dir, tmp_path, case
 ):
     db = tmp_path / "w.duckdb"
     # A warehouse that already holds a run: bad input must not touch it.
-    assert run(monkeypatch, capsys, *ingest_args(tiny_model_dir("bert"), write_pairs(tmp_path / "seed.tsv", 5), db))[0] == 0
+    assert (
+        run(monkeypatch, capsys, *ingest_args(tiny_model_dir("bert"), write_pairs(tmp_path / "seed.tsv", 5), db))[0]
+        == 0
+    )
     before = digest(db)
     args, expected = bad_inputs(tmp_path, tiny_model_dir)[case]
     args = [str(db) if a == "DB" else a for a in args]
@@ -141,8 +163,13 @@ def test_second_writer_gets_database_in_use(monkeypatch, capsys, tiny_model_dir,
     assert run(monkeypatch, capsys, *ingest_args(tiny_model_dir("bert"), pairs, db, "--limit", "3"))[0] == 0
     before = digest(db)
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import duckdb, sys, time; c = duckdb.connect({str(db)!r}); print('ok', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, sys, time; c = duckdb.connect({str(db)!r}); print('ok', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "ok"
@@ -181,16 +208,21 @@ KILLER = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_sigkill_mid_run_leaves_an_openable_file_and_rerun_completes(monkeypatch, capsys, tiny_model_dir, pairs, tmp_path):
+def test_sigkill_mid_run_leaves_an_openable_file_and_rerun_completes(
+    monkeypatch, capsys, tiny_model_dir, pairs, tmp_path
+):
     db = tmp_path / "w.duckdb"
     model = tiny_model_dir("bert")
     proc = subprocess.run(
         [sys.executable, "-c", KILLER, str(model), str(pairs), str(db)],
-        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=300,
     )
     assert proc.returncode == -9, proc.stderr
     with duckdb.connect(str(db), read_only=True) as con:
-        status, = con.execute("SELECT status FROM runs").fetchall()[0]
+        (status,) = con.execute("SELECT status FROM runs").fetchall()[0]
         partial = con.execute("SELECT count(DISTINCT example_id), count(*) FROM head_stats").fetchall()[0]
     assert status == "running"
     assert partial == (10, 10 * 2 * 4)  # two whole batches of 5, nothing of the third
@@ -254,5 +286,7 @@ def test_cuda_without_a_gpu_is_refused(monkeypatch, capsys, tiny_model_dir, pair
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    code, _, err = run(monkeypatch, capsys, *ingest_args(tiny_model_dir("bert"), pairs, tmp_path / "w.duckdb", "--device", "cuda"))
+    code, _, err = run(
+        monkeypatch, capsys, *ingest_args(tiny_model_dir("bert"), pairs, tmp_path / "w.duckdb", "--device", "cuda")
+    )
     assert code == 2 and "no CUDA device" in err

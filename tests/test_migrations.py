@@ -94,11 +94,26 @@ def test_a_file_of_an_earlier_version_upgrades_with_its_rows(tmp_path, version):
         if version >= 1:
             for sql in ROWS[1][:2]:
                 con.execute(sql)
-            run_id = runs.create_run(con, "statistics", {"weights": "ab"}, {
-                "model_id": 1, "dataset": "d", "task": "t", "split": "dev", "source": "f.tsv", "seed": 42,
-                "max_length": 64, "n_examples": 1, "n_truncated": 0, "device": "cpu", "dtype": "float32",
-                "batch_size": 8, "versions": "{}",
-            }).run_id
+            run_id = runs.create_run(
+                con,
+                "statistics",
+                {"weights": "ab"},
+                {
+                    "model_id": 1,
+                    "dataset": "d",
+                    "task": "t",
+                    "split": "dev",
+                    "source": "f.tsv",
+                    "seed": 42,
+                    "max_length": 64,
+                    "n_examples": 1,
+                    "n_truncated": 0,
+                    "device": "cpu",
+                    "dtype": "float32",
+                    "batch_size": 8,
+                    "versions": "{}",
+                },
+            ).run_id
             runs.finish_run(con, run_id, "complete", 1.0)
         written = []
         for v in range(1, version + 1):

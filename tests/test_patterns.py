@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnwh.ingest.measures import pattern_cnn
-from attnwh.ingest.measures import patterns
+from attnwh.ingest.measures import pattern_cnn, patterns
 from fixtures import synthetic_maps
 from helpers import ingest_args, run, write_pairs
 
@@ -28,7 +27,7 @@ def test_recall_on_held_out_synthetic_maps_is_at_least_095():
     labels = np.array([m.label for m in maps])
     codes = synthetic_maps.predicted(maps)
     report = synthetic_maps.per_class_report(labels, codes)
-    for name, precision, recall, support in report:
+    for name, _precision, recall, support in report:
         assert support == 300
         assert recall >= 0.95, (name, recall, report)
     # The table agrees with scikit-learn's.
@@ -56,15 +55,17 @@ def test_generator_is_seeded_and_laid_out_like_a_tokenizer():
 
 
 def test_rules_on_hand_made_features():
-    f = torch.tensor([
-        # col_cls, col_sep, col_punct, col_other, band, block
-        [0.3, 0.3, 0.0, 0.0, 0.05, 0.0],  # vertical
-        [0.0, 0.0, 0.0, 0.05, 0.7, 0.0],  # diagonal
-        [0.2, 0.1, 0.0, 0.0, 0.3, 0.0],  # vertical+diagonal
-        [0.05, 0.05, 0.0, 0.02, 0.1, 0.8],  # block
-        [0.05, 0.05, 0.02, 0.03, 0.1, 0.3],  # heterogeneous
-        [0.05, 0.05, 0.02, 0.03, 0.1, 0.0],  # heterogeneous, single sentence
-    ])
+    f = torch.tensor(
+        [
+            # col_cls, col_sep, col_punct, col_other, band, block
+            [0.3, 0.3, 0.0, 0.0, 0.05, 0.0],  # vertical
+            [0.0, 0.0, 0.0, 0.05, 0.7, 0.0],  # diagonal
+            [0.2, 0.1, 0.0, 0.0, 0.3, 0.0],  # vertical+diagonal
+            [0.05, 0.05, 0.0, 0.02, 0.1, 0.8],  # block
+            [0.05, 0.05, 0.02, 0.03, 0.1, 0.3],  # heterogeneous
+            [0.05, 0.05, 0.02, 0.03, 0.1, 0.0],  # heterogeneous, single sentence
+        ]
+    )
     names = [patterns.PATTERN_TYPES[c] for c in patterns.classify(f).tolist()]
     assert names == ["vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous", "heterogeneous"]
     stricter = patterns.Thresholds(vertical=0.9)
@@ -126,7 +127,9 @@ def test_thumbnail_equals_pooled_eager_map(ingested):
         example_id, layer, head, thumb, n = con.execute(
             "SELECT example_id, layer, head, thumbnail, n_tokens FROM pattern_thumbnails ORDER BY ALL LIMIT 1"
         ).fetchall()[0]
-        text_a, text_b = con.execute("SELECT text_a, text_b FROM examples WHERE example_id = ?", [example_id]).fetchall()[0]
+        text_a, text_b = con.execute(
+            "SELECT text_a, text_b FROM examples WHERE example_id = ?", [example_id]
+        ).fetchall()[0]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     eager = AutoModel.from_pretrained(model_dir, attn_implementation="eager").eval()
     inputs = tokenizer(text_a, text_b, return_tensors="pt")
@@ -232,8 +235,9 @@ def test_cnn_trains_and_classifies_end_to_end(tmp_path, monkeypatch, capsys):
 def test_bad_labels_are_one_line(tmp_path, monkeypatch, capsys, rows, message):
     db = tmp_path / "w.duckdb"
     synthetic_maps.write_warehouse(db, synthetic_maps.generate(2, 1))
-    code, _, err = run(monkeypatch, capsys, "patterns", "import-labels", str(_write_labels(tmp_path / "l.csv", rows)),
-                       "--db", str(db))
+    code, _, err = run(
+        monkeypatch, capsys, "patterns", "import-labels", str(_write_labels(tmp_path / "l.csv", rows)), "--db", str(db)
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM pattern_labels").fetchall()[0][0] == 0

@@ -19,7 +19,14 @@ def test_readme_lists_every_command():
     assert commands == {"ingest", "sql", "queries", "query", "report", "finetune", "study", "patterns"}
     # Subcommands of a group (`attnwh ingest compare`) need their own mention.
     subcommands = {f"{c.name} {sub}" for c in top.commands.values() for sub in getattr(c, "commands", {})}
-    assert subcommands == {"ingest compare", "ingest relations", "ingest ablation", "patterns reclassify", "patterns import-labels", "patterns train"}
+    assert subcommands == {
+        "ingest compare",
+        "ingest relations",
+        "ingest ablation",
+        "patterns reclassify",
+        "patterns import-labels",
+        "patterns train",
+    }
     for name in commands | subcommands:
         assert f"`attnwh {name}" in README, name
 

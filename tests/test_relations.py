@@ -137,8 +137,18 @@ def test_baseline_picks_the_offset_of_the_next_word():
 
 def test_relations_command_end_to_end(monkeypatch, capsys, tiny_model_dir, treebank, tmp_path):
     db = tmp_path / "w.duckdb"
-    args = ["ingest", "relations", "--conllu", str(treebank), "--model", str(tiny_model_dir("bert")), "--db", str(db),
-            "--batch-size", "2"]
+    args = [
+        "ingest",
+        "relations",
+        "--conllu",
+        str(treebank),
+        "--model",
+        str(tiny_model_dir("bert")),
+        "--db",
+        str(db),
+        "--batch-size",
+        "2",
+    ]
     code, out, err = run(monkeypatch, capsys, *args)
     assert code == 0, err
     assert "3 sentences" in out and str(db.resolve()) in out
@@ -154,8 +164,9 @@ def test_relations_command_end_to_end(monkeypatch, capsys, tiny_model_dir, treeb
     assert code == 0, err
     lines = out.strip().splitlines()
     assert len(lines) == 1 + len(EXPECTED_TOTALS) * 2
-    code, out, err = run(monkeypatch, capsys, "query", "dependency_heads", "--db", str(db), "-p", "relation=det",
-                         "--format", "csv")
+    code, out, err = run(
+        monkeypatch, capsys, "query", "dependency_heads", "--db", str(db), "-p", "relation=det", "--format", "csv"
+    )
     assert code == 0 and len(out.strip().splitlines()) == 3
     # rerun: kept; --replace redoes it
     code, out, err = run(monkeypatch, capsys, *args)
@@ -190,7 +201,17 @@ def test_missing_or_malformed_file_is_one_line_and_no_database(monkeypatch, caps
 
 def test_byte_level_bpe_models_are_refused_for_now(monkeypatch, capsys, tiny_model_dir, treebank, tmp_path):
     db = tmp_path / "w.duckdb"
-    code, _, err = run(monkeypatch, capsys, "ingest", "relations", "--conllu", str(treebank),
-                       "--model", str(tiny_model_dir("roberta")), "--db", str(db))
+    code, _, err = run(
+        monkeypatch,
+        capsys,
+        "ingest",
+        "relations",
+        "--conllu",
+        str(treebank),
+        "--model",
+        str(tiny_model_dir("roberta")),
+        "--db",
+        str(db),
+    )
     assert code == 2 and err.strip().splitlines()[-1].startswith("attnwh: error:") and "byte-level BPE" in err
     assert "Traceback" not in err and not db.exists()

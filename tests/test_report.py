@@ -123,8 +123,13 @@ def test_page_specs_are_parsable_json(page):
         spec = json.loads(text)
         assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
         values = next(iter(spec["datasets"].values()))
-        expected = {"pattern", "share", "panel"} if chart_id in PATTERN_CHART_IDS[:2] else (
-            {"pattern", "query", "key", "value"} if chart_id in PATTERN_CHART_IDS else {"layer", "value", "panel"})
+        expected = (
+            {"pattern", "share", "panel"}
+            if chart_id in PATTERN_CHART_IDS[:2]
+            else (
+                {"pattern", "query", "key", "value"} if chart_id in PATTERN_CHART_IDS else {"layer", "value", "panel"}
+            )
+        )
         assert values and expected <= set(values[0])
 
 
@@ -160,7 +165,9 @@ def test_empty_warehouse_is_one_line(monkeypatch, capsys, tmp_path):
 def test_missing_warehouse_and_unmatched_filter(monkeypatch, capsys, warehouse, tmp_path):
     code, _, err = run(monkeypatch, capsys, "report", "--db", str(tmp_path / "none.duckdb"))
     assert code == 2 and err.startswith("attnwh: error: no warehouse at") and len(err.strip().splitlines()) == 1
-    code, _, err = run(monkeypatch, capsys, "report", "--db", str(warehouse), "--task", "nope", "-o", str(tmp_path / "x.html"))
+    code, _, err = run(
+        monkeypatch, capsys, "report", "--db", str(warehouse), "--task", "nope", "-o", str(tmp_path / "x.html")
+    )
     assert code == 2 and "for task 'nope'" in err and len(err.strip().splitlines()) == 1
 
 
@@ -172,8 +179,10 @@ def test_section_with_its_tables_is_drawn_and_without_them_noted(warehouse):
     def build(ctx):
         return [ChartBlock("chart-demo", "demo", None)]
 
-    wanted = (Section("demo", "Demo", ("head_stats",), "attnwh ingest", build),
-              Section("later", "Later", ("no_such_table",), "attnwh ingest later", build))
+    wanted = (
+        Section("demo", "Demo", ("head_stats",), "attnwh ingest", build),
+        Section("later", "Later", ("no_such_table",), "attnwh ingest later", build),
+    )
     with duckdb.connect(str(warehouse), read_only=True) as con:
         drawn, noted = render_sections(ReportContext(con, {"model": None, "task": None}), wanted)
     assert drawn.note is None and drawn.blocks[0].id == "chart-demo"
@@ -201,7 +210,11 @@ def test_golden_vega_lite_specs(tmp_path):
     build_synthetic_warehouse(db, examples=3, layers=3, heads=4)
     charts = build_report(db).charts()
     assert [c.id for c in charts] == [
-        *CHART_IDS, *PATTERN_CHART_IDS, *COMPARE_CHART_IDS, *RELATIONS_CHART_IDS, *ABLATION_CHART_IDS
+        *CHART_IDS,
+        *PATTERN_CHART_IDS,
+        *COMPARE_CHART_IDS,
+        *RELATIONS_CHART_IDS,
+        *ABLATION_CHART_IDS,
     ]
     update = os.environ.get("ATTNWH_UPDATE_GOLDEN") == "1"
     for chart in charts:
@@ -225,8 +238,12 @@ def test_golden_vega_lite_specs(tmp_path):
 def test_png_and_svg_export(warehouse, tmp_path, monkeypatch, capsys):
     for fmt in ("png", "svg"):
         folder = tmp_path / fmt
-        code, out, err = run(monkeypatch, capsys, "report", "--db", str(warehouse), "--format", fmt, "--out", str(folder))
+        code, out, err = run(
+            monkeypatch, capsys, "report", "--db", str(warehouse), "--format", fmt, "--out", str(folder)
+        )
         assert code == 0, err
-        assert sorted(p.name for p in folder.iterdir()) == sorted([*(f"{c}.{fmt}" for c in (*CHART_IDS, *PATTERN_CHART_IDS)), "report.html"])
+        assert sorted(p.name for p in folder.iterdir()) == sorted(
+            [*(f"{c}.{fmt}" for c in (*CHART_IDS, *PATTERN_CHART_IDS)), "report.html"]
+        )
     assert (tmp_path / "png" / f"{CHART_IDS[0]}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "<svg" in (tmp_path / "svg" / f"{CHART_IDS[1]}.svg").read_text(encoding="utf-8")

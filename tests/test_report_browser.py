@@ -16,14 +16,25 @@ import pytest
 from test_report import ARTIFACTS, CHART_IDS, HOSTILE, PATTERN_CHART_IDS, _report, hostile_warehouse, page, warehouse  # noqa: F401
 
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 
 def _chromium() -> str:
-    for candidate in (os.environ.get("ATTNWH_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                      shutil.which("chromium-browser"), shutil.which("google-chrome")):
+    for candidate in (
+        os.environ.get("ATTNWH_CHROMIUM"),
+        "/usr/bin/chromium",
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+        shutil.which("google-chrome"),
+    ):
         if candidate and Path(candidate).exists():
             return candidate
     pytest.skip("no Chromium executable (install it with `apt-get install chromium`, or set ATTNWH_CHROMIUM)")

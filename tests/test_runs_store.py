@@ -54,15 +54,71 @@ def every_kind(tiny_model_dir, tmp_path_factory):
     bert, tuned = tiny_model_dir("bert"), tmp / "tuned"
     pair_columns = ["--text-column", "premise", "--pair-column", "hypothesis", "--label-column", "label"]
     commands = [
-        ["finetune", "--model", str(bert), "--data", str(data), "--eval-data", str(dev), *pair_columns,
-         "--out", str(tuned), "--db", str(db), "--epochs", "1", "--batch-size", "8"],
+        [
+            "finetune",
+            "--model",
+            str(bert),
+            "--data",
+            str(data),
+            "--eval-data",
+            str(dev),
+            *pair_columns,
+            "--out",
+            str(tuned),
+            "--db",
+            str(db),
+            "--epochs",
+            "1",
+            "--batch-size",
+            "8",
+        ],
         ingest_args(bert, data, db, "--thumbnails", "3"),
-        ["ingest", "compare", "--base", str(bert), "--tuned", str(tuned), "--data", str(data), *pair_columns,
-         "--db", str(db), "--batch-size", "6"],
-        ["ingest", "ablation", "--model", str(tuned), "--data", str(data), *pair_columns, "--db", str(db),
-         "--batch-size", "6", "--resamples", "100", "--top-k", "2"],
-        ["ingest", "relations", "--conllu", str(conllu), "--framenet", str(framenet), "--model", str(bert),
-         "--db", str(db), "--batch-size", "2"],
+        [
+            "ingest",
+            "compare",
+            "--base",
+            str(bert),
+            "--tuned",
+            str(tuned),
+            "--data",
+            str(data),
+            *pair_columns,
+            "--db",
+            str(db),
+            "--batch-size",
+            "6",
+        ],
+        [
+            "ingest",
+            "ablation",
+            "--model",
+            str(tuned),
+            "--data",
+            str(data),
+            *pair_columns,
+            "--db",
+            str(db),
+            "--batch-size",
+            "6",
+            "--resamples",
+            "100",
+            "--top-k",
+            "2",
+        ],
+        [
+            "ingest",
+            "relations",
+            "--conllu",
+            str(conllu),
+            "--framenet",
+            str(framenet),
+            "--model",
+            str(bert),
+            "--db",
+            str(db),
+            "--batch-size",
+            "2",
+        ],
     ]
     created: list[int] = []
     real_create = runs.create_run
@@ -168,14 +224,27 @@ def test_the_synthetic_warehouse_runs_delete_cleanly(tmp_path):
         for (run_id,) in con.execute("SELECT run_id FROM runs").fetchall():
             runs.delete_run(con, run_id)
         tables = _run_tables_from_schema(con)
-        assert {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in tables} == dict.fromkeys(tables, 0)
+        assert {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in tables} == dict.fromkeys(
+            tables, 0
+        )
     finally:
         con.close()
 
 
 FIELDS = {
-    "model_id": 1, "dataset": "d", "task": "t", "split": "s", "source": "src", "seed": 0, "max_length": 8,
-    "n_examples": 0, "n_truncated": 0, "device": "cpu", "dtype": "float32", "batch_size": 1, "versions": "{}",
+    "model_id": 1,
+    "dataset": "d",
+    "task": "t",
+    "split": "s",
+    "source": "src",
+    "seed": 0,
+    "max_length": 8,
+    "n_examples": 0,
+    "n_truncated": 0,
+    "device": "cpu",
+    "dtype": "float32",
+    "batch_size": 1,
+    "versions": "{}",
 }
 
 
@@ -226,9 +295,15 @@ def test_run_keys_are_the_ones_earlier_warehouses_hold(tmp_path):
     from attnwh.ingest.runs.ablation import AblationOptions, ablation_identity
     from attnwh.ingest.runs.relations import run_identity
 
-    statistics = {"kind": "statistics", "weights": "ab" * 32, "name": "bert-base-uncased",
-                  "data": ["glue", "sst2", "validation"], "examples": "0" * 32, "max_length": 128,
-                  "dtype": "torch.float32"}
+    statistics = {
+        "kind": "statistics",
+        "weights": "ab" * 32,
+        "name": "bert-base-uncased",
+        "data": ["glue", "sst2", "validation"],
+        "examples": "0" * 32,
+        "max_length": 128,
+        "dtype": "torch.float32",
+    }
     assert runs.run_key("statistics", statistics) == "c66c4f1dbd5e3a329e9624ca0c50339c"
     encoder = types.SimpleNamespace(weights_hash="ab" * 32, name="bert-base-uncased", dtype="torch.float32")
     prepared = {k: v for k, v in statistics.items() if k not in ("kind", "weights", "name")}
@@ -260,8 +335,13 @@ def test_insert_arrow_and_transaction(tmp_path):
             raise KeyboardInterrupt
         assert con.execute("SELECT max(k) FROM t").fetchall() == [(3,)]
         # Nothing stays registered, even after a failed insert.
-        names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() UNION ALL "
-                                          "SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()]
+        names = [
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM duckdb_tables() UNION ALL "
+                "SELECT view_name FROM duckdb_views() WHERE NOT internal"
+            ).fetchall()
+        ]
         assert names == ["t"]
     finally:
         con.close()

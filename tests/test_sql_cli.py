@@ -47,7 +47,9 @@ def test_sql_formats_round_trip(monkeypatch, capsys, warehouse, tmp_path):
 def test_sql_is_read_only(monkeypatch, capsys, warehouse):
     code, _, err = run(monkeypatch, capsys, "sql", "DELETE FROM head_stats", "--db", str(warehouse))
     assert code == 2 and err.startswith("attnwh: error: SQL error") and "read-only" in err
-    code, out, _ = run(monkeypatch, capsys, "sql", "SELECT count(*) AS n FROM head_stats", "--db", str(warehouse), "-f", "csv")
+    code, out, _ = run(
+        monkeypatch, capsys, "sql", "SELECT count(*) AS n FROM head_stats", "--db", str(warehouse), "-f", "csv"
+    )
     assert out.splitlines()[1] == str(10 * 2 * 4)
 
 
@@ -79,13 +81,17 @@ def test_named_queries_listed_and_answer(monkeypatch, capsys, warehouse):
     assert code == 0, err
     by_layer = pl.read_csv(out.encode())
     assert by_layer["layer"].to_list() == [0, 1] and set(by_layer["examples"]) == {10}
-    code, out, _ = run(monkeypatch, capsys, "query", "head_summary", "--db", str(warehouse), "-f", "csv", "-p", "task=p")
+    code, out, _ = run(
+        monkeypatch, capsys, "query", "head_summary", "--db", str(warehouse), "-f", "csv", "-p", "task=p"
+    )
     heads = pl.read_csv(out.encode())
     assert heads.height == 8 and set(heads["examples"]) == {10}
     # The layer means are the means of the head means (every head has the same examples).
     mean_of_heads = heads.group_by("layer").agg(pl.col("to_sep").mean()).sort("layer")["to_sep"]
     assert by_layer["to_sep"].to_list() == pytest.approx(mean_of_heads.to_list(), rel=1e-5)
-    code, out, _ = run(monkeypatch, capsys, "query", "head_summary", "--db", str(warehouse), "-f", "csv", "-p", "task=other")
+    code, out, _ = run(
+        monkeypatch, capsys, "query", "head_summary", "--db", str(warehouse), "-f", "csv", "-p", "task=other"
+    )
     assert pl.read_csv(out.encode()).height == 0
 
 

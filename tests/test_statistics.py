@@ -12,11 +12,11 @@ import torch
 from transformers import AutoModel
 
 from attnwh.ingest.encoder.encoding import collate, encode_task
-from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.ingest.encoder.loading import load_encoder
-from attnwh.ingest.runs.loop import StatisticsCapture
 from attnwh.ingest.measures.patterns import THRESHOLDS
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, STAT_COLUMNS
+from attnwh.ingest.runs.loop import StatisticsCapture
+from attnwh.ingest.sources.examples import Example, TaskData
 
 TEXTS = [
     ("The quick brown fox jumps over the lazy dog.", None),
@@ -76,8 +76,12 @@ def reference(model, tokenizer, ids: list[int], types: list[int] | None) -> np.n
     cls = np.array([i == tokenizer.cls_token_id for i in ids], float)
     sep = np.array([i == tokenizer.sep_token_id for i in ids], float)
     punct = np.array(
-        [t.lstrip("Ġ").removeprefix("##") != "" and all(c in string.punctuation for c in t.lstrip("Ġ").removeprefix("##"))
-         and i not in tokenizer.all_special_ids for t, i in zip(tokens, ids)],
+        [
+            t.lstrip("Ġ").removeprefix("##") != ""
+            and all(c in string.punctuation for c in t.lstrip("Ġ").removeprefix("##"))
+            and i not in tokenizer.all_special_ids
+            for t, i in zip(tokens, ids)
+        ],
         float,
     )
     n = len(ids)
@@ -92,7 +96,7 @@ def reference(model, tokenizer, ids: list[int], types: list[int] | None) -> np.n
         d = v.shape[1] // heads
         per_head = []
         for h in range(heads):
-            f = v[:, h * d:(h + 1) * d] @ wo[:, h * d:(h + 1) * d].T  # (n, hidden)
+            f = v[:, h * d : (h + 1) * d] @ wo[:, h * d : (h + 1) * d].T  # (n, hidden)
             norms = np.linalg.norm(f, axis=1)
             A = a[h]
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -101,12 +105,22 @@ def reference(model, tokenizer, ids: list[int], types: list[int] | None) -> np.n
             nxt = np.array([A[i, i + 1] if i < n - 1 else 0 for i in range(n)])
             W = A * norms[None, :]
             W = W / W.sum(1, keepdims=True)
-            per_head.append([
-                (A @ cls).mean(), (A @ sep).mean(), (A @ punct).mean(),
-                np.diag(A).mean(), prev.mean(), nxt.mean(), ent.mean(), A.max(1).mean(),
-                (W @ cls).mean(), (W @ sep).mean(), (W @ punct).mean(),
-                *pattern_reference(A, cls, sep, punct),
-            ])
+            per_head.append(
+                [
+                    (A @ cls).mean(),
+                    (A @ sep).mean(),
+                    (A @ punct).mean(),
+                    np.diag(A).mean(),
+                    prev.mean(),
+                    nxt.mean(),
+                    ent.mean(),
+                    A.max(1).mean(),
+                    (W @ cls).mean(),
+                    (W @ sep).mean(),
+                    (W @ punct).mean(),
+                    *pattern_reference(A, cls, sep, punct),
+                ]
+            )
         result.append(per_head)
     return np.array(result)
 

@@ -12,8 +12,21 @@ import pytest
 
 from helpers import SENTENCES, run
 
-TABLES = ("models", "examples", "runs", "run_examples", "head_stats", "finetunes", "scores", "attention_change",
-          "ablation_configs", "ablation_predictions", "ablations", "head_importance", "pattern_thumbnails")
+TABLES = (
+    "models",
+    "examples",
+    "runs",
+    "run_examples",
+    "head_stats",
+    "finetunes",
+    "scores",
+    "attention_change",
+    "ablation_configs",
+    "ablation_predictions",
+    "ablations",
+    "head_importance",
+    "pattern_thumbnails",
+)
 TASKS = ("rte", "stsb")
 
 
@@ -33,9 +46,11 @@ def write_glue(root: Path) -> Path:
                 a, b = SENTENCES[i % len(SENTENCES)], SENTENCES[(3 * i + 1) % len(SENTENCES)]
                 # Each sentence pair comes with both labels equally often: the tuned classifier stays
                 # undecided, so disabling heads flips predictions and moves the score.
-                label = (("entailment" if i % (2 * len(SENTENCES)) < len(SENTENCES) else "not_entailment")
-                         if folder == "RTE"
-                         else f"{(i % len(SENTENCES)) * 5 / 7:.3f}")
+                label = (
+                    ("entailment" if i % (2 * len(SENTENCES)) < len(SENTENCES) else "not_entailment")
+                    if folder == "RTE"
+                    else f"{(i % len(SENTENCES)) * 5 / 7:.3f}"
+                )
                 rows.append(f"{i}\t{a} ({i})\t{b}\t{label}")
             (root / folder / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     (root / "QNLI").mkdir()  # a dev split only, like ../shared/data/glue
@@ -45,9 +60,31 @@ def write_glue(root: Path) -> Path:
 
 def study_args(model: Path, glue: Path, tmp: Path, *extra: str) -> list[str]:
     return [
-        "study", "--model", str(model), "--glue-dir", str(glue), "--tasks", ",".join(TASKS), "--epochs", "3", "--lr", "1e-3",
-        "--batch-size", "8", "--limit", "12", "--resamples", "100", "--device", "cpu",
-        "--db", str(tmp / "w.duckdb"), "--report", str(tmp / "report.html"), "--out-dir", str(tmp / "models"),
+        "study",
+        "--model",
+        str(model),
+        "--glue-dir",
+        str(glue),
+        "--tasks",
+        ",".join(TASKS),
+        "--epochs",
+        "3",
+        "--lr",
+        "1e-3",
+        "--batch-size",
+        "8",
+        "--limit",
+        "12",
+        "--resamples",
+        "100",
+        "--device",
+        "cpu",
+        "--db",
+        str(tmp / "w.duckdb"),
+        "--report",
+        str(tmp / "report.html"),
+        "--out-dir",
+        str(tmp / "models"),
         *extra,
     ]
 
@@ -96,14 +133,18 @@ def test_every_table_is_filled_and_every_stage_ran(studied):
     assert all(r[3] == "complete" for r in stored)
     kinds = sorted((r[1], r[2]) for r in stored)
     # base statistics + tuned statistics per task, a fine-tuning, a comparison and a sweep each
-    assert kinds == sorted([(k, t) for t in TASKS for k in ("statistics", "statistics", "finetune", "compare",
-                                                            "ablation")])
+    assert kinds == sorted(
+        [(k, t) for t in TASKS for k in ("statistics", "statistics", "finetune", "compare", "ablation")]
+    )
     with duckdb.connect(str(db), read_only=True) as con:
-        tuned = con.execute("SELECT name, finetuned_task, base_model_id IS NOT NULL FROM models "
-                            "WHERE finetuned_task IS NOT NULL ORDER BY name").fetchall()
+        tuned = con.execute(
+            "SELECT name, finetuned_task, base_model_id IS NOT NULL FROM models "
+            "WHERE finetuned_task IS NOT NULL ORDER BY name"
+        ).fetchall()
         metrics = {r for r in con.execute("SELECT DISTINCT metric FROM ablations").fetchall()}
-        per_task = con.execute("SELECT task, count(DISTINCT model_id) FROM runs JOIN head_stats USING (run_id) "
-                               "GROUP BY task ORDER BY task").fetchall()
+        per_task = con.execute(
+            "SELECT task, count(DISTINCT model_id) FROM runs JOIN head_stats USING (run_id) GROUP BY task ORDER BY task"
+        ).fetchall()
     assert [(Path(n).name, t, linked) for n, t, linked in tuned] == [("rte", "rte", True), ("stsb", "stsb", True)]
     assert {("accuracy",), ("pearson",), ("spearman",)} <= metrics  # STS-B swept as a regression
     assert per_task == [("rte", 2), ("stsb", 2)]
@@ -132,8 +173,9 @@ def test_report_renders_in_chromium(studied):
 
     ids = tuple(c.id for c in build_report(tmp / "w.duckdb").charts())
     pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    from test_report_browser import CHROMIUM_ARGS, _chromium
     from playwright.sync_api import sync_playwright
+
+    from test_report_browser import CHROMIUM_ARGS, _chromium
 
     with sync_playwright() as pw:
         chromium = pw.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
@@ -171,13 +213,21 @@ def test_lineage_note_is_written_once_complete(studied):
 
     _, _, tmp = studied
     with duckdb.connect(str(tmp / "w.duckdb"), read_only=True) as con:
-        hashes = dict(con.execute("SELECT finetuned_task, weights_hash FROM models "
-                                  "WHERE finetuned_task IS NOT NULL").fetchall())
+        hashes = dict(
+            con.execute("SELECT finetuned_task, weights_hash FROM models WHERE finetuned_task IS NOT NULL").fetchall()
+        )
     for task in TASKS:
         note = json.loads((tmp / "models" / task / "attnwh_finetune.json").read_text(encoding="utf-8"))
         assert list(note) == ["base", "base_weights_hash", "task", "from_scratch", "options", "scores", "study"]
-        assert list(note["study"]) == ["max_train_examples", "train", "tuned_weights_hash", "train_examples",
-                                       "dev_examples", "train_seconds", "final_loss"]
+        assert list(note["study"]) == [
+            "max_train_examples",
+            "train",
+            "tuned_weights_hash",
+            "train_examples",
+            "dev_examples",
+            "train_seconds",
+            "final_loss",
+        ]
         assert note["task"] == task and note["study"]["tuned_weights_hash"] == hashes[task]
         folder = {"rte": "RTE", "stsb": "STS-B"}[task]
         assert note["study"]["train"] == ["glue", "train", str(tmp / "glue" / folder / "train.tsv"), 40]
@@ -193,9 +243,20 @@ def test_summary_is_the_warehouse_read_as_before(studied):
 
     model, glue, tmp = studied
     options = StudyOptions(
-        model=str(model), tasks=TASKS, glue_dir=glue, limit=12, ablation_limit=12, max_train_examples=1000,
-        epochs=3, lr=1e-3, batch_size=8, resamples=100, device="cpu", db=tmp / "w.duckdb",
-        report=tmp / "report.html", out_dir=tmp / "models",
+        model=str(model),
+        tasks=TASKS,
+        glue_dir=glue,
+        limit=12,
+        ablation_limit=12,
+        max_train_examples=1000,
+        epochs=3,
+        lr=1e-3,
+        batch_size=8,
+        resamples=100,
+        device="cpu",
+        db=tmp / "w.duckdb",
+        report=tmp / "report.html",
+        out_dir=tmp / "models",
     )
     runner = Study(options)
     results = runner.run()
@@ -208,16 +269,27 @@ def test_summary_is_the_warehouse_read_as_before(studied):
         expected = []
         for task in runner.tasks:
             tuned = runner.tuned(task)
-            score = con.execute("SELECT value FROM scores WHERE run_id = ? AND metric = ?",
-                                [runner.run_ids[("finetune", task.name)], task.metric]).fetchall()[0][0]
-            layers = [r for r in run_query(con, get_query("finetune_change_by_layer"),
-                                           {"tuned": tuned.name, "task": task.name}).to_pylist()
-                      if r["run_id"] == runner.run_ids[("compare", task.name)]]
+            score = con.execute(
+                "SELECT value FROM scores WHERE run_id = ? AND metric = ?",
+                [runner.run_ids[("finetune", task.name)], task.metric],
+            ).fetchall()[0][0]
+            layers = [
+                r
+                for r in run_query(
+                    con, get_query("finetune_change_by_layer"), {"tuned": tuned.name, "task": task.name}
+                ).to_pylist()
+                if r["run_id"] == runner.run_ids[("compare", task.name)]
+            ]
             best_layer = min(layers, key=lambda r: r["mean_cosine"])
-            heads = [r for r in run_query(con, get_query("ablation_effect"),
-                                          {"model": tuned.name, "task": task.name, "mode": "uniform",
-                                           "metric": task.metric}).to_pylist()
-                     if r["run_id"] == runner.run_ids[("ablation:uniform", task.name)]]
+            heads = [
+                r
+                for r in run_query(
+                    con,
+                    get_query("ablation_effect"),
+                    {"model": tuned.name, "task": task.name, "mode": "uniform", "metric": task.metric},
+                ).to_pylist()
+                if r["run_id"] == runner.run_ids[("ablation:uniform", task.name)]
+            ]
             best = max(heads, key=lambda r: (r["delta"], -(r["p_adjusted"] or 1.0)))
             helpful = (best["layer"], best["head"], best["delta"], best["p_adjusted"]) if best["delta"] > 0 else None
             expected.append((task.name, task.metric, score, (best_layer["layer"], best_layer["mean_cosine"]), helpful))
@@ -231,8 +303,14 @@ def test_stage_table_names_help_and_methods():
     assert STAGES == ("ingest-base", "finetune", "ingest-tuned", "compare", "ablation", "report")
     assert list(STAGE_HELP) == list(STAGES)
     assert STAGE_HELP["compare"] == "how each head's attention changed through fine-tuning (cosine of the maps)"
-    assert [s.run for s in STAGE_TABLE] == [Study.stage_ingest_base, Study.stage_finetune, Study.stage_ingest_tuned,
-                                            Study.stage_compare, Study.stage_ablation, Study.stage_report]
+    assert [s.run for s in STAGE_TABLE] == [
+        Study.stage_ingest_base,
+        Study.stage_finetune,
+        Study.stage_ingest_tuned,
+        Study.stage_compare,
+        Study.stage_ablation,
+        Study.stage_report,
+    ]
 
 
 def test_stage_result_skips_on_outcomes_not_text():

@@ -49,8 +49,14 @@ def _bert_tokenizer() -> PreTrainedTokenizerFast:
     )
     tok.decoder = decoders.WordPiece()
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
-        mask_token="[MASK]", model_max_length=64, model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=64,
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"],
     )
 
 
@@ -60,13 +66,24 @@ def _roberta_tokenizer() -> PreTrainedTokenizerFast:
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
     tok.train_from_iterator(
         CORPUS,
-        trainers.BpeTrainer(vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
     )
-    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")))
+    tok.post_processor = processors.RobertaProcessing(
+        ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>"))
+    )
     tok.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", cls_token="<s>", sep_token="</s>",
-        pad_token="<pad>", unk_token="<unk>", mask_token="<mask>", model_max_length=60,
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        cls_token="<s>",
+        sep_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        mask_token="<mask>",
+        model_max_length=60,
     )
 
 
@@ -82,8 +99,14 @@ def _albert_tokenizer() -> PreTrainedTokenizerFast:
     )
     tok.decoder = decoders.Metaspace()
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", cls_token="[CLS]", sep_token="[SEP]",
-        mask_token="[MASK]", model_max_length=64, model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        pad_token="<pad>",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=64,
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"],
     )
 
 
@@ -93,21 +116,50 @@ def make_tiny(family: str, out: Path, classifier: bool = False, layers: int = 2,
     vocab = len(tokenizer)
     common = dict(vocab_size=vocab, pad_token_id=tokenizer.pad_token_id)
     if family == "bert":
-        config = BertConfig(hidden_size=32, num_hidden_layers=layers, num_attention_heads=heads,
-                            intermediate_size=37, max_position_embeddings=64, **common)
+        config = BertConfig(
+            hidden_size=32,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=37,
+            max_position_embeddings=64,
+            **common,
+        )
     elif family == "electra":
-        config = ElectraConfig(embedding_size=24, hidden_size=32, num_hidden_layers=layers, num_attention_heads=heads,
-                               intermediate_size=37, max_position_embeddings=64, **common)
+        config = ElectraConfig(
+            embedding_size=24,
+            hidden_size=32,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=37,
+            max_position_embeddings=64,
+            **common,
+        )
     elif family == "roberta":
-        config = RobertaConfig(hidden_size=32, num_hidden_layers=layers, num_attention_heads=heads,
-                               intermediate_size=37, max_position_embeddings=64, type_vocab_size=1,
-                               bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id, **common)
+        config = RobertaConfig(
+            hidden_size=32,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=37,
+            max_position_embeddings=64,
+            type_vocab_size=1,
+            bos_token_id=tokenizer.cls_token_id,
+            eos_token_id=tokenizer.sep_token_id,
+            **common,
+        )
     elif family == "distilbert":
-        config = DistilBertConfig(dim=32, n_layers=layers, n_heads=heads, hidden_dim=37,
-                                  max_position_embeddings=64, **common)
+        config = DistilBertConfig(
+            dim=32, n_layers=layers, n_heads=heads, hidden_dim=37, max_position_embeddings=64, **common
+        )
     elif family == "albert":
-        config = AlbertConfig(embedding_size=16, hidden_size=32, num_hidden_layers=layers, num_attention_heads=heads,
-                              intermediate_size=37, max_position_embeddings=64, **common)
+        config = AlbertConfig(
+            embedding_size=16,
+            hidden_size=32,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=37,
+            max_position_embeddings=64,
+            **common,
+        )
     else:
         raise ValueError(family)
     if classifier:
@@ -149,8 +201,14 @@ def make_sharp_classifier(family: str, out: Path, layers: int = 2, heads: int = 
         # so that disabling heads flips some predictions.
         sentences = list(dict.fromkeys(CORPUS))
         pairs = [(a, sentences[(3 * i + 1) % len(sentences)]) for i, a in enumerate(sentences)]
-        batch = tokenizer([a for a, _ in pairs], [b for _, b in pairs], padding=True, truncation=True, max_length=48,
-                          return_tensors="pt")
+        batch = tokenizer(
+            [a for a, _ in pairs],
+            [b for _, b in pairs],
+            padding=True,
+            truncation=True,
+            max_length=48,
+            return_tensors="pt",
+        )
         if family == "distilbert":
             batch.pop("token_type_ids", None)
         logits = model(**batch).logits

@@ -60,11 +60,29 @@ def cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-_ONES = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen "
-    "fourteen fifteen sixteen seventeen eighteen nineteen"
-).split()
-_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+_ONES = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
+_TENS = ["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
 
 
 def number_word(n: int) -> str:
@@ -135,39 +153,57 @@ def T(text: str) -> tuple[str, ...]:
 DOMAINS: tuple[Domain, ...] = (
     Domain(
         name="film",
-        items=T("film|movie|thriller|comedy|documentary|sequel|drama|animated feature|horror movie|"
-                "biopic|western|musical|war film|romantic comedy|heist movie"),
+        items=T(
+            "film|movie|thriller|comedy|documentary|sequel|drama|animated feature|horror movie|"
+            "biopic|western|musical|war film|romantic comedy|heist movie"
+        ),
         prep="in",
         groups=(
-            G("plot, script, story, ending, final act, dialogue, premise, twist",
-              "gripping, clever, witty, moving, original, tight, surprising, heartfelt",
-              "predictable, clumsy, confusing, silly, tired, muddled, lazy, contrived"),
-            G("acting, lead performance, cast, villain, supporting cast, young lead",
-              "superb, magnetic, natural, convincing, fearless, charming",
-              "wooden, stiff, hammy, lifeless, unconvincing, forgettable"),
-            G("cinematography, soundtrack, score, costume design, production design, camerawork",
-              "gorgeous, stunning, haunting, lush, inventive, striking",
-              "cheap, overbearing, ugly, drab, intrusive, generic"),
-            G("pacing, editing, running time",
-              "brisk, confident, well judged, tight",
-              "sluggish, glacial, choppy, uneven, bloated"),
+            G(
+                "plot, script, story, ending, final act, dialogue, premise, twist",
+                "gripping, clever, witty, moving, original, tight, surprising, heartfelt",
+                "predictable, clumsy, confusing, silly, tired, muddled, lazy, contrived",
+            ),
+            G(
+                "acting, lead performance, cast, villain, supporting cast, young lead",
+                "superb, magnetic, natural, convincing, fearless, charming",
+                "wooden, stiff, hammy, lifeless, unconvincing, forgettable",
+            ),
+            G(
+                "cinematography, soundtrack, score, costume design, production design, camerawork",
+                "gorgeous, stunning, haunting, lush, inventive, striking",
+                "cheap, overbearing, ugly, drab, intrusive, generic",
+            ),
+            G(
+                "pacing, editing, running time",
+                "brisk, confident, well judged, tight",
+                "sluggish, glacial, choppy, uneven, bloated",
+            ),
         ),
         item_pos=T("gripping|moving|hilarious|charming|haunting|clever|heartwarming|thrilling|beautiful|smart"),
         item_neg=T("dull|tedious|bloated|forgettable|predictable|cheesy|pretentious|joyless|boring|messy"),
-        vp_pos=T("kept me on the edge of my seat|had the whole theater laughing|left me in tears, the good kind|"
-                 "stayed with me for days|earned every minute of its running time|won me over within ten minutes|"
-                 "deserves every award it gets|is the best thing I have seen this year"),
-        vp_neg=T("dragged on forever|put half the audience to sleep|fell apart in the final act|"
-                 "felt twice as long as it was|wasted a talented cast|had people walking out halfway through|"
-                 "is the worst thing I have seen this year"),
-        titles=T("The Glass Orchard|Midnight on Harrow Lane|Salt and Thunder|The Last Lighthouse Keeper|Paper Wolves|"
-                 "A Summer Without Clocks|Northbound|Small Hours|The Velvet Engine|Kestrel Bay"),
+        vp_pos=T(
+            "kept me on the edge of my seat|had the whole theater laughing|left me in tears, the good kind|"
+            "stayed with me for days|earned every minute of its running time|won me over within ten minutes|"
+            "deserves every award it gets|is the best thing I have seen this year"
+        ),
+        vp_neg=T(
+            "dragged on forever|put half the audience to sleep|fell apart in the final act|"
+            "felt twice as long as it was|wasted a talented cast|had people walking out halfway through|"
+            "is the worst thing I have seen this year"
+        ),
+        titles=T(
+            "The Glass Orchard|Midnight on Harrow Lane|Salt and Thunder|The Last Lighthouse Keeper|Paper Wolves|"
+            "A Summer Without Clocks|Northbound|Small Hours|The Velvet Engine|Kestrel Bay"
+        ),
         quote_titles=True,
         base="watch",
         past="watched",
-        intros=T("We caught the late showing on a Thursday.|I watched it on a long flight.|"
-                 "My sister picked it for movie night.|I saw it at a small festival last spring.|"
-                 "We streamed it on a rainy Sunday.|I went to the premiere with two friends."),
+        intros=T(
+            "We caught the late showing on a Thursday.|I watched it on a long flight.|"
+            "My sister picked it for movie night.|I saw it at a small festival last spring.|"
+            "We streamed it on a rainy Sunday.|I went to the premiere with two friends."
+        ),
         single_pos="dull moment",
         single_neg="memorable scene",
         never_pos=T("never once checked my watch|never reached for my phone"),
@@ -177,40 +213,58 @@ DOMAINS: tuple[Domain, ...] = (
     ),
     Domain(
         name="book",
-        items=T("novel|memoir|cookbook|short story collection|biography|mystery|fantasy novel|"
-                "poetry collection|travel guide|graphic novel|debut novel|thriller|history book"),
+        items=T(
+            "novel|memoir|cookbook|short story collection|biography|mystery|fantasy novel|"
+            "poetry collection|travel guide|graphic novel|debut novel|thriller|history book"
+        ),
         prep="in",
         groups=(
-            G("prose, writing, dialogue, translation, narration, style",
-              "lyrical, elegant, vivid, crisp, witty, precise",
-              "clunky, overwritten, flat, stilted, purple, repetitive"),
-            G("plot, ending, story, mystery, premise, opening chapter, final chapter",
-              "gripping, clever, absorbing, surprising, satisfying, tense",
-              "predictable, thin, muddled, rushed, tedious, far-fetched"),
-            G("main character, narrator, heroine, villain, supporting cast, love interest",
-              "vivid, believable, complex, memorable, lovable",
-              "shallow, flat, annoying, unbelievable, forgettable"),
-            G("research, artwork, cover design, index, footnote work",
-              "meticulous, thorough, gorgeous, lovely, impressive",
-              "sloppy, thin, careless, lazy, confusing"),
+            G(
+                "prose, writing, dialogue, translation, narration, style",
+                "lyrical, elegant, vivid, crisp, witty, precise",
+                "clunky, overwritten, flat, stilted, purple, repetitive",
+            ),
+            G(
+                "plot, ending, story, mystery, premise, opening chapter, final chapter",
+                "gripping, clever, absorbing, surprising, satisfying, tense",
+                "predictable, thin, muddled, rushed, tedious, far-fetched",
+            ),
+            G(
+                "main character, narrator, heroine, villain, supporting cast, love interest",
+                "vivid, believable, complex, memorable, lovable",
+                "shallow, flat, annoying, unbelievable, forgettable",
+            ),
+            G(
+                "research, artwork, cover design, index, footnote work",
+                "meticulous, thorough, gorgeous, lovely, impressive",
+                "sloppy, thin, careless, lazy, confusing",
+            ),
         ),
         item_pos=T("gripping|wise|moving|absorbing|funny|beautiful|brilliant|tender|unforgettable|smart"),
         item_neg=T("dull|tedious|shallow|bloated|forgettable|predictable|preachy|lifeless|confusing|boring"),
-        vp_pos=T("was impossible to put down|kept me reading until three in the morning|"
-                 "made me laugh out loud on the bus|"
-                 "taught me more than I expected|is already on my list of favorites|"
-                 "deserves a much wider audience"),
-        vp_neg=T("put me to sleep every night|lost me by chapter three|was a slog to get through|"
-                 "read like a first draft|went straight to the charity shop|"
-                 "could have been half as long"),
-        titles=T("The Salt Road|Letters from Windmere|A Map of Small Mercies|The Clockmaker's Apprentice|"
-                 "Winter Figs|Ninety Days in Tbilisi|The Lantern Keepers|Bread and Weather|Quiet Harbor|The Paper Fox"),
+        vp_pos=T(
+            "was impossible to put down|kept me reading until three in the morning|"
+            "made me laugh out loud on the bus|"
+            "taught me more than I expected|is already on my list of favorites|"
+            "deserves a much wider audience"
+        ),
+        vp_neg=T(
+            "put me to sleep every night|lost me by chapter three|was a slog to get through|"
+            "read like a first draft|went straight to the charity shop|"
+            "could have been half as long"
+        ),
+        titles=T(
+            "The Salt Road|Letters from Windmere|A Map of Small Mercies|The Clockmaker's Apprentice|"
+            "Winter Figs|Ninety Days in Tbilisi|The Lantern Keepers|Bread and Weather|Quiet Harbor|The Paper Fox"
+        ),
         quote_titles=True,
         base="read",
         past="read",
-        intros=T("I picked this up at an airport bookshop.|A friend lent me her copy.|"
-                 "I read it over a long weekend.|Our book club chose it for March.|"
-                 "I bought the paperback on a whim.|I listened to the audiobook on my commute."),
+        intros=T(
+            "I picked this up at an airport bookshop.|A friend lent me her copy.|"
+            "I read it over a long weekend.|Our book club chose it for March.|"
+            "I bought the paperback on a whim.|I listened to the audiobook on my commute."
+        ),
         single_pos="wasted page",
         single_neg="likable character",
         never_pos=T("never once skimmed a page|never wanted it to end"),
@@ -220,43 +274,59 @@ DOMAINS: tuple[Domain, ...] = (
     ),
     Domain(
         name="restaurant",
-        items=T("restaurant|bistro|diner|food truck|pizzeria|noodle bar|bakery|café|steakhouse|"
-                "sushi place|taco stand|brunch spot|tapas bar|curry house|seafood shack"),
+        items=T(
+            "restaurant|bistro|diner|food truck|pizzeria|noodle bar|bakery|café|steakhouse|"
+            "sushi place|taco stand|brunch spot|tapas bar|curry house|seafood shack"
+        ),
         prep="at",
         groups=(
-            G("soup, curry, steak, pasta, dessert, bread, pizza, ramen, seafood platter, crème brûlée, "
-              "house salad, burger, risotto, jalapeño salsa, roast chicken",
-              "delicious, fresh, flavorful, perfectly seasoned, mouth-watering, rich, superb",
-              "bland, greasy, lukewarm, oversalted, tasteless, stodgy, overcooked"),
-            G("service, staff, waiter, waitress, host, bartender",
-              "attentive, friendly, warm, quick, gracious, welcoming",
-              "rude, slow, careless, dismissive, sloppy, indifferent"),
-            G("atmosphere, decor, dining room, terrace, interior, music",
-              "cozy, charming, relaxed, elegant, inviting, lovely",
-              "cramped, noisy, dingy, drafty, gloomy, depressing"),
-            G("coffee, wine list, espresso, lemonade, cocktail menu, house wine",
-              "excellent, superb, fresh, interesting, well chosen",
-              "bitter, watery, overpriced, limited, disappointing"),
-            G("portion size, price, bill",
-              "generous, fair, reasonable",
-              "stingy, outrageous, absurd"),
+            G(
+                "soup, curry, steak, pasta, dessert, bread, pizza, ramen, seafood platter, crème brûlée, "
+                "house salad, burger, risotto, jalapeño salsa, roast chicken",
+                "delicious, fresh, flavorful, perfectly seasoned, mouth-watering, rich, superb",
+                "bland, greasy, lukewarm, oversalted, tasteless, stodgy, overcooked",
+            ),
+            G(
+                "service, staff, waiter, waitress, host, bartender",
+                "attentive, friendly, warm, quick, gracious, welcoming",
+                "rude, slow, careless, dismissive, sloppy, indifferent",
+            ),
+            G(
+                "atmosphere, decor, dining room, terrace, interior, music",
+                "cozy, charming, relaxed, elegant, inviting, lovely",
+                "cramped, noisy, dingy, drafty, gloomy, depressing",
+            ),
+            G(
+                "coffee, wine list, espresso, lemonade, cocktail menu, house wine",
+                "excellent, superb, fresh, interesting, well chosen",
+                "bitter, watery, overpriced, limited, disappointing",
+            ),
+            G("portion size, price, bill", "generous, fair, reasonable", "stingy, outrageous, absurd"),
         ),
         item_pos=T("delicious|charming|wonderful|cozy|friendly|excellent|lovely|fantastic|welcoming|superb"),
         item_neg=T("overpriced|disappointing|dirty|chaotic|awful|mediocre|depressing|forgettable|filthy|miserable"),
-        vp_pos=T("served the best soup in town|made us feel like regulars|"
-                 "had us planning our next visit before dessert arrived|is worth the drive across town|"
-                 "gets everything right|never lets us down"),
-        vp_neg=T("made us wait an hour for cold food|got every order wrong|"
-                 "charged us a fortune for tiny portions|gave my brother food poisoning|"
-                 "forgot our table twice|ruined my birthday dinner"),
-        titles=T("The Copper Pot|Luigi's|Blue Fern Kitchen|Casa Lupita|The Hungry Heron|Mama Rosa's|"
-                 "Noodle Republic|Le Petit Zinc|The Saffron Door|Harbor & Vine"),
+        vp_pos=T(
+            "served the best soup in town|made us feel like regulars|"
+            "had us planning our next visit before dessert arrived|is worth the drive across town|"
+            "gets everything right|never lets us down"
+        ),
+        vp_neg=T(
+            "made us wait an hour for cold food|got every order wrong|"
+            "charged us a fortune for tiny portions|gave my brother food poisoning|"
+            "forgot our table twice|ruined my birthday dinner"
+        ),
+        titles=T(
+            "The Copper Pot|Luigi's|Blue Fern Kitchen|Casa Lupita|The Hungry Heron|Mama Rosa's|"
+            "Noodle Republic|Le Petit Zinc|The Saffron Door|Harbor & Vine"
+        ),
         quote_titles=False,
         base="try",
         past="tried",
-        intros=T("We booked a table for six on a Friday night.|We stopped in for a late lunch.|"
-                 "A coworker recommended it.|We came here for my mother's birthday.|"
-                 "We walked in without a reservation.|I ordered takeout on a Tuesday."),
+        intros=T(
+            "We booked a table for six on a Friday night.|We stopped in for a late lunch.|"
+            "A coworker recommended it.|We came here for my mother's birthday.|"
+            "We walked in without a reservation.|I ordered takeout on a Tuesday."
+        ),
         single_pos="bad dish",
         single_neg="decent dish",
         never_pos=T("never waited more than five minutes|never had a bad meal here"),
@@ -266,41 +336,55 @@ DOMAINS: tuple[Domain, ...] = (
     ),
     Domain(
         name="gadget",
-        items=T("phone|laptop|smartwatch|tablet|e-reader|camera|drone|fitness tracker|handheld console|"
-                "smartphone|notebook computer|action camera|baby monitor|dashcam"),
+        items=T(
+            "phone|laptop|smartwatch|tablet|e-reader|camera|drone|fitness tracker|handheld console|"
+            "smartphone|notebook computer|action camera|baby monitor|dashcam"
+        ),
         prep="on",
         groups=(
-            G("battery, battery life, charger, charging speed",
-              "excellent, reliable, long-lasting, impressive, outstanding",
-              "weak, pathetic, unreliable, disappointing, miserable"),
-            G("screen, display, speaker, sound, camera, microphone",
-              "crisp, bright, clear, rich, sharp, vivid",
-              "dim, tinny, grainy, muddy, washed-out, fuzzy"),
-            G("build quality, hinge, casing, power button, strap, lid",
-              "sturdy, solid, sleek, premium, durable",
-              "flimsy, cheap, wobbly, fragile, creaky"),
-            G("software, app, setup, interface, update process, menu system",
-              "intuitive, fast, smooth, simple, responsive, painless",
-              "buggy, sluggish, confusing, laggy, clunky, infuriating"),
-            G("fan, motor",
-              "quiet, whisper-quiet, efficient, powerful",
-              "noisy, deafening, whiny, feeble"),
+            G(
+                "battery, battery life, charger, charging speed",
+                "excellent, reliable, long-lasting, impressive, outstanding",
+                "weak, pathetic, unreliable, disappointing, miserable",
+            ),
+            G(
+                "screen, display, speaker, sound, camera, microphone",
+                "crisp, bright, clear, rich, sharp, vivid",
+                "dim, tinny, grainy, muddy, washed-out, fuzzy",
+            ),
+            G(
+                "build quality, hinge, casing, power button, strap, lid",
+                "sturdy, solid, sleek, premium, durable",
+                "flimsy, cheap, wobbly, fragile, creaky",
+            ),
+            G(
+                "software, app, setup, interface, update process, menu system",
+                "intuitive, fast, smooth, simple, responsive, painless",
+                "buggy, sluggish, confusing, laggy, clunky, infuriating",
+            ),
+            G("fan, motor", "quiet, whisper-quiet, efficient, powerful", "noisy, deafening, whiny, feeble"),
         ),
         item_pos=T("reliable|fantastic|sleek|excellent|sturdy|brilliant|handy|superb|dependable|impressive"),
         item_neg=T("flimsy|useless|unreliable|awful|overpriced|frustrating|clunky|disappointing|fragile|terrible"),
-        vp_pos=T("works exactly as advertised|has not crashed once|lasts two full days on a charge|"
-                 "replaced three older devices on my desk|survived a fall down the stairs|"
-                 "feels built to last"),
-        vp_neg=T("stopped working after two weeks|overheats constantly|crashes every time I open the app|"
-                 "died the day after the warranty ran out|broke within a month|"
-                 "froze during my sister's wedding"),
+        vp_pos=T(
+            "works exactly as advertised|has not crashed once|lasts two full days on a charge|"
+            "replaced three older devices on my desk|survived a fall down the stairs|"
+            "feels built to last"
+        ),
+        vp_neg=T(
+            "stopped working after two weeks|overheats constantly|crashes every time I open the app|"
+            "died the day after the warranty ran out|broke within a month|"
+            "froze during my sister's wedding"
+        ),
         titles=T("Zephyr X2|Photon 3000|Orbit Mini|Nimbus Pro 14|PulseBand 5|Lumen S7|Vortex 900|Echo Slate 10"),
         quote_titles=False,
         base="buy",
         past="bought",
-        intros=T("I ordered it after my old one died.|My partner gave it to me for my birthday.|"
-                 "I bought it on sale last spring.|I have used it every day since March.|"
-                 "I picked the cheaper model to save money.|It arrived two days early."),
+        intros=T(
+            "I ordered it after my old one died.|My partner gave it to me for my birthday.|"
+            "I bought it on sale last spring.|I have used it every day since March.|"
+            "I picked the cheaper model to save money.|It arrived two days early."
+        ),
         single_pos="crash in six months",
         single_neg="redeeming feature",
         never_pos=T("never had to restart it|never regretted the price"),
@@ -310,42 +394,62 @@ DOMAINS: tuple[Domain, ...] = (
     ),
     Domain(
         name="trip",
-        items=T("trip|tour|cruise|hotel|hostel|road trip|hike|weekend getaway|guided tour|resort|"
-                "train journey|camping trip|ski holiday|boat tour|bed and breakfast"),
+        items=T(
+            "trip|tour|cruise|hotel|hostel|road trip|hike|weekend getaway|guided tour|resort|"
+            "train journey|camping trip|ski holiday|boat tour|bed and breakfast"
+        ),
         prep="on",
         groups=(
-            G("room, bed, bathroom, cabin, campsite, suite",
-              "spotless, comfortable, spacious, cozy, quiet",
-              "cramped, dirty, damp, shabby, noisy, musty"),
-            G("guide, staff, host, driver, crew, receptionist",
-              "friendly, knowledgeable, helpful, patient, funny",
-              "rude, unhelpful, grumpy, clueless, careless"),
-            G("view, beach, scenery, old town, coastline, trail, lake",
-              "breathtaking, stunning, peaceful, gorgeous, unspoiled",
-              "disappointing, overcrowded, polluted, dreary, littered"),
-            G("itinerary, schedule, check-in, airport transfer, booking process, bus",
-              "smooth, well organized, relaxed, efficient, flexible",
-              "chaotic, exhausting, disorganized, rushed, endless"),
-            G("breakfast, buffet, food, picnic lunch",
-              "delicious, fresh, generous, varied",
-              "bland, stale, greasy, repetitive"),
+            G(
+                "room, bed, bathroom, cabin, campsite, suite",
+                "spotless, comfortable, spacious, cozy, quiet",
+                "cramped, dirty, damp, shabby, noisy, musty",
+            ),
+            G(
+                "guide, staff, host, driver, crew, receptionist",
+                "friendly, knowledgeable, helpful, patient, funny",
+                "rude, unhelpful, grumpy, clueless, careless",
+            ),
+            G(
+                "view, beach, scenery, old town, coastline, trail, lake",
+                "breathtaking, stunning, peaceful, gorgeous, unspoiled",
+                "disappointing, overcrowded, polluted, dreary, littered",
+            ),
+            G(
+                "itinerary, schedule, check-in, airport transfer, booking process, bus",
+                "smooth, well organized, relaxed, efficient, flexible",
+                "chaotic, exhausting, disorganized, rushed, endless",
+            ),
+            G(
+                "breakfast, buffet, food, picnic lunch",
+                "delicious, fresh, generous, varied",
+                "bland, stale, greasy, repetitive",
+            ),
         ),
         item_pos=T("relaxing|unforgettable|magical|wonderful|peaceful|fantastic|charming|lovely|perfect|restful"),
         item_neg=T("exhausting|miserable|chaotic|overpriced|disappointing|stressful|awful|dreary|tiring|dreadful"),
-        vp_pos=T("was the highlight of our year|ran like clockwork|left us relaxed and happy|"
-                 "showed us places we would never have found alone|was worth every cent we saved for it|"
-                 "made our anniversary unforgettable"),
-        vp_neg=T("was a disaster from start to finish|left us exhausted and broke|"
-                 "felt like one long queue|ruined our anniversary|was cancelled twice without warning|"
-                 "left us stranded at the station"),
-        titles=T("Hotel Miramar|the Alpine Express|Villa Serena|the Blue Lagoon Lodge|Camp Redwood|the Aurora Line|"
-                 "Pension Sonnenhof|the Kraków Old Town tour|the Malmö harbor cruise"),
+        vp_pos=T(
+            "was the highlight of our year|ran like clockwork|left us relaxed and happy|"
+            "showed us places we would never have found alone|was worth every cent we saved for it|"
+            "made our anniversary unforgettable"
+        ),
+        vp_neg=T(
+            "was a disaster from start to finish|left us exhausted and broke|"
+            "felt like one long queue|ruined our anniversary|was cancelled twice without warning|"
+            "left us stranded at the station"
+        ),
+        titles=T(
+            "Hotel Miramar|the Alpine Express|Villa Serena|the Blue Lagoon Lodge|Camp Redwood|the Aurora Line|"
+            "Pension Sonnenhof|the Kraków Old Town tour|the Malmö harbor cruise"
+        ),
         quote_titles=False,
         base="book",
         past="booked",
-        intros=T("We booked it three months in advance.|We went in the middle of August.|"
-                 "It was our first holiday in years.|We traveled with two teenagers.|"
-                 "I went alone after a long winter.|We stayed for four nights."),
+        intros=T(
+            "We booked it three months in advance.|We went in the middle of August.|"
+            "It was our first holiday in years.|We traveled with two teenagers.|"
+            "I went alone after a long winter.|We stayed for four nights."
+        ),
         single_pos="dull day",
         single_neg="relaxing hour",
         never_pos=T("never once felt rushed|never wanted to leave"),
@@ -358,33 +462,49 @@ DOMAINS: tuple[Domain, ...] = (
         items=T("album|concert|single|live show|EP|band|opera|debut album|gig|record|festival set"),
         prep="on",
         groups=(
-            G("vocal performance, voice, singing, lead vocal, harmony work",
-              "soaring, soulful, gorgeous, powerful, tender",
-              "shrill, flat, strained, thin, off-key"),
-            G("songwriting, chorus, melody, title track, opening song, closing ballad",
-              "catchy, clever, gorgeous, heartfelt, infectious",
-              "forgettable, clumsy, repetitive, cheesy, tuneless"),
-            G("production, sound mix, recording, audio, mastering",
-              "crisp, warm, rich, clean, punchy",
-              "muddy, harsh, thin, flat, cluttered"),
-            G("drummer, guitarist, setlist, encore, light show, opening act, rhythm section",
-              "tight, energetic, electric, brilliant, generous",
-              "sloppy, lazy, lifeless, disappointing, tired"),
+            G(
+                "vocal performance, voice, singing, lead vocal, harmony work",
+                "soaring, soulful, gorgeous, powerful, tender",
+                "shrill, flat, strained, thin, off-key",
+            ),
+            G(
+                "songwriting, chorus, melody, title track, opening song, closing ballad",
+                "catchy, clever, gorgeous, heartfelt, infectious",
+                "forgettable, clumsy, repetitive, cheesy, tuneless",
+            ),
+            G(
+                "production, sound mix, recording, audio, mastering",
+                "crisp, warm, rich, clean, punchy",
+                "muddy, harsh, thin, flat, cluttered",
+            ),
+            G(
+                "drummer, guitarist, setlist, encore, light show, opening act, rhythm section",
+                "tight, energetic, electric, brilliant, generous",
+                "sloppy, lazy, lifeless, disappointing, tired",
+            ),
         ),
         item_pos=T("gorgeous|catchy|thrilling|beautiful|joyful|electric|stunning|uplifting|brilliant|fresh"),
         item_neg=T("forgettable|bland|lifeless|tedious|grating|sloppy|boring|disappointing|tired|shrill"),
-        vp_pos=T("gave me chills|has been on repeat all week|got the whole crowd dancing|"
-                 "sounds better with every listen|made the long drive fly by|was worth the long queue"),
-        vp_neg=T("made me reach for the skip button|sounded like a rehearsal|emptied the room by the third song|"
-                 "gets worse with every listen|was drowned out by the chatter|started an hour late and ended early"),
-        titles=T("Neon Harvest|Quiet Engines|Saltwater Hymns|Low Tide Radio|The Long Way Round|Copper Skies|"
-                 "Night Trains|Glass Animals in Winter"),
+        vp_pos=T(
+            "gave me chills|has been on repeat all week|got the whole crowd dancing|"
+            "sounds better with every listen|made the long drive fly by|was worth the long queue"
+        ),
+        vp_neg=T(
+            "made me reach for the skip button|sounded like a rehearsal|emptied the room by the third song|"
+            "gets worse with every listen|was drowned out by the chatter|started an hour late and ended early"
+        ),
+        titles=T(
+            "Neon Harvest|Quiet Engines|Saltwater Hymns|Low Tide Radio|The Long Way Round|Copper Skies|"
+            "Night Trains|Glass Animals in Winter"
+        ),
         quote_titles=True,
         base="hear",
         past="heard",
-        intros=T("I streamed it on my commute all week.|We saw them at a small club downtown.|"
-                 "A friend sent me the first track.|I bought the vinyl the day it came out.|"
-                 "We had tickets in the back row.|I played it at a dinner party."),
+        intros=T(
+            "I streamed it on my commute all week.|We saw them at a small club downtown.|"
+            "A friend sent me the first track.|I bought the vinyl the day it came out.|"
+            "We had tickets in the back row.|I played it at a dinner party."
+        ),
         single_pos="weak track",
         single_neg="catchy song",
         never_pos=T("never skipped a single song|never stopped dancing"),
@@ -394,38 +514,56 @@ DOMAINS: tuple[Domain, ...] = (
     ),
     Domain(
         name="game",
-        items=T("video game|puzzle game|strategy game|racing game|role-playing game|platformer|"
-                "mobile game|co-op game|farming sim|shooter|indie game|survival game"),
+        items=T(
+            "video game|puzzle game|strategy game|racing game|role-playing game|platformer|"
+            "mobile game|co-op game|farming sim|shooter|indie game|survival game"
+        ),
         prep="in",
         groups=(
-            G("control scheme, camera system, aiming, handling, input response",
-              "responsive, tight, smooth, precise, intuitive",
-              "clunky, sluggish, floaty, awkward, unresponsive"),
-            G("artwork, art style, animation, world, character design",
-              "gorgeous, charming, stunning, vibrant, detailed",
-              "ugly, bland, muddy, dated, lifeless"),
-            G("level design, difficulty curve, story, campaign, rulebook, tutorial, multiplayer mode, ending",
-              "clever, rewarding, fair, deep, satisfying, well paced",
-              "unfair, tedious, shallow, confusing, repetitive, punishing"),
-            G("frame rate, online mode, loading time, save system, performance",
-              "smooth, stable, rock-solid, quick",
-              "choppy, unstable, broken, glacial, buggy"),
+            G(
+                "control scheme, camera system, aiming, handling, input response",
+                "responsive, tight, smooth, precise, intuitive",
+                "clunky, sluggish, floaty, awkward, unresponsive",
+            ),
+            G(
+                "artwork, art style, animation, world, character design",
+                "gorgeous, charming, stunning, vibrant, detailed",
+                "ugly, bland, muddy, dated, lifeless",
+            ),
+            G(
+                "level design, difficulty curve, story, campaign, rulebook, tutorial, multiplayer mode, ending",
+                "clever, rewarding, fair, deep, satisfying, well paced",
+                "unfair, tedious, shallow, confusing, repetitive, punishing",
+            ),
+            G(
+                "frame rate, online mode, loading time, save system, performance",
+                "smooth, stable, rock-solid, quick",
+                "choppy, unstable, broken, glacial, buggy",
+            ),
         ),
         item_pos=T("addictive|charming|clever|polished|rewarding|delightful|brilliant|gorgeous|fun|smart"),
         item_neg=T("tedious|broken|shallow|boring|frustrating|buggy|repetitive|joyless|clunky|pointless"),
-        vp_pos=T("ate my entire weekend in the best way|kept our group laughing all night|"
-                 "rewards every hour you put in|became our new game night favorite|"
-                 "has hundreds of hours of content"),
-        vp_neg=T("crashed every twenty minutes|felt like a chore after the first hour|ended our game night early|"
-                 "locks half its content behind a paywall|lost my save file twice"),
-        titles=T("Starfall Tactics|Moss & Mortar|Harbor Kings|Tiny Lanterns|Rust Circuit|The Ninth Orchard|"
-                 "Skyward Couriers|Dungeon Bakery"),
+        vp_pos=T(
+            "ate my entire weekend in the best way|kept our group laughing all night|"
+            "rewards every hour you put in|became our new game night favorite|"
+            "has hundreds of hours of content"
+        ),
+        vp_neg=T(
+            "crashed every twenty minutes|felt like a chore after the first hour|ended our game night early|"
+            "locks half its content behind a paywall|lost my save file twice"
+        ),
+        titles=T(
+            "Starfall Tactics|Moss & Mortar|Harbor Kings|Tiny Lanterns|Rust Circuit|The Ninth Orchard|"
+            "Skyward Couriers|Dungeon Bakery"
+        ),
         quote_titles=True,
         base="play",
         past="played",
-        intros=T("We tried it at a friend's birthday party.|I played it over the winter break.|"
-                 "It was on sale for half price.|My kids begged me to buy it.|"
-                 "Our group plays every Thursday.|I finished the campaign in a week."),
+        intros=T(
+            "We tried it at a friend's birthday party.|I played it over the winter break.|"
+            "It was on sale for half price.|My kids begged me to buy it.|"
+            "Our group plays every Thursday.|I finished the campaign in a week."
+        ),
         single_pos="boring level",
         single_neg="fun level",
         never_pos=T("never got bored|never wanted to put the controller down"),
@@ -435,34 +573,65 @@ DOMAINS: tuple[Domain, ...] = (
     ),
 )
 
-GENERIC_POS = T("excellent|superb|wonderful|fantastic|terrific|outstanding|impressive|first-rate|lovely|"
-                "great|marvelous|exceptional|top-notch|brilliant")
-GENERIC_NEG = T("terrible|awful|dreadful|disappointing|mediocre|poor|lousy|abysmal|atrocious|dismal|"
-                "subpar|underwhelming|shoddy|woeful")
-GENERIC_VP_POS = T("exceeded all my expectations|was worth every penny|was an absolute joy|was a real treat|"
-                   "won me over completely|was far better than I expected|made my week|"
-                   "delivered on every promise|put a smile on my face")
-GENERIC_VP_NEG = T("was a complete waste of money|was a huge letdown|fell flat|was a total disappointment|"
-                   "was worse than I expected|ruined my weekend|failed on almost every level|"
-                   "was a chore from start to finish|left me cold")
-INTENS_ANY = T("really|truly|genuinely|incredibly|remarkably|surprisingly|utterly|quite|pretty|so|"
-               "consistently|thoroughly|absolutely")
+GENERIC_POS = T(
+    "excellent|superb|wonderful|fantastic|terrific|outstanding|impressive|first-rate|lovely|"
+    "great|marvelous|exceptional|top-notch|brilliant"
+)
+GENERIC_NEG = T(
+    "terrible|awful|dreadful|disappointing|mediocre|poor|lousy|abysmal|atrocious|dismal|"
+    "subpar|underwhelming|shoddy|woeful"
+)
+GENERIC_VP_POS = T(
+    "exceeded all my expectations|was worth every penny|was an absolute joy|was a real treat|"
+    "won me over completely|was far better than I expected|made my week|"
+    "delivered on every promise|put a smile on my face"
+)
+GENERIC_VP_NEG = T(
+    "was a complete waste of money|was a huge letdown|fell flat|was a total disappointment|"
+    "was worse than I expected|ruined my weekend|failed on almost every level|"
+    "was a chore from start to finish|left me cold"
+)
+INTENS_ANY = T(
+    "really|truly|genuinely|incredibly|remarkably|surprisingly|utterly|quite|pretty|so|"
+    "consistently|thoroughly|absolutely"
+)
 INTENS_POS = T("wonderfully|beautifully|delightfully")
 INTENS_NEG = T("painfully|embarrassingly|hopelessly|frustratingly")
-OPENERS = T("Honestly|Frankly|Overall|In short|All things considered|For what it's worth|Simply put|"
-            "To be honest|In the end|Without a doubt|Believe me|As it turns out")
-GENERIC_INTROS = T("I had heard mixed things.|I went in knowing nothing about it.|"
-                   "My expectations were modest.|Everyone at work was talking about it.|"
-                   "I finally gave it a chance.|This was my second try.|It took me a while to get to it.")
+OPENERS = T(
+    "Honestly|Frankly|Overall|In short|All things considered|For what it's worth|Simply put|"
+    "To be honest|In the end|Without a doubt|Believe me|As it turns out"
+)
+GENERIC_INTROS = T(
+    "I had heard mixed things.|I went in knowing nothing about it.|"
+    "My expectations were modest.|Everyone at work was talking about it.|"
+    "I finally gave it a chance.|This was my second try.|It took me a while to get to it."
+)
 LOVE = T("loved|adored|enjoyed|admired|treasured|appreciated|relished")
 HATE = T("hated|loathed|disliked|resented|regretted|could not stand|got tired of")
-FRIENDS = (("sister", "she"), ("brother", "he"), ("neighbor", "she"), ("dad", "he"), ("mom", "she"),
-           ("roommate", "he"), ("coworker", "she"), ("uncle", "he"), ("best friend", "she"), ("boss", "he"))
+FRIENDS = (
+    ("sister", "she"),
+    ("brother", "he"),
+    ("neighbor", "she"),
+    ("dad", "he"),
+    ("mom", "she"),
+    ("roommate", "he"),
+    ("coworker", "she"),
+    ("uncle", "he"),
+    ("best friend", "she"),
+    ("boss", "he"),
+)
 QUOTE_POS = T("a masterpiece|pure magic|unmissable|the best in town|life-changing|a triumph|a gem|flawless")
 QUOTE_NEG = T("a disaster|a waste of time|a total mess|unbearable|a rip-off|painfully bad|a train wreck|a flop")
 WHO_QUOTES = T("the critic|the review in the paper|the poster|the blurb on the box|my local paper|the ad")
-POSSESSIVE = {"film": "the new", "book": "the new", "gadget": "my", "trip": "our", "music": "their new",
-              "game": "the new", "restaurant": "the new"}
+POSSESSIVE = {
+    "film": "the new",
+    "book": "the new",
+    "gadget": "my",
+    "trip": "our",
+    "music": "their new",
+    "game": "the new",
+    "restaurant": "the new",
+}
 FEW = (1, 2, 3)
 MANY = (8, 9, 10)
 
@@ -565,9 +734,9 @@ class SentimentMaker:
                 f"I {rng.choice(d.never_pos)}",
                 f"{s} did not disappoint",
                 f"{s} was never {rng.choice(('boring', 'dull', 'tedious', 'a letdown'))}",
-                f"I don't regret a single cent",
+                "I don't regret a single cent",
                 f"{s} was not {rng.choice(('bad', 'boring', 'disappointing', 'overrated'))} in the slightest",
-                f"I could not have asked for more",
+                "I could not have asked for more",
                 f"{the_a} could not have been {rng.choice(('better', 'nicer', 'more perfect'))}",
             ]
         else:
@@ -620,7 +789,8 @@ class SentimentMaker:
             f"Both the {a1} and the {a2} were {self.intens(pol)}{j1}.",
             f"The {a1} was {j1}; the {a2}, even more so.",
             f"{cap(j1)} {a1} and {j2} {a2}: what more could you want?"
-            if pol else f"{cap(j1)} {a1} and {j2} {a2}: what a letdown.",
+            if pol
+            else f"{cap(j1)} {a1} and {j2} {a2}: what a letdown.",
         ]
         return rng.choice(forms)
 
@@ -674,14 +844,14 @@ class SentimentMaker:
         ]
         if pol:
             forms += [
-                f"Not bad at all, especially for the price.",
-                f"Never boring, never predictable, and never too long.",
+                "Not bad at all, especially for the price.",
+                "Never boring, never predictable, and never too long.",
                 f"You won't regret giving this {item} a chance.",
                 f"I don't usually like {item}s, but this one won me over.",
             ]
         else:
             forms += [
-                f"Not good, and not even bad in an interesting way.",
+                "Not good, and not even bad in an interesting way.",
                 f"Not once did this {item} surprise me.",
                 f"I won't be giving this {item} a second chance.",
                 f"I usually love {item}s, but this one did nothing for me.",
@@ -715,10 +885,8 @@ class SentimentMaker:
         forms = [
             f'My {friend} called it "{q_same}", and {pron} was right.',
             f'My {friend} called it "{q_opp}", but {self.clause(d, pol)}.',
-            f'{cap(who)} promised "{rng.choice(QUOTE_POS)}", and '
-            + ("it delivered." if pol else "that was a lie."),
-            f'We {d.past} {shown} last {rng.choice(("week", "month", "Friday", "summer"))}, and '
-            f"{self.clause(d, pol)}.",
+            f'{cap(who)} promised "{rng.choice(QUOTE_POS)}", and ' + ("it delivered." if pol else "that was a lie."),
+            f"We {d.past} {shown} last {rng.choice(('week', 'month', 'Friday', 'summer'))}, and {self.clause(d, pol)}.",
             f'The word "{self.item_adj(d, pol)}" does not even begin to describe this {item}.',
             f'I went in expecting "{q_opp}" and came out thinking "{q_same}".',
         ]
@@ -728,16 +896,21 @@ class SentimentMaker:
         rng = self.rng
         n = rng.choice((2, 3, 4, 6, 12, 20, 45, 90, 120, 300))
         unit = rng.choice(d.units)
-        neutral = rng.choice((
-            f"{n} {unit} in",
-            "a gift from my brother",
-            "yes, the one everyone is talking about",
-            f"the {rng.choice(('2019', '2021', '2023', 'second', 'updated'))} version",
-            "my second attempt",
-            "recommended by a stranger",
-        ))
-        tag = rng.choice(("(highly recommended)", "(and I mean that)", "(seriously)", "(trust me)")) if pol \
+        neutral = rng.choice(
+            (
+                f"{n} {unit} in",
+                "a gift from my brother",
+                "yes, the one everyone is talking about",
+                f"the {rng.choice(('2019', '2021', '2023', 'second', 'updated'))} version",
+                "my second attempt",
+                "recommended by a stranger",
+            )
+        )
+        tag = (
+            rng.choice(("(highly recommended)", "(and I mean that)", "(seriously)", "(trust me)"))
+            if pol
             else rng.choice(("(avoid)", "(sadly)", "(trust me)", "(seriously)"))
+        )
         forms = [
             f"{cap(self.subject(d))} ({neutral}) {self.vp(d, pol)}.",
             f"{cap(self.clause(d, pol))} {tag}.",
@@ -760,8 +933,12 @@ class SentimentMaker:
             f"After {number_text(rng, n)} {unit}, {self.clause(d, pol)}.",
             f"We paid {price} and {self.clause(d, pol)}.",
             f"At {price}, {self.subject(d, start=False)} is "
-            + (rng.choice(("a bargain", "a steal", "worth every cent")) if pol
-               else rng.choice(("a rip-off", "daylight robbery", "overpriced"))) + ".",
+            + (
+                rng.choice(("a bargain", "a steal", "worth every cent"))
+                if pol
+                else rng.choice(("a rip-off", "daylight robbery", "overpriced"))
+            )
+            + ".",
         ]
         return rng.choice(forms)
 
@@ -803,8 +980,16 @@ class SentimentMaker:
         a1, _ = self.aspect_adj(d, pol)
         a2, _ = self.aspect_adj(d, pol)
         verbs = LOVE if pol else HATE
-        who = rng.choice(("I", "We", "My kids", "Everyone at our table" if d.name == "restaurant" else "My friends",
-                          "My whole family", "My partner"))
+        who = rng.choice(
+            (
+                "I",
+                "We",
+                "My kids",
+                "Everyone at our table" if d.name == "restaurant" else "My friends",
+                "My whole family",
+                "My partner",
+            )
+        )
         forms = [
             f"{who} {rng.choice(verbs)} the {a1}.",
             f"{who} {rng.choice(verbs)} the {a1} and the {a2}." if a1 != a2 else f"{who} {rng.choice(verbs)} the {a1}.",
@@ -813,9 +998,19 @@ class SentimentMaker:
         return rng.choice(forms)
 
     TEMPLATES = (
-        ("t_aspect", 10), ("t_two_aspects", 8), ("t_vp", 9), ("t_but", 13), ("t_although", 9),
-        ("t_negation", 12), ("t_exclaim", 7), ("t_quote", 7), ("t_paren", 5), ("t_numbers", 7),
-        ("t_recommend", 5), ("t_fragment", 4), ("t_personal", 5),
+        ("t_aspect", 10),
+        ("t_two_aspects", 8),
+        ("t_vp", 9),
+        ("t_but", 13),
+        ("t_although", 9),
+        ("t_negation", 12),
+        ("t_exclaim", 7),
+        ("t_quote", 7),
+        ("t_paren", 5),
+        ("t_numbers", 7),
+        ("t_recommend", 5),
+        ("t_fragment", 4),
+        ("t_personal", 5),
     )
 
     def make(self, pol: int) -> str:
@@ -868,41 +1063,113 @@ def make_sentiment(rng: random.Random, per_label: int) -> list[tuple[str, str]]:
 # ====================================================================== entailment
 
 NAMES = (
-    ("Maria", "she"), ("Tom", "he"), ("Aisha", "she"), ("Kenji", "he"), ("Lucia", "she"), ("Omar", "he"),
-    ("Priya", "she"), ("Daniel", "he"), ("Fatima", "she"), ("Lars", "he"), ("Mei", "she"), ("Mateo", "he"),
-    ("Grace", "she"), ("Ivan", "he"), ("Nadia", "she"), ("Samuel", "he"), ("Yuki", "she"), ("Kwame", "he"),
-    ("Elena", "she"), ("Diego", "he"), ("Hannah", "she"), ("Rahul", "he"), ("Leila", "she"), ("Peter", "he"),
-    ("Amara", "she"), ("Jonas", "he"), ("Sofia", "she"), ("Carlos", "he"), ("Ingrid", "she"), ("Felix", "he"),
-    ("Zoe", "she"), ("Hugo", "he"), ("Rosa", "she"), ("Tariq", "he"), ("Clara", "she"), ("Emeka", "he"),
-    ("Julia", "she"), ("Andrei", "he"), ("Noor", "she"), ("Paolo", "he"), ("Linnea", "she"), ("Marcus", "he"),
-    ("Ayla", "she"), ("Victor", "he"), ("Chloe", "she"), ("Ravi", "he"), ("Björn", "he"), ("Zoë", "she"),
+    ("Maria", "she"),
+    ("Tom", "he"),
+    ("Aisha", "she"),
+    ("Kenji", "he"),
+    ("Lucia", "she"),
+    ("Omar", "he"),
+    ("Priya", "she"),
+    ("Daniel", "he"),
+    ("Fatima", "she"),
+    ("Lars", "he"),
+    ("Mei", "she"),
+    ("Mateo", "he"),
+    ("Grace", "she"),
+    ("Ivan", "he"),
+    ("Nadia", "she"),
+    ("Samuel", "he"),
+    ("Yuki", "she"),
+    ("Kwame", "he"),
+    ("Elena", "she"),
+    ("Diego", "he"),
+    ("Hannah", "she"),
+    ("Rahul", "he"),
+    ("Leila", "she"),
+    ("Peter", "he"),
+    ("Amara", "she"),
+    ("Jonas", "he"),
+    ("Sofia", "she"),
+    ("Carlos", "he"),
+    ("Ingrid", "she"),
+    ("Felix", "he"),
+    ("Zoe", "she"),
+    ("Hugo", "he"),
+    ("Rosa", "she"),
+    ("Tariq", "he"),
+    ("Clara", "she"),
+    ("Emeka", "he"),
+    ("Julia", "she"),
+    ("Andrei", "he"),
+    ("Noor", "she"),
+    ("Paolo", "he"),
+    ("Linnea", "she"),
+    ("Marcus", "he"),
+    ("Ayla", "she"),
+    ("Victor", "he"),
+    ("Chloe", "she"),
+    ("Ravi", "he"),
+    ("Björn", "he"),
+    ("Zoë", "she"),
 )
-ROLES = T("nurse|pilot|teacher|farmer|lawyer|chef|plumber|architect|journalist|senator|mayor|painter|"
-          "student|engineer|pharmacist|librarian|baker|firefighter|surgeon|mechanic|accountant|carpenter|"
-          "photographer|gardener|tailor|fisherman|electrician|dentist|professor|referee|coach|detective|"
-          "cashier|courier|waiter|violinist|poet|banker|judge|sailor|scientist|veterinarian|tourist|"
-          "shepherd|potter|jeweler|midwife|translator|locksmith|bus driver")
+ROLES = T(
+    "nurse|pilot|teacher|farmer|lawyer|chef|plumber|architect|journalist|senator|mayor|painter|"
+    "student|engineer|pharmacist|librarian|baker|firefighter|surgeon|mechanic|accountant|carpenter|"
+    "photographer|gardener|tailor|fisherman|electrician|dentist|professor|referee|coach|detective|"
+    "cashier|courier|waiter|violinist|poet|banker|judge|sailor|scientist|veterinarian|tourist|"
+    "shepherd|potter|jeweler|midwife|translator|locksmith|bus driver"
+)
 ROLE_ADJ = T("young|elderly|tired|cheerful|new|retired|local|experienced|nervous|famous|quiet|tall")
 CITIES = (
-    ("Lisbon", "Portugal"), ("Porto", "Portugal"), ("Madrid", "Spain"), ("Seville", "Spain"),
-    ("Oslo", "Norway"), ("Bergen", "Norway"), ("Lyon", "France"), ("Marseille", "France"),
-    ("Osaka", "Japan"), ("Kyoto", "Japan"), ("Kraków", "Poland"), ("Gdansk", "Poland"),
-    ("Dublin", "Ireland"), ("Cork", "Ireland"), ("Nairobi", "Kenya"), ("Mombasa", "Kenya"),
-    ("Lima", "Peru"), ("Cusco", "Peru"), ("Hanoi", "Vietnam"), ("Hue", "Vietnam"),
-    ("Montreal", "Canada"), ("Calgary", "Canada"), ("Perth", "Australia"), ("Adelaide", "Australia"),
-    ("Accra", "Ghana"), ("Kumasi", "Ghana"), ("Busan", "South Korea"), ("Incheon", "South Korea"),
-    ("Graz", "Austria"), ("Salzburg", "Austria"), ("Malmö", "Sweden"), ("Uppsala", "Sweden"),
-    ("Zürich", "Switzerland"), ("Geneva", "Switzerland"), ("São Paulo", "Brazil"), ("Recife", "Brazil"),
+    ("Lisbon", "Portugal"),
+    ("Porto", "Portugal"),
+    ("Madrid", "Spain"),
+    ("Seville", "Spain"),
+    ("Oslo", "Norway"),
+    ("Bergen", "Norway"),
+    ("Lyon", "France"),
+    ("Marseille", "France"),
+    ("Osaka", "Japan"),
+    ("Kyoto", "Japan"),
+    ("Kraków", "Poland"),
+    ("Gdansk", "Poland"),
+    ("Dublin", "Ireland"),
+    ("Cork", "Ireland"),
+    ("Nairobi", "Kenya"),
+    ("Mombasa", "Kenya"),
+    ("Lima", "Peru"),
+    ("Cusco", "Peru"),
+    ("Hanoi", "Vietnam"),
+    ("Hue", "Vietnam"),
+    ("Montreal", "Canada"),
+    ("Calgary", "Canada"),
+    ("Perth", "Australia"),
+    ("Adelaide", "Australia"),
+    ("Accra", "Ghana"),
+    ("Kumasi", "Ghana"),
+    ("Busan", "South Korea"),
+    ("Incheon", "South Korea"),
+    ("Graz", "Austria"),
+    ("Salzburg", "Austria"),
+    ("Malmö", "Sweden"),
+    ("Uppsala", "Sweden"),
+    ("Zürich", "Switzerland"),
+    ("Geneva", "Switzerland"),
+    ("São Paulo", "Brazil"),
+    ("Recife", "Brazil"),
 )
-LOCAL_PLACES = T("at the market|at the harbor|in the garage|behind the library|near the old mill|"
-                 "at a flea market|in the village square|at the train station|in the back garden|"
-                 "near the river|at the airport|in the basement|on the farm|at the school fair|"
-                 "outside the town hall|at the community center")
+LOCAL_PLACES = T(
+    "at the market|at the harbor|in the garage|behind the library|near the old mill|"
+    "at a flea market|in the village square|at the train station|in the back garden|"
+    "near the river|at the airport|in the basement|on the farm|at the school fair|"
+    "outside the town hall|at the community center"
+)
 DAYS = T("Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday")
 DAY_PARTS = T("morning|afternoon|evening|night")
 MONTHS = T("January|February|March|April|May|June|July|August|September|October|November|December")
-RELATIVE_TIMES = T("yesterday|last week|at dawn|at noon|after lunch|late at night|"
-                   "earlier this month|over the weekend|during the storm")
+RELATIVE_TIMES = T(
+    "yesterday|last week|at dawn|at noon|after lunch|late at night|earlier this month|over the weekend|during the storm"
+)
 ADVERBS = T("quickly|carefully|finally|reluctantly|proudly|quietly|eagerly|secretly|happily|nervously")
 
 FILLERS = T(
@@ -929,23 +1196,56 @@ class Verb:
 
 
 def V(past, base, part, para, tags, ant=None, ant_tags=None) -> Verb:
-    return Verb(past, base, part, T(para) if para else (), frozenset(tags.split()), ant,
-                frozenset(ant_tags.split()) if ant_tags else None)
+    return Verb(
+        past,
+        base,
+        part,
+        T(para) if para else (),
+        frozenset(tags.split()),
+        ant,
+        frozenset(ant_tags.split()) if ant_tags else None,
+    )
 
 
 VERBS: tuple[Verb, ...] = (
-    V("bought", "buy", "bought", "purchased", "pet vehicle instrument tool furniture food smallplant item clothes",
-      ("sold", "sell", "sold"), "vehicle instrument tool furniture item"),
+    V(
+        "bought",
+        "buy",
+        "bought",
+        "purchased",
+        "pet vehicle instrument tool furniture food smallplant item clothes",
+        ("sold", "sell", "sold"),
+        "vehicle instrument tool furniture item",
+    ),
     V("sold", "sell", "sold", "", "vehicle instrument tool furniture item", ("bought", "buy", "bought")),
-    V("repaired", "repair", "repaired", "fixed", "vehicle instrument tool furniture device clothes",
-      ("broke", "break", "broken"), "vehicle instrument tool furniture device"),
+    V(
+        "repaired",
+        "repair",
+        "repaired",
+        "fixed",
+        "vehicle instrument tool furniture device clothes",
+        ("broke", "break", "broken"),
+        "vehicle instrument tool furniture device",
+    ),
     V("painted", "paint", "painted", "", "vehicle furniture"),
     V("washed", "wash", "washed", "cleaned", "washable vehicle clothes"),
     V("fed", "feed", "fed", "gave food to", "animal"),
-    V("photographed", "photograph", "photographed", "took a photo of|took a picture of",
-      "animal vehicle plant instrument furniture"),
-    V("found", "find", "found", "came across|discovered", "tool item instrument pet", ("lost", "lose", "lost"),
-      "tool item instrument"),
+    V(
+        "photographed",
+        "photograph",
+        "photographed",
+        "took a photo of|took a picture of",
+        "animal vehicle plant instrument furniture",
+    ),
+    V(
+        "found",
+        "find",
+        "found",
+        "came across|discovered",
+        "tool item instrument pet",
+        ("lost", "lose", "lost"),
+        "tool item instrument",
+    ),
     V("lost", "lose", "lost", "misplaced", "tool item instrument", ("found", "find", "found")),
     V("borrowed", "borrow", "borrowed", "", "tool instrument vehicle item", ("lent", "lend", "lent")),
     V("planted", "plant", "planted", "", "plant", ("dug up", "dig up", "dug up")),
@@ -984,70 +1284,135 @@ class Thing:
 
 def _things() -> tuple[Thing, ...]:
     groups = [
-        ("animal pet washable", "tiny old friendly shy scruffy brown spotted sleepy",
-         "poodle,dog,animal|beagle,dog,animal|terrier,dog,animal|collie,dog,animal|dachshund,dog,animal|"
-         "greyhound,dog,animal"),
-        ("animal pet", "tiny grey fluffy shy sleepy striped",
-         "kitten,cat,animal|Siamese cat,cat,animal|tabby cat,cat,animal|Persian cat,cat,animal"),
-        ("animal pet", "noisy green young tame colorful",
-         "parrot,bird,animal|canary,bird,animal|cockatoo,bird,animal|budgie,bird,animal"),
-        ("animal rideable washable", "old grey gentle young nervous chestnut",
-         "pony,horse,animal|stallion,horse,animal|mare,horse,animal"),
+        (
+            "animal pet washable",
+            "tiny old friendly shy scruffy brown spotted sleepy",
+            "poodle,dog,animal|beagle,dog,animal|terrier,dog,animal|collie,dog,animal|dachshund,dog,animal|"
+            "greyhound,dog,animal",
+        ),
+        (
+            "animal pet",
+            "tiny grey fluffy shy sleepy striped",
+            "kitten,cat,animal|Siamese cat,cat,animal|tabby cat,cat,animal|Persian cat,cat,animal",
+        ),
+        (
+            "animal pet",
+            "noisy green young tame colorful",
+            "parrot,bird,animal|canary,bird,animal|cockatoo,bird,animal|budgie,bird,animal",
+        ),
+        (
+            "animal rideable washable",
+            "old grey gentle young nervous chestnut",
+            "pony,horse,animal|stallion,horse,animal|mare,horse,animal",
+        ),
         ("animal pet", "small young shy white", "rabbit,animal|hamster,animal|tortoise,animal|guinea pig,animal"),
-        ("animal", "young injured lost wild", "fox,animal|hedgehog,animal|deer,animal|seal,animal|"
-         "owl,bird,animal|heron,bird,animal"),
-        ("vehicle", "old rusty red second-hand shiny battered blue",
-         "sedan,car,vehicle|convertible,car,vehicle|hatchback,car,vehicle|station wagon,car,vehicle|"
-         "minivan,vehicle|pickup truck,truck,vehicle|dump truck,truck,vehicle|delivery van,van,vehicle|"
-         "camper van,van,vehicle|tractor,vehicle"),
-        ("vehicle rideable", "old rusty red second-hand shiny battered",
-         "motorbike,vehicle|scooter,vehicle|mountain bike,bicycle,vehicle|tandem,bicycle,vehicle|"
-         "racing bike,bicycle,vehicle"),
+        (
+            "animal",
+            "young injured lost wild",
+            "fox,animal|hedgehog,animal|deer,animal|seal,animal|owl,bird,animal|heron,bird,animal",
+        ),
+        (
+            "vehicle",
+            "old rusty red second-hand shiny battered blue",
+            "sedan,car,vehicle|convertible,car,vehicle|hatchback,car,vehicle|station wagon,car,vehicle|"
+            "minivan,vehicle|pickup truck,truck,vehicle|dump truck,truck,vehicle|delivery van,van,vehicle|"
+            "camper van,van,vehicle|tractor,vehicle",
+        ),
+        (
+            "vehicle rideable",
+            "old rusty red second-hand shiny battered",
+            "motorbike,vehicle|scooter,vehicle|mountain bike,bicycle,vehicle|tandem,bicycle,vehicle|"
+            "racing bike,bicycle,vehicle",
+        ),
         ("vehicle", "old leaky wooden red small", "canoe,boat|kayak,boat|sailboat,boat|rowboat,boat|fishing boat,boat"),
-        ("instrument", "old antique cheap dusty beautiful second-hand",
-         "violin,string instrument,instrument|cello,string instrument,instrument|"
-         "viola,string instrument,instrument|harp,string instrument,instrument|"
-         "guitar,string instrument,instrument|banjo,string instrument,instrument|"
-         "ukulele,string instrument,instrument|trumpet,brass instrument,instrument|"
-         "trombone,brass instrument,instrument|tuba,brass instrument,instrument|"
-         "French horn,brass instrument,instrument|flute,wind instrument,instrument|"
-         "clarinet,wind instrument,instrument|oboe,wind instrument,instrument|accordion,instrument"),
-        ("tool", "rusty heavy new old cheap battered",
-         "hammer,tool|sledgehammer,hammer,tool|mallet,hammer,tool|wrench,tool|screwdriver,tool|handsaw,saw,tool|"
-         "chainsaw,saw,tool|hacksaw,saw,tool|power drill,drill,tool|chisel,tool|shovel,tool|rake,tool|"
-         "pickaxe,tool|crowbar,tool"),
-        ("furniture", "antique wooden heavy old faded green second-hand",
-         "armchair,chair,piece of furniture|rocking chair,chair,piece of furniture|sofa,piece of furniture|"
-         "wardrobe,piece of furniture|bookcase,piece of furniture|dresser,piece of furniture|"
-         "writing desk,desk,piece of furniture|dining table,table,piece of furniture|"
-         "coffee table,table,piece of furniture|bench,piece of furniture|bunk bed,bed,piece of furniture"),
-        ("food cookable", "fresh local organic huge",
-         "pumpkin,vegetable|cabbage,vegetable|cauliflower,vegetable|eggplant,vegetable|"
-         "trout,fish|mackerel,fish|sea bass,fish"),
-        ("food edible", "ripe fresh huge local",
-         "mango,fruit|pineapple,fruit|watermelon,fruit|papaya,fruit|coconut,fruit"),
-        ("food edible baked", "fresh warm homemade huge",
-         "baguette,loaf of bread|sourdough loaf,loaf of bread|cheesecake,cake,dessert|carrot cake,cake,dessert|"
-         "apple pie,pie,dessert|crème brûlée,dessert|croissant,pastry"),
-        ("plant", "young tall small", "oak,tree,plant|birch,tree,plant|maple,tree,plant|pine,tree,plant|"
-         "cherry tree,tree,plant|olive tree,tree,plant|apple tree,tree,plant"),
-        ("plant smallplant", "potted small young wilting",
-         "tulip,flower,plant|sunflower,flower,plant|orchid,flower,plant|rosebush,shrub,plant|"
-         "lavender bush,shrub,plant|fern,plant|cactus,plant|bonsai,plant"),
-        ("item device", "new old second-hand cheap cracked",
-         "laptop,computer|desktop computer,computer|smartphone,phone|flip phone,phone|wristwatch,watch|"
-         "pocket watch,watch|film camera,camera|digital camera,camera|desk lamp,lamp|floor lamp,lamp"),
-        ("item", "old worn signed rare thick", "novel,book|atlas,book|dictionary,book|cookbook,book|"
-         "poetry collection,book|biography,book"),
-        ("item jewelry", "gold silver antique cheap delicate",
-         "necklace,piece of jewelry|bracelet,piece of jewelry|brooch,piece of jewelry|"
-         "wedding ring,ring,piece of jewelry|signet ring,ring,piece of jewelry"),
-        ("item", "battered heavy red leather new", "suitcase,piece of luggage|trunk,piece of luggage|"
-         "backpack,bag|duffel bag,bag|briefcase,bag"),
-        ("clothes knit", "warm woolen red thick striped",
-         "sweater,piece of clothing|cardigan,piece of clothing|scarf,piece of clothing|wool hat,hat,piece of clothing"),
-        ("clothes", "warm old red new faded", "raincoat,coat,piece of clothing|overcoat,coat,piece of clothing|"
-         "parka,coat,piece of clothing|straw hat,hat,piece of clothing"),
+        (
+            "instrument",
+            "old antique cheap dusty beautiful second-hand",
+            "violin,string instrument,instrument|cello,string instrument,instrument|"
+            "viola,string instrument,instrument|harp,string instrument,instrument|"
+            "guitar,string instrument,instrument|banjo,string instrument,instrument|"
+            "ukulele,string instrument,instrument|trumpet,brass instrument,instrument|"
+            "trombone,brass instrument,instrument|tuba,brass instrument,instrument|"
+            "French horn,brass instrument,instrument|flute,wind instrument,instrument|"
+            "clarinet,wind instrument,instrument|oboe,wind instrument,instrument|accordion,instrument",
+        ),
+        (
+            "tool",
+            "rusty heavy new old cheap battered",
+            "hammer,tool|sledgehammer,hammer,tool|mallet,hammer,tool|wrench,tool|screwdriver,tool|handsaw,saw,tool|"
+            "chainsaw,saw,tool|hacksaw,saw,tool|power drill,drill,tool|chisel,tool|shovel,tool|rake,tool|"
+            "pickaxe,tool|crowbar,tool",
+        ),
+        (
+            "furniture",
+            "antique wooden heavy old faded green second-hand",
+            "armchair,chair,piece of furniture|rocking chair,chair,piece of furniture|sofa,piece of furniture|"
+            "wardrobe,piece of furniture|bookcase,piece of furniture|dresser,piece of furniture|"
+            "writing desk,desk,piece of furniture|dining table,table,piece of furniture|"
+            "coffee table,table,piece of furniture|bench,piece of furniture|bunk bed,bed,piece of furniture",
+        ),
+        (
+            "food cookable",
+            "fresh local organic huge",
+            "pumpkin,vegetable|cabbage,vegetable|cauliflower,vegetable|eggplant,vegetable|"
+            "trout,fish|mackerel,fish|sea bass,fish",
+        ),
+        (
+            "food edible",
+            "ripe fresh huge local",
+            "mango,fruit|pineapple,fruit|watermelon,fruit|papaya,fruit|coconut,fruit",
+        ),
+        (
+            "food edible baked",
+            "fresh warm homemade huge",
+            "baguette,loaf of bread|sourdough loaf,loaf of bread|cheesecake,cake,dessert|carrot cake,cake,dessert|"
+            "apple pie,pie,dessert|crème brûlée,dessert|croissant,pastry",
+        ),
+        (
+            "plant",
+            "young tall small",
+            "oak,tree,plant|birch,tree,plant|maple,tree,plant|pine,tree,plant|"
+            "cherry tree,tree,plant|olive tree,tree,plant|apple tree,tree,plant",
+        ),
+        (
+            "plant smallplant",
+            "potted small young wilting",
+            "tulip,flower,plant|sunflower,flower,plant|orchid,flower,plant|rosebush,shrub,plant|"
+            "lavender bush,shrub,plant|fern,plant|cactus,plant|bonsai,plant",
+        ),
+        (
+            "item device",
+            "new old second-hand cheap cracked",
+            "laptop,computer|desktop computer,computer|smartphone,phone|flip phone,phone|wristwatch,watch|"
+            "pocket watch,watch|film camera,camera|digital camera,camera|desk lamp,lamp|floor lamp,lamp",
+        ),
+        (
+            "item",
+            "old worn signed rare thick",
+            "novel,book|atlas,book|dictionary,book|cookbook,book|poetry collection,book|biography,book",
+        ),
+        (
+            "item jewelry",
+            "gold silver antique cheap delicate",
+            "necklace,piece of jewelry|bracelet,piece of jewelry|brooch,piece of jewelry|"
+            "wedding ring,ring,piece of jewelry|signet ring,ring,piece of jewelry",
+        ),
+        (
+            "item",
+            "battered heavy red leather new",
+            "suitcase,piece of luggage|trunk,piece of luggage|backpack,bag|duffel bag,bag|briefcase,bag",
+        ),
+        (
+            "clothes knit",
+            "warm woolen red thick striped",
+            "sweater,piece of clothing|cardigan,piece of clothing|scarf,piece of clothing|wool hat,hat,piece of clothing",
+        ),
+        (
+            "clothes",
+            "warm old red new faded",
+            "raincoat,coat,piece of clothing|overcoat,coat,piece of clothing|"
+            "parka,coat,piece of clothing|straw hat,hat,piece of clothing",
+        ),
     ]
     out = []
     for tags, adjs, chains in groups:
@@ -1270,10 +1635,7 @@ def render_event(rng: random.Random, ev: Event) -> str:
     subj = subjects_text(ev.subjects)
     place = ev.place.text() if ev.place else ""
     when = ev.when.text() if ev.when else ""
-    if ev.passive:
-        core = f"{ev.obj.text()} {verb_phrase(ev)} by {subj}"
-    else:
-        core = f"{subj} {verb_phrase(ev)}"
+    core = f"{ev.obj.text()} {verb_phrase(ev)} by {subj}" if ev.passive else f"{subj} {verb_phrase(ev)}"
     r = rng.random()
     if when and r < 0.3:
         return f"{cap(when)}, " + join_words(core, place) + "."
@@ -1308,11 +1670,21 @@ class EntailmentMaker:
             if changed >= rng.choice((1, 1, 2, 3)):
                 break
             if op == "hyper" and hyp.obj.level + 1 < len(hyp.obj.thing.chain):
-                hyp = replace(hyp, obj=replace(hyp.obj, level=rng.randint(hyp.obj.level + 1,
-                                                                          len(hyp.obj.thing.chain) - 1)))
+                hyp = replace(
+                    hyp, obj=replace(hyp.obj, level=rng.randint(hyp.obj.level + 1, len(hyp.obj.thing.chain) - 1))
+                )
             elif op == "drop" and (hyp.obj.adj or hyp.adv or hyp.place or hyp.when or hyp.subjects[0].adj):
-                choices = [k for k, v in (("adj", hyp.obj.adj), ("adv", hyp.adv), ("place", hyp.place),
-                                          ("when", hyp.when), ("sadj", hyp.subjects[0].adj)) if v]
+                choices = [
+                    k
+                    for k, v in (
+                        ("adj", hyp.obj.adj),
+                        ("adv", hyp.adv),
+                        ("place", hyp.place),
+                        ("when", hyp.when),
+                        ("sadj", hyp.subjects[0].adj),
+                    )
+                    if v
+                ]
                 k = rng.choice(choices)
                 if k == "adj":
                     hyp = replace(hyp, obj=replace(hyp.obj, adj=None))
@@ -1395,8 +1767,12 @@ class EntailmentMaker:
                 ev2 = replace(ev2, subjects=ev.subjects, place=None, when=None, adv=None)
                 ev1 = replace(ev, place=None)
                 first = render_event(rng, replace(ev1, when=None))[:-1]
-                prem = cap(f"{first} and {verb_phrase(ev2)}" + (f" {ev.place.text()}" if ev.place else "")
-                           + (f" {ev.when.text()}" if ev.when else "") + ".")
+                prem = cap(
+                    f"{first} and {verb_phrase(ev2)}"
+                    + (f" {ev.place.text()}" if ev.place else "")
+                    + (f" {ev.when.text()}" if ev.when else "")
+                    + "."
+                )
                 target = rng.choice((ev1, ev2))
                 hyp = self.entail_event(replace(target, place=None, when=None), used)
                 return prem, render_event(rng, hyp)
@@ -1404,8 +1780,9 @@ class EntailmentMaker:
                 # negated premise: a more specific or more detailed negative follows
                 prem = replace(ev, form=rng.choice(("neg", "never")), adv=None)
                 if prem.obj.thing.chain[1:]:
-                    prem = replace(prem, obj=replace(prem.obj, level=rng.randint(1, len(prem.obj.thing.chain) - 1),
-                                                     adj=None))
+                    prem = replace(
+                        prem, obj=replace(prem.obj, level=rng.randint(1, len(prem.obj.thing.chain) - 1), adj=None)
+                    )
                     hyp = replace(prem, obj=replace(prem.obj, level=0), form="neg")
                 else:
                     hyp = replace(prem, obj=replace(prem.obj, adj=rng.choice(prem.obj.thing.adjs)), form="neg")
@@ -1417,14 +1794,35 @@ class EntailmentMaker:
                 return render_event(rng, prem), render_event(rng, hyp)
             hyp = self.entail_event(ev, used)
             if hyp == ev:
-                hyp = replace(ev, passive=True) if ev.form == "past" else replace(ev, subjects=(
-                    Person("someone", "someone"),))
+                hyp = (
+                    replace(ev, passive=True)
+                    if ev.form == "past"
+                    else replace(ev, subjects=(Person("someone", "someone"),))
+                )
             return render_event(rng, ev), render_event(rng, hyp)
 
         # ---- not entailed
-        ops = ["neg", "ant", "sibling", "hypo", "place", "when", "subject", "add_mod", "conj_intro",
-               "unrelated", "swap_actions", "ant", "sibling", "hypo", "place", "when", "subject",
-               "unrelated", "neg_hyper"]
+        ops = [
+            "neg",
+            "ant",
+            "sibling",
+            "hypo",
+            "place",
+            "when",
+            "subject",
+            "add_mod",
+            "conj_intro",
+            "unrelated",
+            "swap_actions",
+            "ant",
+            "sibling",
+            "hypo",
+            "place",
+            "when",
+            "subject",
+            "unrelated",
+            "neg_hyper",
+        ]
         while True:
             op = rng.choice(ops)
             prem, hyp = ev, ev
@@ -1438,9 +1836,18 @@ class EntailmentMaker:
                 hyp = self.soften(replace(ev, form="ant", adv=None), someone_ok=False)
                 break
             if op == "sibling":
-                sibs = [t for t in THINGS if len(t.chain) > 1 and t.chain[1] == ev.obj.thing.chain[1]
-                        and t.chain[0] != ev.obj.thing.chain[0] and compatible(ev.verb, t)] \
-                    if len(ev.obj.thing.chain) > 1 else []
+                sibs = (
+                    [
+                        t
+                        for t in THINGS
+                        if len(t.chain) > 1
+                        and t.chain[1] == ev.obj.thing.chain[1]
+                        and t.chain[0] != ev.obj.thing.chain[0]
+                        and compatible(ev.verb, t)
+                    ]
+                    if len(ev.obj.thing.chain) > 1
+                    else []
+                )
                 if sibs:
                     hyp = self.soften(replace(ev, obj=Obj(rng.choice(sibs), 0, ev.obj.adj)), hyper_ok=False)
                     break
@@ -1477,8 +1884,11 @@ class EntailmentMaker:
                 break
             if op == "conj_intro":
                 other = pick_person(rng, used, ev.subjects[0].kind, adj_p=0)
-                hyp = replace(ev, subjects=(ev.subjects[0], other) if rng.random() < 0.5 else (other, ev.subjects[0]),
-                              passive=False)
+                hyp = replace(
+                    ev,
+                    subjects=(ev.subjects[0], other) if rng.random() < 0.5 else (other, ev.subjects[0]),
+                    passive=False,
+                )
                 break
             if op == "unrelated":
                 hyp = unrelated_event(rng, used, ev.subjects[0] if rng.random() < 0.6 else None)
@@ -1487,8 +1897,11 @@ class EntailmentMaker:
                 break
             if op == "swap_actions":
                 ev2 = pick_event(rng, used)
-                if not (compatible(ev2.verb, ev.obj.thing) and compatible(ev.verb, ev2.obj.thing)) \
-                        or ev2.verb == ev.verb or ev2.obj.thing == ev.obj.thing:
+                if (
+                    not (compatible(ev2.verb, ev.obj.thing) and compatible(ev.verb, ev2.obj.thing))
+                    or ev2.verb == ev.verb
+                    or ev2.obj.thing == ev.obj.thing
+                ):
                     continue
                 ev2 = replace(ev2, subjects=ev.subjects, place=None, when=None, adv=None)
                 first = render_event(rng, replace(ev, place=None, when=None))[:-1]
@@ -1507,52 +1920,147 @@ class EntailmentMaker:
     # ------------------------------------------------------------ converses
     CONVERSES = (
         # forward, converse, forward negated, converse negated, slot, asymmetric state
-        ("{A} sold {X} to {B}", "{B} bought {X} from {A}", "{A} did not sell {X} to {B}",
-         "{B} did not buy {X} from {A}", "sell", False),
-        ("{A} lent {X} to {B}", "{B} borrowed {X} from {A}", "{A} did not lend {X} to {B}",
-         "{B} did not borrow {X} from {A}", "lend", False),
-        ("{A} gave {X} to {B}", "{B} received {X} from {A}", "{A} did not give {X} to {B}",
-         "{B} did not receive {X} from {A}", "give", False),
-        ("{A} taught {B} {S}", "{B} learned {S} from {A}", "{A} did not teach {B} {S}",
-         "{B} did not learn {S} from {A}", "skill", False),
-        ("{A} beat {B} at {G}", "{B} lost to {A} at {G}", "{A} did not beat {B} at {G}",
-         "{B} did not lose to {A} at {G}", "game", False),
+        (
+            "{A} sold {X} to {B}",
+            "{B} bought {X} from {A}",
+            "{A} did not sell {X} to {B}",
+            "{B} did not buy {X} from {A}",
+            "sell",
+            False,
+        ),
+        (
+            "{A} lent {X} to {B}",
+            "{B} borrowed {X} from {A}",
+            "{A} did not lend {X} to {B}",
+            "{B} did not borrow {X} from {A}",
+            "lend",
+            False,
+        ),
+        (
+            "{A} gave {X} to {B}",
+            "{B} received {X} from {A}",
+            "{A} did not give {X} to {B}",
+            "{B} did not receive {X} from {A}",
+            "give",
+            False,
+        ),
+        (
+            "{A} taught {B} {S}",
+            "{B} learned {S} from {A}",
+            "{A} did not teach {B} {S}",
+            "{B} did not learn {S} from {A}",
+            "skill",
+            False,
+        ),
+        (
+            "{A} beat {B} at {G}",
+            "{B} lost to {A} at {G}",
+            "{A} did not beat {B} at {G}",
+            "{B} did not lose to {A} at {G}",
+            "game",
+            False,
+        ),
         ("{A} hired {B}", "{B} was hired by {A}", "{A} did not hire {B}", "{B} was not hired by {A}", "", False),
-        ("{A} interviewed {B}", "{B} was interviewed by {A}", "{A} did not interview {B}",
-         "{B} was not interviewed by {A}", "", False),
-        ("{A} is older than {B}", "{B} is younger than {A}", "{A} is not older than {B}",
-         "{B} is not younger than {A}", "", True),
-        ("{A} is taller than {B}", "{B} is shorter than {A}", "{A} is not taller than {B}",
-         "{B} is not shorter than {A}", "", True),
-        ("{A} arrived before {B}", "{B} arrived after {A}", "{A} did not arrive before {B}",
-         "{B} did not arrive after {A}", "", True),
-        ("{A} sent a letter to {B}", "{B} received a letter from {A}", "{A} did not send a letter to {B}",
-         "{B} did not receive a letter from {A}", "", False),
-        ("{A} called {B}", "{B} got a call from {A}", "{A} did not call {B}", "{B} did not get a call from {A}",
-         "", False),
-        ("{A} sat behind {B}", "{B} sat in front of {A}", "{A} did not sit behind {B}",
-         "{B} did not sit in front of {A}", "", True),
-        ("{A} praised {B}", "{B} was praised by {A}", "{A} did not praise {B}", "{B} was not praised by {A}",
-         "", False),
-        ("{A} thanked {B}", "{B} was thanked by {A}", "{A} did not thank {B}", "{B} was not thanked by {A}",
-         "", False),
-        ("{A} replaced {B} as {P}", "{B} was replaced by {A} as {P}", "{A} did not replace {B} as {P}",
-         "{B} was not replaced by {A} as {P}", "position", False),
-        ("{A} coached {B}", "{B} was coached by {A}", "{A} did not coach {B}", "{B} was not coached by {A}",
-         "", False),
-        ("{A} visited {B}", "{B} was visited by {A}", "{A} did not visit {B}", "{B} was not visited by {A}",
-         "", False),
-        ("{A} owes {B} {M}", "{B} is owed {M} by {A}", "{A} does not owe {B} {M}", "{B} is not owed {M} by {A}",
-         "money", False),
-        ("{A} is {B}'s landlord", "{B} rents a flat from {A}", "{A} is not {B}'s landlord",
-         "{B} does not rent a flat from {A}", "", False),
+        (
+            "{A} interviewed {B}",
+            "{B} was interviewed by {A}",
+            "{A} did not interview {B}",
+            "{B} was not interviewed by {A}",
+            "",
+            False,
+        ),
+        (
+            "{A} is older than {B}",
+            "{B} is younger than {A}",
+            "{A} is not older than {B}",
+            "{B} is not younger than {A}",
+            "",
+            True,
+        ),
+        (
+            "{A} is taller than {B}",
+            "{B} is shorter than {A}",
+            "{A} is not taller than {B}",
+            "{B} is not shorter than {A}",
+            "",
+            True,
+        ),
+        (
+            "{A} arrived before {B}",
+            "{B} arrived after {A}",
+            "{A} did not arrive before {B}",
+            "{B} did not arrive after {A}",
+            "",
+            True,
+        ),
+        (
+            "{A} sent a letter to {B}",
+            "{B} received a letter from {A}",
+            "{A} did not send a letter to {B}",
+            "{B} did not receive a letter from {A}",
+            "",
+            False,
+        ),
+        (
+            "{A} called {B}",
+            "{B} got a call from {A}",
+            "{A} did not call {B}",
+            "{B} did not get a call from {A}",
+            "",
+            False,
+        ),
+        (
+            "{A} sat behind {B}",
+            "{B} sat in front of {A}",
+            "{A} did not sit behind {B}",
+            "{B} did not sit in front of {A}",
+            "",
+            True,
+        ),
+        (
+            "{A} praised {B}",
+            "{B} was praised by {A}",
+            "{A} did not praise {B}",
+            "{B} was not praised by {A}",
+            "",
+            False,
+        ),
+        ("{A} thanked {B}", "{B} was thanked by {A}", "{A} did not thank {B}", "{B} was not thanked by {A}", "", False),
+        (
+            "{A} replaced {B} as {P}",
+            "{B} was replaced by {A} as {P}",
+            "{A} did not replace {B} as {P}",
+            "{B} was not replaced by {A} as {P}",
+            "position",
+            False,
+        ),
+        ("{A} coached {B}", "{B} was coached by {A}", "{A} did not coach {B}", "{B} was not coached by {A}", "", False),
+        ("{A} visited {B}", "{B} was visited by {A}", "{A} did not visit {B}", "{B} was not visited by {A}", "", False),
+        (
+            "{A} owes {B} {M}",
+            "{B} is owed {M} by {A}",
+            "{A} does not owe {B} {M}",
+            "{B} is not owed {M} by {A}",
+            "money",
+            False,
+        ),
+        (
+            "{A} is {B}'s landlord",
+            "{B} rents a flat from {A}",
+            "{A} is not {B}'s landlord",
+            "{B} does not rent a flat from {A}",
+            "",
+            False,
+        ),
     )
     SKILLS = T("chess|Spanish|the violin|to swim|to drive|calculus|pottery|to bake bread|Japanese|to sail")
     GAMES = T("chess|tennis|table tennis|darts|poker|Scrabble|badminton|squash|backgammon|arm wrestling")
     POSITIONS = T("team captain|head chef|class president|lead singer|club treasurer|shift manager")
     MONEY = T("two hundred euros|fifty dollars|a favor|three thousand kroner|a week's wages")
-    CONTEXT_EVENT = T("after a long negotiation|without telling anyone|at the last minute|"
-                      "after the meeting|during the festival|for the second time|in front of everyone")
+    CONTEXT_EVENT = T(
+        "after a long negotiation|without telling anyone|at the last minute|"
+        "after the meeting|during the festival|for the second time|in front of everyone"
+    )
 
     def slot_values(self, slot: str, used: Used) -> dict[str, str]:
         rng = self.rng
@@ -1635,25 +2143,57 @@ class EntailmentMaker:
 
     # ---------------------------------------------------------- comparisons
     COMPARE_SETS = (
-        (("the {} suitcase", T("red|blue|green|black|yellow|grey")),
-         (("heavier", "lighter", "weighs {} kilograms", (8, 35)), ("bigger", "smaller", None, None),
-          ("older", "newer", None, None))),
-        (("the {} trail", T("northern|coastal|forest|river|mountain|eastern|lakeside")),
-         (("longer", "shorter", "is {} kilometers long", (3, 40)), ("steeper", "gentler", None, None),
-          ("busier", "quieter", None, None))),
-        (("the {} bridge", T("old|new|railway|stone|northern|wooden")),
-         (("longer", "shorter", "is {} meters long", (40, 900)), ("wider", "narrower", None, None),
-          ("older", "newer", "was built in {}", (1850, 2015)))),
-        (("{}'s car", tuple(n for n, _ in NAMES)),
-         (("faster", "slower", None, None), ("older", "newer", "was made in {}", (1995, 2023)),
-          ("more expensive", "cheaper", "cost {} euros", (900, 30000)))),
-        (("the {}", T("kitchen|bedroom|attic|living room|study|cellar|guest room")),
-         (("warmer", "colder", "was at {} degrees", (8, 26)), ("bigger", "smaller", None, None),
-          ("brighter", "darker", None, None))),
-        (("the {} exam", T("history|chemistry|final|first|oral|geography|music")),
-         (("easier", "harder", None, None), ("longer", "shorter", "lasted {} minutes", (30, 180)))),
-        (("the {} tower", T("clock|water|radio|bell|stone|glass")),
-         (("taller", "shorter", "is {} meters tall", (12, 140)), ("older", "newer", "was built in {}", (1700, 2010)))),
+        (
+            ("the {} suitcase", T("red|blue|green|black|yellow|grey")),
+            (
+                ("heavier", "lighter", "weighs {} kilograms", (8, 35)),
+                ("bigger", "smaller", None, None),
+                ("older", "newer", None, None),
+            ),
+        ),
+        (
+            ("the {} trail", T("northern|coastal|forest|river|mountain|eastern|lakeside")),
+            (
+                ("longer", "shorter", "is {} kilometers long", (3, 40)),
+                ("steeper", "gentler", None, None),
+                ("busier", "quieter", None, None),
+            ),
+        ),
+        (
+            ("the {} bridge", T("old|new|railway|stone|northern|wooden")),
+            (
+                ("longer", "shorter", "is {} meters long", (40, 900)),
+                ("wider", "narrower", None, None),
+                ("older", "newer", "was built in {}", (1850, 2015)),
+            ),
+        ),
+        (
+            ("{}'s car", tuple(n for n, _ in NAMES)),
+            (
+                ("faster", "slower", None, None),
+                ("older", "newer", "was made in {}", (1995, 2023)),
+                ("more expensive", "cheaper", "cost {} euros", (900, 30000)),
+            ),
+        ),
+        (
+            ("the {}", T("kitchen|bedroom|attic|living room|study|cellar|guest room")),
+            (
+                ("warmer", "colder", "was at {} degrees", (8, 26)),
+                ("bigger", "smaller", None, None),
+                ("brighter", "darker", None, None),
+            ),
+        ),
+        (
+            ("the {} exam", T("history|chemistry|final|first|oral|geography|music")),
+            (("easier", "harder", None, None), ("longer", "shorter", "lasted {} minutes", (30, 180))),
+        ),
+        (
+            ("the {} tower", T("clock|water|radio|bell|stone|glass")),
+            (
+                ("taller", "shorter", "is {} meters tall", (12, 140)),
+                ("older", "newer", "was built in {}", (1700, 2010)),
+            ),
+        ),
     )
 
     def frame_compare(self, label: bool, used: Used) -> tuple[str, str]:
@@ -1667,8 +2207,11 @@ class EntailmentMaker:
         if measure and rng.random() < 0.25:
             lo, hi = span
             n1, n2 = rng.sample(range(lo, hi + 1), 2)
-            s1 = f"{cap(e1)} {measure.format(n1)}, and {e2} {measure.format(n2)}." if rng.random() < 0.5 else \
-                f"{cap(e1)} {measure.format(n1)}. {cap(e2)} {measure.format(n2)}."
+            s1 = (
+                f"{cap(e1)} {measure.format(n1)}, and {e2} {measure.format(n2)}."
+                if rng.random() < 0.5
+                else f"{cap(e1)} {measure.format(n1)}. {cap(e2)} {measure.format(n2)}."
+            )
             first_more = (n1 > n2) != year_like
             big, small = (e1, e2) if first_more else (e2, e1)
             prem = s1
@@ -1676,51 +2219,131 @@ class EntailmentMaker:
             big, small = (e1, e2)
             prem = cap(f"{big} is {more} than {small}.") if not year_like else cap(f"{big} is {more} than {small}.")
             if rng.random() < 0.3:
-                prem += " " + rng.choice(("Everyone who has seen both agrees.", "The difference is easy to notice.",
-                                          "Few visitors realize this.", "The guidebook says so, too."))
+                prem += " " + rng.choice(
+                    (
+                        "Everyone who has seen both agrees.",
+                        "The difference is easy to notice.",
+                        "Few visitors realize this.",
+                        "The guidebook says so, too.",
+                    )
+                )
         if label:
-            hyp = rng.choice((f"{small} is {less} than {big}", f"{big} is {more} than {small}",
-                              f"{small} is not {more} than {big}", f"{small} is {less} than {big}"))
+            hyp = rng.choice(
+                (
+                    f"{small} is {less} than {big}",
+                    f"{big} is {more} than {small}",
+                    f"{small} is not {more} than {big}",
+                    f"{small} is {less} than {big}",
+                )
+            )
         else:
-            hyp = rng.choice((f"{small} is {more} than {big}", f"{big} is {less} than {small}",
-                              f"{big} is not {more} than {small}", f"{small} is {more} than {big}"))
+            hyp = rng.choice(
+                (
+                    f"{small} is {more} than {big}",
+                    f"{big} is {less} than {small}",
+                    f"{big} is not {more} than {small}",
+                    f"{small} is {more} than {big}",
+                )
+            )
         return prem, cap(hyp) + "."
 
     # ---------------------------------------------------------------- states
     # subjects, pole, opposite pole, whether the two are complementary, how a place attaches
     SCALES = (
-        (T("museum|library|pharmacy|post office|bakery|swimming pool|border crossing|ski lift|old theater|"
-           "bridge|market hall|botanical garden"),
-         ("was open", "was not open", ()), ("was closed", "was not closed", ("was shut",)), True, "in"),
-        (T("hall|stadium|restaurant|car park|beach|night train|waiting room|lecture theater"),
-         ("was full", "was not full", ("was packed",)), ("was empty", "was not empty", ("was deserted",)), False, "in"),
-        (T("soup|coffee|bath water|tea|radiator|swimming pool"),
-         ("was hot", "was not hot", ()), ("was cold", "was not cold", ()), False, None),
-        (T("lecture|meeting|ceremony|queue|sermon|wedding speech"),
-         ("was short", "was not short", ("was brief",)), ("was long", "was not long", ("was lengthy",)), False, "in"),
-        (T("exam|hike|crossword|climb|driving test|final round"),
-         ("was easy", "was not easy", ("was simple",)), ("was difficult", "was not difficult", ("was hard",)),
-         False, "in"),
-        (T("street|classroom|neighborhood|hotel corridor|office|reading room"),
-         ("was quiet", "was not quiet", ()), ("was noisy", "was not noisy", ("was loud",)), False, "in"),
-        (T("train|ferry|bus|flight|delivery|night bus"),
-         ("arrived early", "did not arrive early", ()), ("arrived late", "did not arrive late", ("was delayed",)),
-         False, "from"),
-        (T("home team|visiting side|youth squad|women's team"),
-         ("won the final", "did not win the final", ()), ("lost the final", "did not lose the final", ()),
-         True, "from"),
-        (T("experiment|rescue attempt|launch|plan|test flight"),
-         ("succeeded", "did not succeed", ("worked",)), ("failed", "did not fail", ()), True, None),
-        (T("price of coffee|rent|price of bread|water level|unemployment rate|number of visitors"),
-         ("rose", "did not rise", ("went up", "increased")), ("fell", "did not fall", ("went down", "decreased")),
-         False, "in"),
-        (T("front door|back gate|safe|garden shed|storeroom"),
-         ("was locked", "was not locked", ()), ("was unlocked", "was not unlocked", ()), True, None),
-        (T("baby|patient|night guard|toddler"),
-         ("was asleep", "was not asleep", ("was sleeping",)), ("was awake", "was not awake", ()), True, None),
-        (T("answer|forecast|address on the letter|first guess"),
-         ("was correct", "was not correct", ("was right",)), ("was wrong", "was not wrong", ("was incorrect",)),
-         True, None),
+        (
+            T(
+                "museum|library|pharmacy|post office|bakery|swimming pool|border crossing|ski lift|old theater|"
+                "bridge|market hall|botanical garden"
+            ),
+            ("was open", "was not open", ()),
+            ("was closed", "was not closed", ("was shut",)),
+            True,
+            "in",
+        ),
+        (
+            T("hall|stadium|restaurant|car park|beach|night train|waiting room|lecture theater"),
+            ("was full", "was not full", ("was packed",)),
+            ("was empty", "was not empty", ("was deserted",)),
+            False,
+            "in",
+        ),
+        (
+            T("soup|coffee|bath water|tea|radiator|swimming pool"),
+            ("was hot", "was not hot", ()),
+            ("was cold", "was not cold", ()),
+            False,
+            None,
+        ),
+        (
+            T("lecture|meeting|ceremony|queue|sermon|wedding speech"),
+            ("was short", "was not short", ("was brief",)),
+            ("was long", "was not long", ("was lengthy",)),
+            False,
+            "in",
+        ),
+        (
+            T("exam|hike|crossword|climb|driving test|final round"),
+            ("was easy", "was not easy", ("was simple",)),
+            ("was difficult", "was not difficult", ("was hard",)),
+            False,
+            "in",
+        ),
+        (
+            T("street|classroom|neighborhood|hotel corridor|office|reading room"),
+            ("was quiet", "was not quiet", ()),
+            ("was noisy", "was not noisy", ("was loud",)),
+            False,
+            "in",
+        ),
+        (
+            T("train|ferry|bus|flight|delivery|night bus"),
+            ("arrived early", "did not arrive early", ()),
+            ("arrived late", "did not arrive late", ("was delayed",)),
+            False,
+            "from",
+        ),
+        (
+            T("home team|visiting side|youth squad|women's team"),
+            ("won the final", "did not win the final", ()),
+            ("lost the final", "did not lose the final", ()),
+            True,
+            "from",
+        ),
+        (
+            T("experiment|rescue attempt|launch|plan|test flight"),
+            ("succeeded", "did not succeed", ("worked",)),
+            ("failed", "did not fail", ()),
+            True,
+            None,
+        ),
+        (
+            T("price of coffee|rent|price of bread|water level|unemployment rate|number of visitors"),
+            ("rose", "did not rise", ("went up", "increased")),
+            ("fell", "did not fall", ("went down", "decreased")),
+            False,
+            "in",
+        ),
+        (
+            T("front door|back gate|safe|garden shed|storeroom"),
+            ("was locked", "was not locked", ()),
+            ("was unlocked", "was not unlocked", ()),
+            True,
+            None,
+        ),
+        (
+            T("baby|patient|night guard|toddler"),
+            ("was asleep", "was not asleep", ("was sleeping",)),
+            ("was awake", "was not awake", ()),
+            True,
+            None,
+        ),
+        (
+            T("answer|forecast|address on the letter|first guess"),
+            ("was correct", "was not correct", ("was right",)),
+            ("was wrong", "was not wrong", ("was incorrect",)),
+            True,
+            None,
+        ),
     )
 
     def frame_state(self, label: bool, used: Used) -> tuple[str, str]:
@@ -1766,21 +2389,26 @@ class EntailmentMaker:
             other = pick_city(rng, used)
             return prem, sentence(subj, rng.choice((pole_a[0],) + pole_a[2]), f" {prep} {other[0]}", h_when, False)
         elif r < 0.88 and when:
-            return prem, sentence(subj, rng.choice((pole_a[0],) + pole_a[2]), h_qual, other_when(rng, when),
-                                  rng.random() < 0.5)
+            return prem, sentence(
+                subj, rng.choice((pole_a[0],) + pole_a[2]), h_qual, other_when(rng, when), rng.random() < 0.5
+            )
         else:
             other_subj = rng.choice([s for s in subjects if s != subj])
             return prem, sentence(other_subj, rng.choice((pole_a[0],) + pole_a[2]), h_qual, h_when, False)
         return prem, sentence(subj, pred, h_qual, h_when, rng.random() < 0.3)
 
     # ---------------------------------------------------------------- counts
-    GROUPS = T("volunteers|students|tourists|fans|workers|nurses|children|runners|passengers|delegates|"
-               "farmers|musicians|engineers|cyclists|residents|firefighters|scientists|pilgrims|teachers|miners")
-    ACTIVITIES = T("planted trees along the river|cleaned the beach|attended the concert|signed the petition|"
-                   "finished the marathon|boarded the ferry|joined the protest|visited the exhibition|"
-                   "donated blood|applied for the grant|took part in the survey|camped by the lake|"
-                   "sang in the choir|repaired the old footbridge|waited outside the stadium|"
-                   "were stranded at the airport|watched the eclipse from the hill|lost their luggage")
+    GROUPS = T(
+        "volunteers|students|tourists|fans|workers|nurses|children|runners|passengers|delegates|"
+        "farmers|musicians|engineers|cyclists|residents|firefighters|scientists|pilgrims|teachers|miners"
+    )
+    ACTIVITIES = T(
+        "planted trees along the river|cleaned the beach|attended the concert|signed the petition|"
+        "finished the marathon|boarded the ferry|joined the protest|visited the exhibition|"
+        "donated blood|applied for the grant|took part in the survey|camped by the lake|"
+        "sang in the choir|repaired the old footbridge|waited outside the stadium|"
+        "were stranded at the airport|watched the eclipse from the hill|lost their luggage"
+    )
 
     def frame_count(self, label: bool, used: Used) -> tuple[str, str]:
         rng = self.rng
@@ -1860,19 +2488,28 @@ class EntailmentMaker:
             options = [
                 lambda: f"{name} is {article(role)}.",
                 lambda: f"{name} works as {article(role)}.",
-                lambda: (f"{name} is from {where(city, rng.random() < 0.5)}." if origin == "from"
-                         else f"{name} works in {where(city, rng.random() < 0.5)}."),
+                lambda: (
+                    f"{name} is from {where(city, rng.random() < 0.5)}."
+                    if origin == "from"
+                    else f"{name} works in {where(city, rng.random() < 0.5)}."
+                ),
                 lambda: render_event(rng, replace(self.entail_event(ev, used), subjects=(Person("role", role),))),
                 lambda: render_event(rng, self.entail_event(ev, used)),
-                lambda: f"{cap(article(role))} " + (f"from {city[0]}" if origin == "from" else f"in {city[0]}")
-                + f" {verb_phrase(replace(ev, form='past'))}.",
+                lambda: (
+                    f"{cap(article(role))} "
+                    + (f"from {city[0]}" if origin == "from" else f"in {city[0]}")
+                    + f" {verb_phrase(replace(ev, form='past'))}."
+                ),
             ]
         else:
             options = [
                 lambda: f"{name} is {article(other_role)}.",
                 lambda: f"{name} is {article(other_role)} in {city[0]}.",
-                lambda: (f"{name} is from {where(other_city, rng.random() < 0.3)}." if origin == "from"
-                         else f"{name} works in {where(other_city, rng.random() < 0.3)}."),
+                lambda: (
+                    f"{name} is from {where(other_city, rng.random() < 0.3)}."
+                    if origin == "from"
+                    else f"{name} works in {where(other_city, rng.random() < 0.3)}."
+                ),
                 lambda: f"{name} works as {article(role)} in {other_city[0]}.",
                 lambda: render_event(rng, replace(ev, subjects=(Person("role", other_role),))),
                 lambda: render_event(rng, replace(ev, form="neg", passive=False)),
@@ -1896,80 +2533,115 @@ class EntailmentMaker:
         if kind == "pet":
             verb = VERBS[14]  # adopted
             thing = rng.choice([t for t in THINGS if "pet" in t.tags and len(t.chain) == 3])
-            ev = Event((person,), verb, Obj(thing, 0, rng.choice(thing.adjs) if rng.random() < 0.4 else None),
-                       place=pick_place(rng, used) if rng.random() < 0.5 else None)
+            ev = Event(
+                (person,),
+                verb,
+                Obj(thing, 0, rng.choice(thing.adjs) if rng.random() < 0.4 else None),
+                place=pick_place(rng, used) if rng.random() < 0.5 else None,
+            )
             pet = rng.choice(self.PET_NAMES)
             prem = render_event(rng, ev) + f" {cap(pron)} named it {pet}."
             level = rng.randint(0, 1)
             if label:
-                return prem, rng.choice((f"{name}'s new {thing.chain[1]} is called {pet}.",
-                                         f"{name} adopted {article(thing.chain[level])} called {pet}.",
-                                         f"{name} gave {article(thing.chain[1])} the name {pet}."))
+                return prem, rng.choice(
+                    (
+                        f"{name}'s new {thing.chain[1]} is called {pet}.",
+                        f"{name} adopted {article(thing.chain[level])} called {pet}.",
+                        f"{name} gave {article(thing.chain[1])} the name {pet}.",
+                    )
+                )
             sibs = [t for t in THINGS if "pet" in t.tags and t.chain[1] != thing.chain[1]]
             other = rng.choice(sibs).chain[-2]
-            return prem, rng.choice((f"{name}'s new {other} is called {pet}.",
-                                     f"{name} adopted {article(thing.chain[1])} called "
-                                     f"{rng.choice([p for p in self.PET_NAMES if p != pet])}.",
-                                     f"{name} sold {article(thing.chain[level])} called {pet}.",
-                                     f"{name}'s neighbor adopted {article(thing.chain[1])} called {pet}."))
+            return prem, rng.choice(
+                (
+                    f"{name}'s new {other} is called {pet}.",
+                    f"{name} adopted {article(thing.chain[1])} called "
+                    f"{rng.choice([p for p in self.PET_NAMES if p != pet])}.",
+                    f"{name} sold {article(thing.chain[level])} called {pet}.",
+                    f"{name}'s neighbor adopted {article(thing.chain[1])} called {pet}.",
+                )
+            )
         if kind == "price":
             verb = rng.choice((VERBS[0], VERBS[17], VERBS[27]))  # bought, rented, ordered
             thing = rng.choice([t for t in THINGS if compatible(verb, t)])
-            ev = Event((person,), verb, Obj(thing, 0, rng.choice(thing.adjs) if rng.random() < 0.4 else None),
-                       place=pick_place(rng, used) if rng.random() < 0.6 else None,
-                       when=pick_when(rng) if rng.random() < 0.4 else None)
+            ev = Event(
+                (person,),
+                verb,
+                Obj(thing, 0, rng.choice(thing.adjs) if rng.random() < 0.4 else None),
+                place=pick_place(rng, used) if rng.random() < 0.6 else None,
+                when=pick_when(rng) if rng.random() < 0.4 else None,
+            )
             n = rng.choice(self.PRICES)
             style = rng.randrange(4)
             prem = render_event(rng, ev) + f" {cap(pron)} paid {self.money(n, style)} for it."
             same_cur = style // 2 * 2 + (1 - style % 2)  # same currency, other notation
             noun = article(thing.chain[rng.randint(0, len(thing.chain) - 1)])
             if label:
-                return prem, rng.choice((
-                    f"{name} paid {self.money(n, same_cur)} for {noun}.",
-                    f"{name} spent {self.money(n, style)} on {noun}.",
-                    f"The {thing.chain[0]} cost {name} {self.money(n, rng.choice((style, same_cur)))}.",
-                    f"{name} paid more than {self.money(n // 2, style)} for {noun}.",
-                    f"{name} paid less than {self.money(n * 2, style)} for {noun}.",
-                    f"The {thing.chain[0]} cost {self.money(n, style)}.",
-                ))
+                return prem, rng.choice(
+                    (
+                        f"{name} paid {self.money(n, same_cur)} for {noun}.",
+                        f"{name} spent {self.money(n, style)} on {noun}.",
+                        f"The {thing.chain[0]} cost {name} {self.money(n, rng.choice((style, same_cur)))}.",
+                        f"{name} paid more than {self.money(n // 2, style)} for {noun}.",
+                        f"{name} paid less than {self.money(n * 2, style)} for {noun}.",
+                        f"The {thing.chain[0]} cost {self.money(n, style)}.",
+                    )
+                )
             other_n = rng.choice([p for p in self.PRICES if p != n])
             sibs = [t for t in THINGS if len(t.chain) > 1 and t.chain[1] == thing.chain[1] and t != thing]
             other_noun = article(rng.choice(sibs).chain[0]) if sibs else noun
             stranger = pick_person(rng, used, "name").word
-            return prem, rng.choice((
-                f"{name} paid {self.money(other_n, rng.choice((style, same_cur)))} for {noun}.",
-                f"{stranger} paid {self.money(n, style)} for {noun}.",
-                f"{name} paid {self.money(n, style)} for {other_noun}.",
-                f"{name} paid less than {self.money(n // 2, style)} for {noun}.",
-                f"{name} paid more than {self.money(n * 2, style)} for {noun}.",
-                f"{name} sold {noun} for {self.money(n, style)}.",
-                f"The {thing.chain[0]} cost {name} {self.money(other_n, style)}.",
-            ))
+            return prem, rng.choice(
+                (
+                    f"{name} paid {self.money(other_n, rng.choice((style, same_cur)))} for {noun}.",
+                    f"{stranger} paid {self.money(n, style)} for {noun}.",
+                    f"{name} paid {self.money(n, style)} for {other_noun}.",
+                    f"{name} paid less than {self.money(n // 2, style)} for {noun}.",
+                    f"{name} paid more than {self.money(n * 2, style)} for {noun}.",
+                    f"{name} sold {noun} for {self.money(n, style)}.",
+                    f"The {thing.chain[0]} cost {name} {self.money(other_n, style)}.",
+                )
+            )
         verb = VERBS[2]  # repaired
         thing = rng.choice([t for t in THINGS if compatible(verb, t)])
-        ev = Event((person,), verb, Obj(thing, 0, rng.choice(thing.adjs) if rng.random() < 0.4 else None),
-                   when=pick_when(rng) if rng.random() < 0.5 else None)
+        ev = Event(
+            (person,),
+            verb,
+            Obj(thing, 0, rng.choice(thing.adjs) if rng.random() < 0.4 else None),
+            when=pick_when(rng) if rng.random() < 0.5 else None,
+        )
         n = rng.randint(3, 9)
         prem = render_event(rng, ev) + f" It took {obj_pron} {number_word(n)} hours."
         noun = article(thing.chain[rng.randint(0, len(thing.chain) - 1)])
         if label:
-            return prem, rng.choice((
-                f"{name} spent {number_word(n)} hours repairing {noun}.",
-                f"It took {name} {number_word(n)} hours to fix {noun}.",
-                f"{name} worked on {noun} for more than {number_word(n - 1)} hours.",
-                f"It took {name} less than {number_word(n + 2)} hours to fix {noun}.",
-            ))
+            return prem, rng.choice(
+                (
+                    f"{name} spent {number_word(n)} hours repairing {noun}.",
+                    f"It took {name} {number_word(n)} hours to fix {noun}.",
+                    f"{name} worked on {noun} for more than {number_word(n - 1)} hours.",
+                    f"It took {name} less than {number_word(n + 2)} hours to fix {noun}.",
+                )
+            )
         other_n = rng.choice([k for k in range(2, 12) if k != n])
-        return prem, rng.choice((
-            f"{name} spent {number_word(other_n)} hours repairing {noun}.",
-            f"It took {name} less than {number_word(n - 1)} hours to fix {noun}.",
-            f"{name} spent {number_word(n)} hours painting {noun}.",
-            f"{name} worked on {noun} for more than {number_word(n + 1)} hours.",
-        ))
+        return prem, rng.choice(
+            (
+                f"{name} spent {number_word(other_n)} hours repairing {noun}.",
+                f"It took {name} less than {number_word(n - 1)} hours to fix {noun}.",
+                f"{name} spent {number_word(n)} hours painting {noun}.",
+                f"{name} worked on {noun} for more than {number_word(n + 1)} hours.",
+            )
+        )
 
     # ---------------------------------------------------------------- driver
-    FRAMES = (("frame_event", 40), ("frame_converse", 10), ("frame_state", 12), ("frame_count", 9),
-              ("frame_compare", 7), ("frame_appositive", 14), ("frame_followup", 8))
+    FRAMES = (
+        ("frame_event", 40),
+        ("frame_converse", 10),
+        ("frame_state", 12),
+        ("frame_count", 9),
+        ("frame_compare", 7),
+        ("frame_appositive", 14),
+        ("frame_followup", 8),
+    )
 
     def make(self, label: bool) -> tuple[str, str]:
         rng = self.rng
@@ -2018,7 +2690,7 @@ def split_balanced(rng: random.Random, rows: list[tuple], label_of, dev_size: in
         group = by_label[label]
         rng.shuffle(group)
         dev.extend(group[: dev_size // 2])
-        train.extend(group[dev_size // 2:])
+        train.extend(group[dev_size // 2 :])
     rng.shuffle(train)
     rng.shuffle(dev)
     return train, dev
@@ -2049,20 +2721,23 @@ def build(out: Path, seed: int = SEED) -> dict[str, Path]:
     train, dev = split_balanced(random.Random(seed + 3), ent, lambda r: r[2], DEV_SIZE)
     for split, rows in (("train", train), ("dev", dev)):
         path = out / "entailment" / f"{split}.tsv"
-        write_tsv(path, ["index", "sentence1", "sentence2", "label"],
-                  [[str(i), *r] for i, r in enumerate(rows)])
+        write_tsv(path, ["index", "sentence1", "sentence2", "label"], [[str(i), *r] for i, r in enumerate(rows)])
         written[f"entailment/{split}"] = path
     return written
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help="output folder (default: ingest/sources/sample next to this script's repository)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="output folder (default: ingest/sources/sample next to this script's repository)",
+    )
     parser.add_argument("--seed", type=int, default=SEED, help=f"random seed (default: {SEED})")
     args = parser.parse_args(argv)
     for name, path in build(args.out, args.seed).items():
-        n = sum(1 for _ in open(path, encoding="utf-8")) - 1
+        n = len(Path(path).read_text(encoding="utf-8").splitlines()) - 1
         print(f"{name}: {n} rows -> {path}")
     return 0
 

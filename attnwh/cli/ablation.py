@@ -26,12 +26,16 @@ class Mode(str, enum.Enum):
 def ablation(
     model: Annotated[
         str,
-        typer.Option(help="A fine-tuned classifier (hub name or local directory, e.g. the --out of `attnwh finetune`)."),
+        typer.Option(
+            help="A fine-tuned classifier (hub name or local directory, e.g. the --out of `attnwh finetune`)."
+        ),
     ],
     task: Annotated[
         list[str] | None,
-        typer.Option(help="Task(s) to read, as in `attnwh ingest`. Without a data source: the sample task the model "
-                     "was fine-tuned on by `attnwh finetune`, else both sample tasks."),
+        typer.Option(
+            help="Task(s) to read, as in `attnwh ingest`. Without a data source: the sample task the model "
+            "was fine-tuned on by `attnwh finetune`, else both sample tasks."
+        ),
     ] = None,
     *,
     source: DataSource,
@@ -39,14 +43,21 @@ def ablation(
     reading: Reading,
     mode: Annotated[
         list[Mode] | None,
-        typer.Option(help="uniform: a disabled head's weights become 1/n (Kovaleva et al.); zero: its output becomes "
-                     "0 (Michel et al.). Repeat for both; one run per mode. Default: uniform."),
+        typer.Option(
+            help="uniform: a disabled head's weights become 1/n (Kovaleva et al.); zero: its output becomes "
+            "0 (Michel et al.). Repeat for both; one run per mode. Default: uniform."
+        ),
     ] = None,
-    top_k: Annotated[int, typer.Option(min=1, help="Length of the top-k curve (the k heads that helped most, together).")] = 10,
-    resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples and permutations per configuration.")] = 1000,
+    top_k: Annotated[
+        int, typer.Option(min=1, help="Length of the top-k curve (the k heads that helped most, together).")
+    ] = 10,
+    resamples: Annotated[
+        int, typer.Option(min=100, help="Bootstrap resamples and permutations per configuration.")
+    ] = 1000,
     importance: Annotated[bool, typer.Option(help="Also store gradient importance per head (Michel et al.).")] = True,
     configs_per_pass: Annotated[
-        int | None, typer.Option(min=1, help="Configurations evaluated together in one batch (default: 8 on a GPU, 1 on a CPU).")
+        int | None,
+        typer.Option(min=1, help="Configurations evaluated together in one batch (default: 8 on a GPU, 1 on a CPU)."),
     ] = None,
     prefix_cache: Annotated[
         bool, typer.Option(help="Reuse the layers below the first disabled one (exact; off only to check it).")
@@ -82,14 +93,17 @@ def ablation(
         options = reading.ingest_options(replace)
         per_pass = configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
         settings = [
-            AblationOptions(mode=m, top_k=top_k, n_resamples=resamples, importance=importance,
-                            prefix_cache=prefix_cache, configs_per_pass=per_pass)
+            AblationOptions(
+                mode=m,
+                top_k=top_k,
+                n_resamples=resamples,
+                importance=importance,
+                prefix_cache=prefix_cache,
+                configs_per_pass=per_pass,
+            )
             for m in modes
         ]
-        prepared = {
-            s.mode: prepare_ablation(encoder, loaded, options, s)
-            for s in settings
-        }
+        prepared = {s.mode: prepare_ablation(encoder, loaded, options, s) for s in settings}
         for p in prepared[modes[0]]:
             gold_labels(encoder, p.data)  # label mismatches fail before anything is written
 
@@ -99,9 +113,13 @@ def ablation(
         f"{per_pass} per pass, prefix cache {'on' if prefix_cache else 'off'}",
         highlight=False,
     )
-    summaries, seconds = run_resumable(console, db, lambda bars: [
-        summary for s in settings
-        for summary in ingest_ablation(db, encoder, prepared[s.mode], options, s, bars.start, bars.advance)
-    ])
+    summaries, seconds = run_resumable(
+        console,
+        db,
+        lambda bars: [
+            summary
+            for s in settings
+            for summary in ingest_ablation(db, encoder, prepared[s.mode], options, s, bars.start, bars.advance)
+        ],
+    )
     print_ablation(summaries, db, seconds)
-

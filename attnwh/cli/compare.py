@@ -39,7 +39,9 @@ def compare(
     source: DataSource,
     reading: Reading,
     device: DeviceOpt = Device.auto,
-    dtype: Annotated[Dtype, typer.Option(help="Precision of both models; cosines are always computed in float32.")] = Dtype.float32,
+    dtype: Annotated[
+        Dtype, typer.Option(help="Precision of both models; cosines are always computed in float32.")
+    ] = Dtype.float32,
     db: DbOpt = DEFAULT_DB,
     replace: ReplaceOpt = False,
 ) -> None:

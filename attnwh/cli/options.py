@@ -79,7 +79,9 @@ SplitOpt = Annotated[
 ]
 
 # How the examples are read and batched.
-LimitOpt = Annotated[int | None, typer.Option(min=1, help="At most this many examples per task, a seeded random sample.")]
+LimitOpt = Annotated[
+    int | None, typer.Option(min=1, help="At most this many examples per task, a seeded random sample.")
+]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the --limit sample.")]
 MaxLengthOpt = Annotated[
     int | None, typer.Option(min=1, help="Truncate inputs to this many tokens (default: the model's limit).")
@@ -115,16 +117,30 @@ class DataSource:
         check_sources(self.glue_dir, self.dataset, self.data)
         if self.dataset_config is not None and self.dataset is None:
             raise UsageError("--dataset-config goes with --dataset")
-        columns = [name for name, value in (("--text-column", self.text_column), ("--pair-column", self.pair_column),
-                                            ("--label-column", self.label_column)) if value is not None]
+        columns = [
+            name
+            for name, value in (
+                ("--text-column", self.text_column),
+                ("--pair-column", self.pair_column),
+                ("--label-column", self.label_column),
+            )
+            if value is not None
+        ]
         if columns and self.data is None and self.dataset is None:
             raise UsageError(f"{columns[0]} names a column of --data or --dataset; give one of them")
 
     def load(self, task: list[str] | None = None) -> list[TaskData]:
         """The tasks to read; `task` overrides --task."""
         return load_tasks(
-            task if task is not None else self.task, self.glue_dir, self.dataset, self.dataset_config, self.data,
-            self.text_column, self.pair_column, self.label_column, self.split,
+            task if task is not None else self.task,
+            self.glue_dir,
+            self.dataset,
+            self.dataset_config,
+            self.data,
+            self.text_column,
+            self.pair_column,
+            self.label_column,
+            self.split,
         )
 
 
@@ -143,8 +159,13 @@ class Reading:
         from attnwh.ingest.runs.loop import IngestOptions
 
         return IngestOptions(
-            limit=self.limit, seed=self.seed, max_length=self.max_length, truncate=self.truncate,
-            batch_size=self.batch_size, replace=replace, command=command_line(),
+            limit=self.limit,
+            seed=self.seed,
+            max_length=self.max_length,
+            truncate=self.truncate,
+            batch_size=self.batch_size,
+            replace=replace,
+            command=command_line(),
         )
 
 
@@ -170,8 +191,11 @@ def with_option_groups(command: Callable[..., Any]) -> Callable[..., Any]:
         if p.name in groups:
             hints = typing.get_type_hints(p.annotation, include_extras=True)
             params += [
-                own[f.name] if f.name in own else inspect.Parameter(
-                    f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
+                own[f.name]
+                if f.name in own
+                else inspect.Parameter(
+                    f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name]
+                )
                 for f in dataclasses.fields(p.annotation)
             ]
         elif p.name not in grouped:

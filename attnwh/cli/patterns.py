@@ -59,13 +59,19 @@ def _thresholds(settings: list[str] | None):
 @patterns_app.command()
 def reclassify(
     classifier: Annotated[
-        Classifier, typer.Option(help="rules: re-label every head_stats row from its stored features; "
-                                      "cnn: label every stored thumbnail with a trained CNN.")
+        Classifier,
+        typer.Option(
+            help="rules: re-label every head_stats row from its stored features; "
+            "cnn: label every stored thumbnail with a trained CNN."
+        ),
     ] = Classifier.rules,
     set_: Annotated[
         list[str] | None,
-        typer.Option("--set", help="Rules only: override a threshold for this relabelling, e.g. --set vertical=0.5 "
-                                   "(names: vertical, diagonal, mixed_vertical, mixed_diagonal, block)."),
+        typer.Option(
+            "--set",
+            help="Rules only: override a threshold for this relabelling, e.g. --set vertical=0.5 "
+            "(names: vertical, diagonal, mixed_vertical, mixed_diagonal, block).",
+        ),
     ] = None,
     model_id: Annotated[int | None, typer.Option(help="CNN only: which trained model (default: the latest).")] = None,
     run: RunOpt = None,

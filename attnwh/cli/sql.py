@@ -33,7 +33,7 @@ OutOption = Annotated[
 
 
 def sql(
-    statement: Annotated[str, typer.Argument(help="SQL to run, e.g. \"SELECT * FROM runs\".")],
+    statement: Annotated[str, typer.Argument(help='SQL to run, e.g. "SELECT * FROM runs".')],
     db: ReadDbOpt = DEFAULT_DB,
     format: FormatOption = Format.table,
     out: OutOption = None,

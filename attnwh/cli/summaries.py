@@ -17,8 +17,10 @@ from rich.table import Table
 
 def describe(encoder: Any) -> str:
     """The model line a command prints on stderr before it starts."""
-    return (f"[bold]{encoder.name}[/] ({encoder.family}, {encoder.num_layers} layers × {encoder.num_heads} heads) "
-            f"on {encoder.device}")
+    return (
+        f"[bold]{encoder.name}[/] ({encoder.family}, {encoder.num_layers} layers × {encoder.num_heads} heads) "
+        f"on {encoder.device}"
+    )
 
 
 def print_runs(summaries: Sequence[Any], db: Path, seconds: float, rows_name: str = "head-statistics") -> None:
@@ -27,12 +29,20 @@ def print_runs(summaries: Sequence[Any], db: Path, seconds: float, rows_name: st
     for s in summaries:
         rate = f"{s.n_written / s.seconds:.1f}" if s.seconds > 0 else "–"
         table.add_row(
-            s.task, str(s.run_id), s.outcome, str(s.n_examples), str(s.n_written), str(s.n_truncated),
-            f"{s.rows_written:,}", rate,
+            s.task,
+            str(s.run_id),
+            s.outcome,
+            str(s.n_examples),
+            str(s.n_written),
+            str(s.n_truncated),
+            f"{s.rows_written:,}",
+            rate,
         )
     out = Console()
     out.print(table)
-    out.print(f"{sum(s.rows_written for s in summaries):,} {rows_name} rows written in {seconds:.1f} s → {db.resolve()}")
+    out.print(
+        f"{sum(s.rows_written for s in summaries):,} {rows_name} rows written in {seconds:.1f} s → {db.resolve()}"
+    )
 
 
 def print_relations(summary: Any, db: Path) -> None:
@@ -77,8 +87,13 @@ def _frame_tables(out: Console, con: Any, run_id: int) -> None:
     table = Table("direction", "rank", "layer-head", "mean max attention", "percentile", box=None)
     for direction in DIRECTIONS:
         for row in (r for r in rows if r["direction"] == direction and r["rank"] <= 3):
-            table.add_row(direction if row["rank"] == 1 else "", str(row["rank"]), f"{row['layer']}-{row['head']}",
-                          f"{row['mean_max_attention']:.3f}", f"{row['percentile']:.1f}")
+            table.add_row(
+                direction if row["rank"] == 1 else "",
+                str(row["rank"]),
+                f"{row['layer']}-{row['head']}",
+                f"{row['mean_max_attention']:.3f}",
+                f"{row['percentile']:.1f}",
+            )
     out.print(table)
 
 
@@ -96,8 +111,13 @@ def _dependency_tables(out: Console, con: Any, run_id: int) -> int:
         for direction in ("dep_to_head", "head_to_dep"):
             row = by_direction[direction]
             cells += [f"{row['layer']}-{row['head']}", f"{row['accuracy']:.3f}"]
-        table.add_row(relation, str(first["dependencies"]), *cells, f"{first['baseline_offset']:+d}",
-                      f"{first['baseline_accuracy']:.3f}")
+        table.add_row(
+            relation,
+            str(first["dependencies"]),
+            *cells,
+            f"{first['baseline_offset']:+d}",
+            f"{first['baseline_accuracy']:.3f}",
+        )
     out.print(table)
 
     features: dict[str, list[dict[str, Any]]] = {}
@@ -113,8 +133,13 @@ def _dependency_tables(out: Console, con: Any, run_id: int) -> int:
                 by_layer.setdefault(r["layer"], []).append(r["mean_attention"])
             layer_means = " ".join(f"{sum(v) / len(v):.2f}" for _, v in sorted(by_layer.items()))
             table.add_row(
-                feature, str(top["sentences"]), str(top["words"]), f"{top['layer']}-{top['head']}",
-                f"{top['mean_attention']:.3f}", f"{top['uniform_attention']:.3f}", layer_means,
+                feature,
+                str(top["sentences"]),
+                str(top["words"]),
+                f"{top['layer']}-{top['head']}",
+                f"{top['mean_attention']:.3f}",
+                f"{top['uniform_attention']:.3f}",
+                layer_means,
             )
         out.print(table)
     return sum(by_direction["dep_to_head"]["dependencies"] for by_direction in best.values())
@@ -126,12 +151,15 @@ def print_ablation(summaries: Sequence[Any], db: Path, seconds: float) -> None:
     def effect(name: str, delta: float, p_adjusted: float | None) -> str:
         return f"{name} {delta:+.4f} (p adj {p_adjusted:.2g})" if p_adjusted is not None else f"{name} {delta:+.4f}"
 
-    table = Table("task · mode", "run", "baseline", "best head", "best layer", "helpful (signif.)", "all helpful",
-                  box=None)
+    table = Table(
+        "task · mode", "run", "baseline", "best head", "best layer", "helpful (signif.)", "all helpful", box=None
+    )
     for s in summaries:
         head, layer = s.best_head, s.best_layer
         table.add_row(
-            f"{s.task} · {s.mode}", f"{s.run_id} {s.outcome}", f"{s.metric} {s.baseline:.4f}",
+            f"{s.task} · {s.mode}",
+            f"{s.run_id} {s.outcome}",
+            f"{s.metric} {s.baseline:.4f}",
             "–" if head is None else effect(f"{head[0]}-{head[1]}", head[2], head[3]),
             "–" if layer is None else effect(str(layer[0]), layer[1], layer[2]),
             f"{s.n_helpful} ({s.n_significant})",
@@ -150,8 +178,14 @@ def print_study(runner: Any, seconds: float) -> None:
     """Per task of `attnwh study`: the tuned score, the most changed layer, the most helpful head."""
     from attnwh.study import is_significant
 
-    table = Table("task", "fine-tuned score", "most changed layer (mean cosine)",
-                  f"most helpful head ({runner.options.modes[0]}: Δ, adjusted p)", "significant", box=None)
+    table = Table(
+        "task",
+        "fine-tuned score",
+        "most changed layer (mean cosine)",
+        f"most helpful head ({runner.options.modes[0]}: Δ, adjusted p)",
+        "significant",
+        box=None,
+    )
     for s in runner.summary():
         score = "–" if s.score is None else f"{s.metric} {s.score:.4f}"
         layer = "–" if s.changed_layer is None else f"{s.changed_layer[0]} ({s.changed_layer[1]:.3f})"

@@ -59,8 +59,10 @@ class TokenKinds:
     def _is_punct(self, token_id: int) -> bool:
         known = self._punct.get(token_id)
         if known is None:
-            text = "" if token_id in self._special else self._tokenizer.convert_tokens_to_string(
-                [self._tokenizer.convert_ids_to_tokens(token_id)]
+            text = (
+                ""
+                if token_id in self._special
+                else self._tokenizer.convert_tokens_to_string([self._tokenizer.convert_ids_to_tokens(token_id)])
             )
             text = text.strip().removeprefix("##").strip()
             known = bool(text) and all(unicodedata.category(ch).startswith("P") for ch in text)

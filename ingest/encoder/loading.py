@@ -16,7 +16,6 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from attnwh.errors import ModelError, UsageError
-
 from attnwh.ingest.encoder import capture
 
 # Families whose self-attention goes through transformers' AttentionInterface and whose
@@ -49,7 +48,10 @@ class EncoderModel:
         base's weights hash of a fine-tuned model, which `store.upsert_model` resolves)."""
         lineage = {}
         if self.lineage:
-            lineage = {"finetuned_task": self.lineage.get("task"), "base_weights_hash": self.lineage.get("base_weights_hash")}
+            lineage = {
+                "finetuned_task": self.lineage.get("task"),
+                "base_weights_hash": self.lineage.get("base_weights_hash"),
+            }
         return lineage | {
             "name": self.name,
             "revision": self.revision,
@@ -119,7 +121,11 @@ def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32")
             f"(attnwh reads {', '.join(ENCODER_FAMILIES)} encoders)"
         )
     architectures = config.architectures or []
-    auto = AutoModelForSequenceClassification if any("ForSequenceClassification" in a for a in architectures) else AutoModel
+    auto = (
+        AutoModelForSequenceClassification
+        if any("ForSequenceClassification" in a for a in architectures)
+        else AutoModel
+    )
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = auto.from_pretrained(source, attn_implementation=capture.register(), dtype=torch.float32)
@@ -181,7 +187,7 @@ def forward_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str
     return {k: v for k, v in batch.items() if k in accepted}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _forward_parameters(model_class: type) -> frozenset[str]:
     return frozenset(inspect.signature(model_class.forward).parameters)
 

@@ -139,8 +139,11 @@ def qkv_projections(layers: nn.ModuleList) -> list[tuple[nn.Linear, ...]] | None
     for layer in layers:
         for module in layer.modules():
             linears = next(
-                (tuple(getattr(module, n) for n in names) for names in _PROJECTIONS
-                 if all(isinstance(getattr(module, n, None), nn.Linear) for n in names)),
+                (
+                    tuple(getattr(module, n) for n in names)
+                    for names in _PROJECTIONS
+                    if all(isinstance(getattr(module, n, None), nn.Linear) for n in names)
+                ),
                 None,
             )
             if linears:
@@ -180,9 +183,7 @@ class _Reference:
 class AblationSweep:
     """Logits of a classifier under many head-disabling configurations, batch by batch."""
 
-    def __init__(
-        self, encoder: EncoderModel, mode: str, prefix_cache: bool = True, configs_per_pass: int = 1
-    ) -> None:
+    def __init__(self, encoder: EncoderModel, mode: str, prefix_cache: bool = True, configs_per_pass: int = 1) -> None:
         self.encoder = encoder
         self.mode = mode
         self.disabler = HeadDisabler(mode)
@@ -217,8 +218,10 @@ class AblationSweep:
                 hidden = reference.outputs[start - 1].repeat(k, 1, 1)
                 stubs += [(layer, hidden) for layer in self.layers[:start]]
             if reference is not None and reference.projections is not None and start < L:
-                stubs += [(linear, stored.repeat(k, 1, 1))
-                          for linear, stored in zip(self.projections[start], reference.projections[start])]
+                stubs += [
+                    (linear, stored.repeat(k, 1, 1))
+                    for linear, stored in zip(self.projections[start], reference.projections[start])
+                ]
             self.disabler.begin(key_mask.repeat(k, 1), np.repeat(disabled, rows, axis=1), start)
             with capture.observing(self.disabler), _replacing(stubs):
                 logits = model(**{name: t.repeat(k, 1) for name, t in inputs.items()}).logits
@@ -235,7 +238,8 @@ class AblationSweep:
         if self.projections is not None:
             hooks += [
                 linear.register_forward_hook(lambda m, a, out: projections.__setitem__(m, out))
-                for linears in self.projections for linear in linears
+                for linears in self.projections
+                for linear in linears
             ]
         try:
             self.encoder.model(**inputs)

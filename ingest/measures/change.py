@@ -24,12 +24,11 @@ import torch
 from torch import nn
 
 from attnwh.errors import ModelError, UsageError
-
 from attnwh.ingest.encoder import capture
 from attnwh.ingest.encoder.encoding import encode_task
-from attnwh.ingest.sources.examples import TaskData
 from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, model_identity, prepare_tasks
+from attnwh.ingest.sources.examples import TaskData
 
 CHANGE_COLUMNS: tuple[str, ...] = ("cosine",)
 
@@ -144,7 +143,9 @@ def prepare_comparison(
                     f"{base.name} and {tuned.name} tokenize differently (first: {task.data.task} row "
                     f"{task.data.examples[i].position}); attention can only be compared on the same tokens"
                 )
-        if ours.token_type_ids is not None and theirs.token_type_ids is not None:
-            if not all(np.array_equal(a, b) for a, b in zip(ours.token_type_ids, theirs.token_type_ids, strict=True)):
-                raise ModelError(f"{base.name} and {tuned.name} give different segment ids on {task.data.task}")
+        both_segmented = ours.token_type_ids is not None and theirs.token_type_ids is not None
+        if both_segmented and not all(
+            np.array_equal(a, b) for a, b in zip(ours.token_type_ids, theirs.token_type_ids, strict=True)
+        ):
+            raise ModelError(f"{base.name} and {tuned.name} give different segment ids on {task.data.task}")
     return prepared

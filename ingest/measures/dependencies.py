@@ -24,9 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from attnwh.errors import DataError
-
-from attnwh.ingest.measures.features import FeatureCounts, feature_words, received_attention
 from attnwh.ingest.encoder.loading import EncoderModel
+from attnwh.ingest.measures.features import FeatureCounts, feature_words, received_attention
 from attnwh.ingest.measures.wordlevel import check_supported, fitting, most_attended, word_batches
 
 OFFSETS = tuple(k for k in range(-5, 6) if k != 0)
@@ -66,13 +65,13 @@ def read_conllu(path: Path) -> list[Sentence]:
                     heads.append(head - 1)
                     relations.append(str(t["deprel"]).split(":")[0])
                     upos.append(str(t["upos"] or ""))
-                sentences.append(
-                    Sentence(tuple(t["form"] for t in words), tuple(heads), tuple(relations), tuple(upos))
-                )
+                sentences.append(Sentence(tuple(t["form"] for t in words), tuple(heads), tuple(relations), tuple(upos)))
     except DataError:
         raise
     except (conllu.exceptions.ParseException, UnicodeDecodeError, ValueError, KeyError) as exc:
-        raise DataError(f"cannot parse {path} as CoNLL-U: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        raise DataError(
+            f"cannot parse {path} as CoNLL-U: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from None
     if not sentences:
         raise DataError(f"{path} holds no CoNLL-U sentences")
     return sentences
@@ -119,7 +118,9 @@ class RelationCounts:
         return OFFSETS[order[0]], int(counts[order[0]])
 
     def head_rows(self) -> dict[str, list]:
-        rows: dict[str, list] = {k: [] for k in ("relation", "direction", "layer", "head", "correct", "total", "accuracy")}
+        rows: dict[str, list] = {
+            k: [] for k in ("relation", "direction", "layer", "head", "correct", "total", "accuracy")
+        }
         for rel in sorted(self.total):
             total = self.total[rel]
             for d, direction in enumerate(DIRECTIONS):

@@ -35,8 +35,23 @@ FEATURES = ("noun", "verb", "pronoun", "subject", "object", "negation")
 # "n't", so "n't" stands for every contracted negation.
 NEGATION_WORDS = frozenset(
     {
-        "no", "not", "n't", "never", "none", "nobody", "nothing", "neither", "nor", "nowhere",
-        "cannot", "without", "hardly", "barely", "scarcely", "seldom", "rarely",
+        "no",
+        "not",
+        "n't",
+        "never",
+        "none",
+        "nobody",
+        "nothing",
+        "neither",
+        "nor",
+        "nowhere",
+        "cannot",
+        "without",
+        "hardly",
+        "barely",
+        "scarcely",
+        "seldom",
+        "rarely",
     }
 )
 
@@ -99,16 +114,34 @@ class FeatureCounts:
         return self.sentence_sum[feature] / self.n_sentences[feature]
 
     def rows(self) -> dict[str, list]:
-        keys = ("feature", "layer", "head", "n_sentences", "n_words", "mean_attention", "per_word_attention",
-                "uniform_attention", "uniform_per_word")
+        keys = (
+            "feature",
+            "layer",
+            "head",
+            "n_sentences",
+            "n_words",
+            "mean_attention",
+            "per_word_attention",
+            "uniform_attention",
+            "uniform_per_word",
+        )
         rows: dict[str, list] = {k: [] for k in keys}
         for feature in (f for f in FEATURES if f in self.n_sentences):
             n_s, n_w = self.n_sentences[feature], self.n_words[feature]
             mean, per_word = self.mean(feature), self.word_sum[feature] / n_w
             for layer in range(self.layers):
                 for head in range(self.heads):
-                    values = (feature, layer, head, n_s, n_w, float(mean[layer, head]), float(per_word[layer, head]),
-                              self.uniform_sentence_sum[feature] / n_s, self.uniform_word_sum[feature] / n_w)
+                    values = (
+                        feature,
+                        layer,
+                        head,
+                        n_s,
+                        n_w,
+                        float(mean[layer, head]),
+                        float(per_word[layer, head]),
+                        self.uniform_sentence_sum[feature] / n_s,
+                        self.uniform_word_sum[feature] / n_w,
+                    )
                     for key, value in zip(keys, values):
                         rows[key].append(value)
         return rows

@@ -39,7 +39,6 @@ from pathlib import Path
 import numpy as np
 
 from attnwh.errors import DataError
-
 from attnwh.ingest.encoder.loading import EncoderModel
 from attnwh.ingest.measures.wordlevel import fitting, word_batches
 
@@ -233,8 +232,15 @@ class FrameCounts:
             rank = rank.reshape(means[d].shape)
             for layer in range(self.layers):
                 for head in range(self.heads):
-                    values = (direction, layer, head, self.n, float(means[d, layer, head]), float(pct[layer, head]),
-                              int(rank[layer, head]))
+                    values = (
+                        direction,
+                        layer,
+                        head,
+                        self.n,
+                        float(means[d, layer, head]),
+                        float(pct[layer, head]),
+                        int(rank[layer, head]),
+                    )
                     for key, value in zip(keys, values):
                         rows[key].append(value)
         return rows

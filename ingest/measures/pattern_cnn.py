@@ -25,10 +25,19 @@ from attnwh.ingest.measures.patterns import PATTERN_TYPES, THUMBNAIL_SIZE
 
 def make_model() -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
-        nn.Flatten(), nn.Linear(16 * 16, 32), nn.ReLU(), nn.Linear(32, len(PATTERN_TYPES)),
+        nn.Conv2d(1, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(),
+        nn.Linear(16 * 16, 32),
+        nn.ReLU(),
+        nn.Linear(32, len(PATTERN_TYPES)),
     )
 
 
@@ -80,8 +89,13 @@ class Trained:
 
 
 def train(
-    thumbnails: np.ndarray, labels: np.ndarray, seed: int = 42, epochs: int = 60, test_share: float = 0.25,
-    learning_rate: float = 3e-3, batch_size: int = 64,
+    thumbnails: np.ndarray,
+    labels: np.ndarray,
+    seed: int = 42,
+    epochs: int = 60,
+    test_share: float = 0.25,
+    learning_rate: float = 3e-3,
+    batch_size: int = 64,
 ) -> Trained:
     """Fit the CNN on a seeded stratified split; CPU or GPU, the same result per seed on one device."""
     torch.manual_seed(seed)

@@ -164,9 +164,7 @@ def map_features(a: torch.Tensor, m: PatternMasks) -> torch.Tensor:
     # w_{j+1} A[j+1, j] and w_{j-1} A[j-1, j].
     column = torch.einsum("bhij,bi->bhj", a, m.row_weight)
     band_of_column = (
-        w * d0
-        + nn.functional.pad(w[..., 1:] * below, (0, 1))
-        + nn.functional.pad(w[..., :-1] * above, (1, 0))
+        w * d0 + nn.functional.pad(w[..., 1:] * below, (0, 1)) + nn.functional.pad(w[..., :-1] * above, (1, 0))
     )
     off = column - band_of_column
     col_cls = (off * m.cls[:, None]).sum(-1)

@@ -48,9 +48,7 @@ def mcnemar_exact(labels: np.ndarray, baseline: np.ndarray, other: np.ndarray) -
     return float(stats.binomtest(only_b, only_a + only_b, 0.5).pvalue)
 
 
-def permutation_p(
-    metric: str, labels: np.ndarray, baseline: np.ndarray, other: np.ndarray, swaps: np.ndarray
-) -> float:
+def permutation_p(metric: str, labels: np.ndarray, baseline: np.ndarray, other: np.ndarray, swaps: np.ndarray) -> float:
     """Paired permutation p-value of metric(other) - metric(baseline); `swaps` is a boolean
     (R, n) matrix saying which examples trade predictions in each permutation."""
     observed = float(metric_rows(metric, labels, other) - metric_rows(metric, labels, baseline))

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import torch
 
 from attnwh.errors import UsageError
-
 from attnwh.ingest.encoder import capture
 from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs
 
@@ -82,7 +81,9 @@ def fitting(encoder: EncoderModel, sentences: Sequence[Sequence[str]]) -> tuple[
     batch together: less padding), and how many do not."""
     if not sentences:
         return [], 0
-    lengths = [len(ids) for ids in encoder.tokenizer([list(s) for s in sentences], is_split_into_words=True)["input_ids"]]
+    lengths = [
+        len(ids) for ids in encoder.tokenizer([list(s) for s in sentences], is_split_into_words=True)["input_ids"]
+    ]
     fits = [i for i, n in enumerate(lengths) if n <= encoder.max_length]
     fits.sort(key=lambda i: lengths[i])
     return fits, len(sentences) - len(fits)

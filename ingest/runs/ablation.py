@@ -31,16 +31,21 @@ import pyarrow as pa
 import torch
 
 from attnwh.errors import DataError, ModelError
-from attnwh.sql import runs, warehouse
-
-from attnwh.ingest.runs import rows
-from attnwh.ingest.measures.ablation import AblationSweep, Configuration, combination, head_importance_batch, sweep_configurations
 from attnwh.ingest.encoder.encoding import collate, length_buckets
-from attnwh.ingest.sources.examples import TaskData
-from attnwh.ingest.measures.metrics import metrics_for
 from attnwh.ingest.encoder.loading import EncoderModel
-from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, model_identity, open_task_run, prepare_tasks
+from attnwh.ingest.measures.ablation import (
+    AblationSweep,
+    Configuration,
+    combination,
+    head_importance_batch,
+    sweep_configurations,
+)
+from attnwh.ingest.measures.metrics import metrics_for
 from attnwh.ingest.measures.significance import benjamini_hochberg, compare_to_baseline
+from attnwh.ingest.runs import rows
+from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, model_identity, open_task_run, prepare_tasks
+from attnwh.ingest.sources.examples import TaskData
+from attnwh.sql import runs, warehouse
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,9 @@ def gold_labels(encoder: EncoderModel, data: TaskData) -> tuple[np.ndarray, bool
         raise DataError(f"{data.task} ({data.split}) has unlabelled examples; ablation needs gold labels")
     if regression != (data.labels is None):
         kind = "a regression" if regression else f"a {config.num_labels}-class"
-        raise DataError(f"{encoder.name} is {kind} model, but {data.task} is {'not ' if regression else ''}a regression task")
+        raise DataError(
+            f"{encoder.name} is {kind} model, but {data.task} is {'not ' if regression else ''}a regression task"
+        )
     if regression:
         return np.array([float(e.label) for e in data.examples]), True
     names = [str(config.id2label[i]) for i in range(config.num_labels)]
@@ -189,9 +196,14 @@ def _run_task(
             predictions = _predictions(sweep.logits(batch, singles), regression)
             ids = task.example_ids[indices]
             rows.write_batch(
-                con, state.run_id, "ablation_predictions",
+                con,
+                state.run_id,
+                "ablation_predictions",
                 _prediction_rows(state.run_id, 0, ids, predictions, labels[indices], regression),
-                ids, task.encoded.n_tokens[indices], task.encoded.n_tokens_full[indices], time.perf_counter() - tick,
+                ids,
+                task.encoded.n_tokens[indices],
+                task.encoded.n_tokens_full[indices],
+                time.perf_counter() - tick,
             )
             on_batch(len(indices))
         _finish(con, state.run_id, sweep, task, labels, regression, singles, options, ablation, on_start, on_batch)
@@ -204,7 +216,11 @@ def _predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
 
 
 def _prediction_rows(
-    run_id: int, first_config: int, example_ids: np.ndarray, predictions: np.ndarray, labels: np.ndarray,
+    run_id: int,
+    first_config: int,
+    example_ids: np.ndarray,
+    predictions: np.ndarray,
+    labels: np.ndarray,
     regression: bool,
 ) -> dict[str, np.ndarray]:
     configs, batch = predictions.shape
@@ -237,7 +253,9 @@ def _insert_configs(
     warehouse.insert_arrow(con, "ablation_configs", table, or_ignore=True)
 
 
-def _stored_predictions(con: duckdb.DuckDBPyConnection, run_id: int, example_ids: np.ndarray, n_configs: int) -> np.ndarray:
+def _stored_predictions(
+    con: duckdb.DuckDBPyConnection, run_id: int, example_ids: np.ndarray, n_configs: int
+) -> np.ndarray:
     """(configurations, examples) predictions of the sweep, examples in task order."""
     found = con.execute(
         "SELECT config_id, example_id, prediction FROM ablation_predictions WHERE run_id = ? AND config_id < ?",
@@ -279,8 +297,10 @@ def _finish(
     heads = [i for i, c in enumerate(singles) if c.kind == "head"]
     ranked = sorted(heads, key=lambda i: (-results[i][0].delta, results[i][0].p_value, singles[i].heads))
     helpful = [i for i in ranked if results[i][0].delta > 0]
-    combos = [combination("top_k", [singles[i].heads[0] for i in ranked[:k]], k=k)
-              for k in range(1, min(ablation.top_k, len(ranked)) + 1)]
+    combos = [
+        combination("top_k", [singles[i].heads[0] for i in ranked[:k]], k=k)
+        for k in range(1, min(ablation.top_k, len(ranked)) + 1)
+    ]
     if len(helpful) >= 2:
         combos.insert(0, combination("helpful", [singles[i].heads[0] for i in helpful], k=len(helpful)))
     batches = list(length_buckets(task.encoded.n_tokens, range(len(labels)), options.batch_size))
@@ -291,8 +311,11 @@ def _finish(
             batch = collate(task.encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
             combo_predictions[:, indices] = _predictions(sweep.logits(batch, combos), regression)
             on_batch(len(indices))
-    combo_results = compare_to_baseline(metrics, labels, predictions[0], combo_predictions, ablation.n_resamples,
-                                        options.seed) if combos else []
+    combo_results = (
+        compare_to_baseline(metrics, labels, predictions[0], combo_predictions, ablation.n_resamples, options.seed)
+        if combos
+        else []
+    )
 
     importance = None
     if ablation.importance:
@@ -309,19 +332,48 @@ def _finish(
     n = len(labels)
     first_combo = len(singles)
     score_rows = [
-        (run_id, i, r.metric, r.value, r.baseline, r.delta, r.ci_low, r.ci_high, r.p_value,
-         adjusted[r.metric].get(i), r.test, n, ablation.n_resamples)
-        for i, row in enumerate(results) for r in row
+        (
+            run_id,
+            i,
+            r.metric,
+            r.value,
+            r.baseline,
+            r.delta,
+            r.ci_low,
+            r.ci_high,
+            r.p_value,
+            adjusted[r.metric].get(i),
+            r.test,
+            n,
+            ablation.n_resamples,
+        )
+        for i, row in enumerate(results)
+        for r in row
     ] + [
-        (run_id, first_combo + i, r.metric, r.value, r.baseline, r.delta, r.ci_low, r.ci_high, r.p_value, None,
-         r.test, n, ablation.n_resamples)
-        for i, row in enumerate(combo_results) for r in row
+        (
+            run_id,
+            first_combo + i,
+            r.metric,
+            r.value,
+            r.baseline,
+            r.delta,
+            r.ci_low,
+            r.ci_high,
+            r.p_value,
+            None,
+            r.test,
+            n,
+            ablation.n_resamples,
+        )
+        for i, row in enumerate(combo_results)
+        for r in row
     ]
     with warehouse.transaction(con):
         _insert_configs(con, run_id, ablation.mode, combos, first_combo)
         if combos:
             warehouse.insert_arrow(
-                con, "ablation_predictions",
+                con,
+                "ablation_predictions",
                 _prediction_rows(run_id, first_combo, task.example_ids, combo_predictions, labels, regression),
             )
         con.executemany("INSERT INTO ablations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", score_rows)
@@ -330,15 +382,23 @@ def _finish(
             normalized = np.divide(importance, norms, out=np.zeros_like(importance), where=norms > 0)
             con.executemany(
                 "INSERT INTO head_importance VALUES (?, ?, ?, ?, ?, ?)",
-                [(run_id, l, h, float(importance[l, h]), float(normalized[l, h]), n)
-                 for l in range(encoder.num_layers) for h in range(encoder.num_heads)],
+                [
+                    (run_id, l, h, float(importance[l, h]), float(normalized[l, h]), n)
+                    for l in range(encoder.num_layers)
+                    for h in range(encoder.num_heads)
+                ],
             )
         runs.finish_run(con, run_id, "complete", time.perf_counter() - started)
 
 
 def _summary(
-    con: duckdb.DuckDBPyConnection, run_id: int, task: PreparedTask, ablation: AblationOptions, outcome: str,
-    n_written: int, seconds: float,
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    task: PreparedTask,
+    ablation: AblationOptions,
+    outcome: str,
+    n_written: int,
+    seconds: float,
 ) -> AblationSummary:
     """The headline of a complete run on its main metric, read back from the warehouse by the
     named query ablation_summary (the choices of best head and layer are made there)."""
@@ -347,10 +407,16 @@ def _summary(
     metric = metrics_for(task.data.task, task.data.labels is None)[0]
     found = run_query(con, get_query("ablation_summary"), {"run": run_id, "metric": metric}).to_pylist()
     row = found[0] if found else {}
-    best_head = None if row.get("best_head") is None else (
-        row["best_head_layer"], row["best_head"], row["best_head_delta"], row["best_head_p_adjusted"])
-    best_layer = None if row.get("best_layer") is None else (
-        row["best_layer"], row["best_layer_delta"], row["best_layer_p_adjusted"])
+    best_head = (
+        None
+        if row.get("best_head") is None
+        else (row["best_head_layer"], row["best_head"], row["best_head_delta"], row["best_head_p_adjusted"])
+    )
+    best_layer = (
+        None
+        if row.get("best_layer") is None
+        else (row["best_layer"], row["best_layer_delta"], row["best_layer_p_adjusted"])
+    )
     return AblationSummary(
         task=task.data.task,
         mode=ablation.mode,
@@ -367,4 +433,3 @@ def _summary(
         helpful_delta=row.get("helpful_delta"),
         seconds=seconds,
     )
-

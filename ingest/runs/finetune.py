@@ -22,12 +22,17 @@ import transformers
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
 from attnwh.errors import DataError, UsageError
-
-from attnwh.ingest.measures import metrics
 from attnwh.ingest.encoder.encoding import collate, encode_task
+from attnwh.ingest.encoder.loading import (
+    DEFAULT_MODEL_NAME,
+    LINEAGE_FILE,
+    bundled_model_path,
+    forward_inputs,
+    load_encoder,
+    parameters_hash,
+)
+from attnwh.ingest.measures import metrics
 from attnwh.ingest.sources.examples import TaskData
-from attnwh.ingest.encoder.loading import DEFAULT_MODEL_NAME, LINEAGE_FILE, bundled_model_path, forward_inputs, load_encoder, parameters_hash
-
 
 
 @dataclass(frozen=True)
@@ -214,10 +219,9 @@ def record(
     """Store a fine-tuning run: both models (the tuned one linked to its base), the run, its
     settings and its dev scores, in one transaction; returns the run id. Every fine-tuning
     is its own run: its identity holds the time it is recorded."""
+    from attnwh.ingest.runs.rows import library_versions
     from attnwh.sql import runs
     from attnwh.sql.warehouse import transaction
-
-    from attnwh.ingest.runs.rows import library_versions
 
     out_dir = str(result.out_dir.resolve())
     identity = {"tuned_weights": result.tuned_weights_hash, "out_dir": out_dir, "recorded_ns": time.time_ns()}
@@ -250,8 +254,17 @@ def record(
         runs.finish_run(con, run_id, "complete", result.train_seconds)
         con.execute(
             "INSERT INTO finetunes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [run_id, options.from_scratch, result.train_examples, options.epochs, options.learning_rate,
-             options.warmup, result.train_seconds, result.final_loss, out_dir],
+            [
+                run_id,
+                options.from_scratch,
+                result.train_examples,
+                options.epochs,
+                options.learning_rate,
+                options.warmup,
+                result.train_seconds,
+                result.final_loss,
+                out_dir,
+            ],
         )
         for metric, value in result.scores.items():
             con.execute("INSERT INTO scores VALUES (?, ?, ?, ?)", [run_id, metric, value, result.dev_examples])

@@ -14,22 +14,21 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 from pathlib import Path
+from typing import Protocol
 
 import duckdb
 import numpy as np
 import torch
 
 from attnwh.errors import DataError, UsageError
-from attnwh.sql import runs, warehouse
-
 from attnwh.ingest.encoder import capture
-from attnwh.ingest.runs import rows
 from attnwh.ingest.encoder.encoding import EncodedTask, TokenKinds, collate, encode_task, length_buckets
-from attnwh.ingest.sources.examples import TaskData
 from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs, output_projections
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, HeadStatistics, value_norm_grams
+from attnwh.ingest.runs import rows
+from attnwh.ingest.sources.examples import TaskData
+from attnwh.sql import runs, warehouse
 
 
 @dataclass(frozen=True)
@@ -299,5 +298,12 @@ def _ingest_task(
                 on_batch(len(indices))
     runs.finish_run(con, state.run_id, "complete")
     return RunSummary(
-        data.task, state.run_id, state.outcome, len(data.examples), len(todo), n_truncated, n_rows, time.perf_counter() - started
+        data.task,
+        state.run_id,
+        state.outcome,
+        len(data.examples),
+        len(todo),
+        n_truncated,
+        n_rows,
+        time.perf_counter() - started,
     )

@@ -16,14 +16,15 @@ import pyarrow as pa
 import torch
 
 from attnwh.errors import DataError, UsageError
+from attnwh.ingest.measures import pattern_cnn, patterns
 from attnwh.sql.warehouse import first_row, insert_arrow, registered, transaction
 
-from attnwh.ingest.measures import pattern_cnn
-from attnwh.ingest.measures import patterns
-
 # Accepted spellings of the types in a labels file, beside the names themselves.
-_ALIASES = {"vertical_diagonal": "vertical+diagonal", "vertical + diagonal": "vertical+diagonal",
-            "hetero": "heterogeneous"}
+_ALIASES = {
+    "vertical_diagonal": "vertical+diagonal",
+    "vertical + diagonal": "vertical+diagonal",
+    "hetero": "heterogeneous",
+}
 LABEL_COLUMNS = ("run", "example", "layer", "head", "type")
 
 
@@ -40,7 +41,8 @@ def _run_filter(runs: Sequence[int] | None) -> tuple[str, list[object]]:
 
 
 def reclassify_rules(
-    con: duckdb.DuckDBPyConnection, thresholds: patterns.Thresholds = patterns.THRESHOLDS,
+    con: duckdb.DuckDBPyConnection,
+    thresholds: patterns.Thresholds = patterns.THRESHOLDS,
     runs: Sequence[int] | None = None,
 ) -> dict[str, int]:
     """Re-label head_stats rows from their stored features with `thresholds`, in one
@@ -49,25 +51,34 @@ def reclassify_rules(
     where, params = _run_filter(runs)
     feature_list = ", ".join(patterns.FEATURE_COLUMNS)
     with transaction(con):
-        run_ids = [r[0] for r in con.execute(
-            f"SELECT DISTINCT run_id FROM head_stats WHERE pattern IS NOT NULL{where} ORDER BY 1", params
-        ).fetchall()]
+        run_ids = [
+            r[0]
+            for r in con.execute(
+                f"SELECT DISTINCT run_id FROM head_stats WHERE pattern IS NOT NULL{where} ORDER BY 1", params
+            ).fetchall()
+        ]
         for run_id in run_ids:  # one run at a time keeps memory bounded
             table = con.sql(
                 f"SELECT example_id, layer, head, {feature_list} FROM head_stats"
-                " WHERE run_id = $run AND pattern IS NOT NULL", params={"run": run_id}
+                " WHERE run_id = $run AND pattern IS NOT NULL",
+                params={"run": run_id},
             ).to_arrow_table()
             features = np.stack([table[c].to_numpy(zero_copy_only=False) for c in patterns.FEATURE_COLUMNS], -1)
             codes = patterns.classify(torch.from_numpy(features.astype(np.float32)), thresholds).numpy()
-            new = pa.table({
-                "example_id": table["example_id"], "layer": table["layer"], "head": table["head"],
-                "pattern": codes.astype(np.int16),
-            })
+            new = pa.table(
+                {
+                    "example_id": table["example_id"],
+                    "layer": table["layer"],
+                    "head": table["head"],
+                    "pattern": codes.astype(np.int16),
+                }
+            )
             with registered(con, new) as new_patterns:
                 con.execute(
                     f"UPDATE head_stats AS s SET pattern = n.pattern FROM {new_patterns} AS n WHERE s.run_id = ?"
                     " AND s.example_id = n.example_id AND s.layer = n.layer AND s.head = n.head"
-                    " AND s.pattern IS DISTINCT FROM n.pattern", [run_id]
+                    " AND s.pattern IS DISTINCT FROM n.pattern",
+                    [run_id],
                 )
     rows = con.execute(
         f"SELECT t.name, count(s.pattern) FROM pattern_types AS t LEFT JOIN head_stats AS s"
@@ -89,7 +100,9 @@ def import_labels(con: duckdb.DuckDBPyConnection, path: Path) -> int:
             header = [h.strip().lower() for h in reader.fieldnames or []]
             missing = [c for c in LABEL_COLUMNS if c not in header]
             if missing:
-                raise DataError(f"{path.name}: missing column(s) {', '.join(missing)} (need {', '.join(LABEL_COLUMNS)})")
+                raise DataError(
+                    f"{path.name}: missing column(s) {', '.join(missing)} (need {', '.join(LABEL_COLUMNS)})"
+                )
             reader.fieldnames = header
             rows = []
             for line, record in enumerate(reader, start=2):
@@ -108,17 +121,22 @@ def import_labels(con: duckdb.DuckDBPyConnection, path: Path) -> int:
         raise DataError(f"{path.name} is not UTF-8 text") from None
     if not rows:
         raise DataError(f"{path.name} holds no labels")
-    table = pa.table({
-        "run_id": pa.array([r[0] for r in rows], pa.int32()),
-        "example_id": pa.array([r[1] for r in rows], pa.int64()),
-        "layer": pa.array([r[2] for r in rows], pa.int16()),
-        "head": pa.array([r[3] for r in rows], pa.int16()),
-        "pattern": pa.array([r[4] for r in rows], pa.int16()),
-        "line": pa.array([r[5] for r in rows], pa.int32()),
-    })
+    table = pa.table(
+        {
+            "run_id": pa.array([r[0] for r in rows], pa.int32()),
+            "example_id": pa.array([r[1] for r in rows], pa.int64()),
+            "layer": pa.array([r[2] for r in rows], pa.int16()),
+            "head": pa.array([r[3] for r in rows], pa.int16()),
+            "pattern": pa.array([r[4] for r in rows], pa.int16()),
+            "line": pa.array([r[5] for r in rows], pa.int32()),
+        }
+    )
     with registered(con, table) as new_labels:
-        dup = first_row(con, "SELECT min(line) FROM (SELECT line, row_number() OVER (PARTITION BY run_id, example_id,"
-                             f" layer, head ORDER BY line) AS k FROM {new_labels}) WHERE k > 1")
+        dup = first_row(
+            con,
+            "SELECT min(line) FROM (SELECT line, row_number() OVER (PARTITION BY run_id, example_id,"
+            f" layer, head ORDER BY line) AS k FROM {new_labels}) WHERE k > 1",
+        )
         if dup[0] is not None:
             raise DataError(f"{path.name} line {dup[0]}: the same map is labelled twice")
         unknown = first_row(
@@ -137,8 +155,11 @@ def import_labels(con: duckdb.DuckDBPyConnection, path: Path) -> int:
                 f"DELETE FROM pattern_labels AS l USING {new_labels} AS n WHERE l.run_id = n.run_id"
                 " AND l.example_id = n.example_id AND l.layer = n.layer AND l.head = n.head"
             )
-            insert_arrow(con, "pattern_labels",
-                         table.drop_columns(["line"]).append_column("source", pa.array([str(path)] * len(rows))))
+            insert_arrow(
+                con,
+                "pattern_labels",
+                table.drop_columns(["line"]).append_column("source", pa.array([str(path)] * len(rows))),
+            )
     return len(rows)
 
 
@@ -174,17 +195,31 @@ def train_cnn(
     trained = pattern_cnn.train(thumbs, labels, seed=seed, epochs=epochs, test_share=test_share)
     held_rules = np.nan_to_num(rules[trained.test].astype(float), nan=-1).astype(np.int64)
     f1_rules = pattern_cnn.macro_f1(labels[trained.test], held_rules)
-    settings = {"test_share": test_share, "learning_rate": 3e-3, "batch_size": 64, "input": "thumbnail / max",
-                "architecture": "3 conv 3x3 (8, 16, 16) + pool to 4x4 + MLP 32"}
+    settings = {
+        "test_share": test_share,
+        "learning_rate": 3e-3,
+        "batch_size": 64,
+        "input": "thumbnail / max",
+        "architecture": "3 conv 3x3 (8, 16, 16) + pool to 4x4 + MLP 32",
+    }
     # A trained CNN is not a run (it reads no examples with an encoder): its own table, its own ids.
     with transaction(con):
         model_id = first_row(con, "SELECT nextval('pattern_model_ids')")[0]
-        insert_arrow(con, "pattern_models", {
-            "model_id": pa.array([model_id], pa.int32()), "seed": [seed], "epochs": [epochs],
-            "n_train": [len(trained.train)], "n_test": [len(trained.test)], "f1_cnn": [float(trained.f1_cnn)],
-            "f1_rules": [float(f1_rules)], "settings": [json.dumps(settings)],
-            "weights": pa.array([pattern_cnn.to_bytes(trained.model)], pa.binary()),
-        })
+        insert_arrow(
+            con,
+            "pattern_models",
+            {
+                "model_id": pa.array([model_id], pa.int32()),
+                "seed": [seed],
+                "epochs": [epochs],
+                "n_train": [len(trained.train)],
+                "n_test": [len(trained.test)],
+                "f1_cnn": [float(trained.f1_cnn)],
+                "f1_rules": [float(f1_rules)],
+                "settings": [json.dumps(settings)],
+                "weights": pa.array([pattern_cnn.to_bytes(trained.model)], pa.binary()),
+            },
+        )
     return TrainResult(model_id, data.num_rows, len(trained.train), len(trained.test), trained.f1_cnn, f1_rules)
 
 
@@ -201,7 +236,8 @@ def reclassify_cnn(
     if row is None:
         raise UsageError(
             "no trained pattern CNN in the warehouse; train one with `attnwh patterns train`"
-            if model_id is None else f"no pattern CNN with id {model_id}"
+            if model_id is None
+            else f"no pattern CNN with id {model_id}"
         )
     chosen, weights = row
     model = pattern_cnn.from_bytes(bytes(weights))
@@ -215,10 +251,15 @@ def reclassify_cnn(
         raise UsageError("no thumbnails to classify; `attnwh ingest --thumbnails N` stores them")
     thumbs = np.stack(table["thumbnail"].to_numpy(zero_copy_only=False)).astype(np.float32)
     codes = pattern_cnn.predict(model, thumbs)
-    new = pa.table({
-        "run_id": table["run_id"], "example_id": table["example_id"], "layer": table["layer"],
-        "head": table["head"], "cnn_pattern": codes.astype(np.int16),
-    })
+    new = pa.table(
+        {
+            "run_id": table["run_id"],
+            "example_id": table["example_id"],
+            "layer": table["layer"],
+            "head": table["head"],
+            "cnn_pattern": codes.astype(np.int16),
+        }
+    )
     with registered(con, new) as new_cnn, transaction(con):
         con.execute(
             f"UPDATE pattern_thumbnails AS t SET cnn_pattern = n.cnn_pattern, cnn_model = ? FROM {new_cnn} AS n"

@@ -69,9 +69,8 @@ def ingest_run(
     """Skip a stored run (unless `replace`), else measure and write it in one transaction."""
     import pyarrow as pa
 
-    from attnwh.sql import runs, warehouse
-
     from attnwh.ingest.runs.rows import library_versions
+    from attnwh.sql import runs, warehouse
 
     con = warehouse.connect(db_path)
     try:
@@ -143,10 +142,19 @@ def ingest_relations(
         return Measured(tables, result.n_sentences, result.n_skipped, result.seconds, result)
 
     return ingest_run(
-        db_path, encoder, path, task="dependencies",
+        db_path,
+        encoder,
+        path,
+        task="dependencies",
         identity=run_identity(encoder, path, limit, seed, measures="dependencies+features"),
-        limit=limit, seed=seed, batch_size=batch_size, replace=replace, command=command,
-        measure=run, n_todo=len(sentences), on_start=on_start,
+        limit=limit,
+        seed=seed,
+        batch_size=batch_size,
+        replace=replace,
+        command=command,
+        measure=run,
+        n_todo=len(sentences),
+        on_start=on_start,
     )
 
 
@@ -173,17 +181,34 @@ def ingest_frames(
             raise DataError(f"{path}: no annotation could be measured (sentences too long for {encoder.name})")
         filters = {k: [v] for k, v in data.filters.items()}
         filters.update(
-            sentences=[len({link.sentence for link in data.links})], measured=[result.counts.n],
-            max_sentence_words=[frames.MAX_SENTENCE_WORDS], max_element_words=[frames.MAX_ELEMENT_WORDS],
+            sentences=[len({link.sentence for link in data.links})],
+            measured=[result.counts.n],
+            max_sentence_words=[frames.MAX_SENTENCE_WORDS],
+            max_element_words=[frames.MAX_ELEMENT_WORDS],
             min_distance=[frames.MIN_DISTANCE],
         )
         tables = {"frame_heads": result.counts.rows(), "frame_filters": filters}
         return Measured(tables, result.n_annotations, result.n_skipped, result.seconds, result)
 
     return ingest_run(
-        db_path, encoder, path, task="frames",
-        identity=run_identity(encoder, path, limit, seed, measures="frames", filters=[
-            frames.MAX_SENTENCE_WORDS, frames.MAX_ELEMENT_WORDS, frames.MIN_DISTANCE]),
-        limit=limit, seed=seed, batch_size=batch_size, replace=replace, command=command,
-        measure=run, n_todo=len(data.links), on_start=on_start,
+        db_path,
+        encoder,
+        path,
+        task="frames",
+        identity=run_identity(
+            encoder,
+            path,
+            limit,
+            seed,
+            measures="frames",
+            filters=[frames.MAX_SENTENCE_WORDS, frames.MAX_ELEMENT_WORDS, frames.MIN_DISTANCE],
+        ),
+        limit=limit,
+        seed=seed,
+        batch_size=batch_size,
+        replace=replace,
+        command=command,
+        measure=run,
+        n_todo=len(data.links),
+        on_start=on_start,
     )

@@ -18,10 +18,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.sql.runs import add_seconds, run_tables
 from attnwh.sql.warehouse import insert_arrow, transaction
-
-from attnwh.ingest.sources.examples import Example, TaskData
 
 
 def example_id(data: TaskData, example: Example) -> int:
@@ -124,9 +123,7 @@ def write_batch(
         add_seconds(con, run_id, seconds)
 
 
-def thumbnail_rows(
-    run_id: int, example_ids: np.ndarray, n_tokens: Sequence[int], thumbnails: np.ndarray
-) -> pa.Table:
+def thumbnail_rows(run_id: int, example_ids: np.ndarray, n_tokens: Sequence[int], thumbnails: np.ndarray) -> pa.Table:
     """pattern_thumbnails rows from thumbnails shaped (examples, layer, head, size²)."""
     count, layers, heads, cells = thumbnails.shape
     grid = np.indices((count, layers, heads)).reshape(3, -1)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
 import random
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ class TaskData:
     def is_pair(self) -> bool:
         return any(e.text_b is not None for e in self.examples)
 
-    def sample(self, limit: int | None, seed: int) -> "TaskData":
+    def sample(self, limit: int | None, seed: int) -> TaskData:
         """A seeded random subset of at most `limit` examples, kept in source order."""
         if limit is None or limit >= len(self.examples):
             return self

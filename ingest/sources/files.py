@@ -21,7 +21,6 @@ from typing import Any
 import polars as pl
 
 from attnwh.errors import DataError
-
 from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.ingest.sources.glue import (
     GLUE_TASKS,
@@ -53,9 +52,7 @@ __all__ = [
 
 SAMPLE_TASKS: dict[str, TsvSpec] = {
     "sentiment": TsvSpec("sentence", None, "label", ("0", "1")),
-    "entailment": TsvSpec(
-        "sentence1", "sentence2", "label", ("entailment", "not_entailment"), guid="index"
-    ),
+    "entailment": TsvSpec("sentence1", "sentence2", "label", ("entailment", "not_entailment"), guid="index"),
 }
 SAMPLE_SPLITS = ("train", "dev")
 
@@ -74,9 +71,7 @@ def load_sample(task: str, split: str) -> TaskData:
     split_key = "dev" if split.strip().lower() in ("validation", "valid", "val") else split
     split_key = split_key.strip().lower()
     if split_key not in SAMPLE_SPLITS:
-        raise DataError(
-            f"sample task {key} has no split {split!r}; choose one of {', '.join(SAMPLE_SPLITS)}"
-        )
+        raise DataError(f"sample task {key} has no split {split!r}; choose one of {', '.join(SAMPLE_SPLITS)}")
     resource = sample_root() / key / f"{split_key}.tsv"
     # as_file gives a real path even when the package is installed zipped.
     with importlib.resources.as_file(resource) as path:
@@ -191,14 +186,10 @@ def _build_examples(
     return tuple(examples), [e.label for e in examples]
 
 
-def _require_columns(
-    source: str, present: Sequence[str], wanted: Sequence[str | None]
-) -> None:
+def _require_columns(source: str, present: Sequence[str], wanted: Sequence[str | None]) -> None:
     for name in wanted:
         if name is not None and name not in present:
-            raise DataError(
-                f"{source}: no column {name!r}; columns are {', '.join(map(repr, present))}"
-            )
+            raise DataError(f"{source}: no column {name!r}; columns are {', '.join(map(repr, present))}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -236,8 +227,7 @@ def load_file(
     kind = _FILE_FORMATS.get(path.suffix.lower())
     if kind is None:
         raise DataError(
-            f"{path}: unknown file type {path.suffix or '(none)'!r}; "
-            f"use one of {', '.join(sorted(_FILE_FORMATS))}"
+            f"{path}: unknown file type {path.suffix or '(none)'!r}; use one of {', '.join(sorted(_FILE_FORMATS))}"
         )
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
@@ -264,9 +254,7 @@ def load_file(
     )
 
 
-def _columns_of_table(
-    table: Table, wanted: Sequence[str | None]
-) -> tuple[dict[str, list[str]], Callable[[int], str]]:
+def _columns_of_table(table: Table, wanted: Sequence[str | None]) -> tuple[dict[str, list[str]], Callable[[int], str]]:
     _require_columns(str(table.path), table.columns, wanted)
     data = {}
     for name in wanted:
@@ -276,9 +264,7 @@ def _columns_of_table(
     return data, table.where
 
 
-def _read_json(
-    path: Path, wanted: Sequence[str | None]
-) -> tuple[dict[str, list[Any]], Callable[[int], str]]:
+def _read_json(path: Path, wanted: Sequence[str | None]) -> tuple[dict[str, list[Any]], Callable[[int], str]]:
     """JSON Lines, one object per line (or a single JSON array of objects)."""
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -317,9 +303,7 @@ def _read_json(
     return data, where
 
 
-def _read_parquet(
-    path: Path, wanted: Sequence[str | None]
-) -> tuple[dict[str, list[Any]], Callable[[int], str]]:
+def _read_parquet(path: Path, wanted: Sequence[str | None]) -> tuple[dict[str, list[Any]], Callable[[int], str]]:
     names = [n for n in dict.fromkeys(wanted) if n is not None]
     try:
         present = list(pl.read_parquet_schema(path))

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnwh.errors import DataError
-
 from attnwh.ingest.sources.examples import Example, TaskData
 
 __all__ = [
@@ -95,7 +94,10 @@ GLUE_TASKS: dict[str, GlueTask] = {
             name="cola",
             folder="CoLA",
             spec=TsvSpec(
-                "sentence", None, "label", _BINARY,
+                "sentence",
+                None,
+                "label",
+                _BINARY,
                 columns=("source", "label", "original_label", "sentence"),
             ),
             files=_TRAIN_DEV,
@@ -125,8 +127,11 @@ GLUE_TASKS: dict[str, GlueTask] = {
             name="mnli",
             folder="MNLI",
             spec=TsvSpec(
-                "sentence1", "sentence2", "gold_label",
-                ("entailment", "neutral", "contradiction"), guid="index",
+                "sentence1",
+                "sentence2",
+                "gold_label",
+                ("entailment", "neutral", "contradiction"),
+                guid="index",
             ),
             files={
                 "train": "train.tsv",
@@ -178,9 +183,7 @@ def _glue_split(task: GlueTask, split: str) -> str:
     if wanted == "dev" and "dev" not in task.files and "dev_matched" in task.files:
         wanted = "dev_matched"  # MNLI: the matched dev set is the conventional "dev"
     if wanted not in task.files:
-        raise DataError(
-            f"GLUE task {task.name} has no split {split!r}; choose one of {', '.join(task.files)}"
-        )
+        raise DataError(f"GLUE task {task.name} has no split {split!r}; choose one of {', '.join(task.files)}")
     return wanted
 
 
@@ -218,8 +221,7 @@ def load_glue(glue_dir: Path, task: str, split: str) -> TaskData:
     path = _task_folder(Path(glue_dir), spec_task) / spec_task.files[split_name]
     if not path.is_file():
         raise DataError(f"GLUE file not found: {path} (task {spec_task.name}, split {split_name})")
-    table = read_delimited(path, delimiter="\t", quoting=csv.QUOTE_NONE,
-                           columns=spec_task.spec.columns)
+    table = read_delimited(path, delimiter="\t", quoting=csv.QUOTE_NONE, columns=spec_task.spec.columns)
     examples = examples_from_spec(table, spec_task.spec, context=f"GLUE {spec_task.name}")
     return TaskData(
         dataset="glue",
@@ -282,10 +284,7 @@ def read_delimited(
                     header = tuple(cell.strip() for cell in row)
                     continue
                 if len(row) != len(header):
-                    raise DataError(
-                        f"{path} line {reader.line_num}: expected {len(header)} columns, "
-                        f"found {len(row)}"
-                    )
+                    raise DataError(f"{path} line {reader.line_num}: expected {len(header)} columns, found {len(row)}")
                 rows.append(row)
                 lines.append(reader.line_num)
     except UnicodeDecodeError as exc:
@@ -315,13 +314,10 @@ def examples_from_spec(table: Table, spec: TsvSpec, *, context: str) -> tuple[Ex
         label = row[lab].strip()
         if legal is not None and label not in legal:
             raise DataError(
-                f"{table.where(position)}: label {label!r} is not one of "
-                f"{', '.join(spec.labels or ())} ({context})"
+                f"{table.where(position)}: label {label!r} is not one of {', '.join(spec.labels or ())} ({context})"
             )
         if legal is None and not _is_score(label):
-            raise DataError(
-                f"{table.where(position)}: score {label!r} is not a number in [0, 5] ({context})"
-            )
+            raise DataError(f"{table.where(position)}: score {label!r} is not a number in [0, 5] ({context})")
         examples.append(
             Example(
                 position=position,

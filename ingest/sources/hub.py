@@ -16,11 +16,9 @@ import datasets
 import huggingface_hub
 
 from attnwh.errors import DataError
-
-from attnwh.ingest.sources.files import _brief, _build_examples, _require_columns, infer_label_names
 from attnwh.ingest.sources.examples import TaskData
+from attnwh.ingest.sources.files import _brief, _build_examples, _require_columns, infer_label_names
 from attnwh.ingest.sources.glue import normalize_name
-
 
 _HUB_GLUE_NAMES = frozenset({"glue", "nyu-mll/glue"})
 # Column names in the Hub's `glue` dataset, which differ from the TSVs (MNLI's premise /
@@ -50,8 +48,7 @@ _HUB_SPLIT_FALLBACKS = {
     "test": ("test_matched",),
 }
 
-_HUB_BUILDERS_BY_SUFFIX = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json",
-                           ".parquet": "parquet"}
+_HUB_BUILDERS_BY_SUFFIX = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 
 def load_hub(
@@ -104,11 +101,15 @@ def load_hub(
     feature = dataset.features.get(label_column) if label_column else None
     if label_column and isinstance(feature, datasets.ClassLabel):
         label_names = tuple(feature.names)
-        data[label_column] = [_class_name(v, label_names, source, i)
-                              for i, v in enumerate(data[label_column])]
+        data[label_column] = [_class_name(v, label_names, source, i) for i, v in enumerate(data[label_column])]
     guids = [None if g is None else str(g) for g in data[guid_column]] if guid_column else None
     examples, labels = _build_examples(
-        data, text_column, pair_column, label_column, lambda i: f"{source} row {i}", guids,
+        data,
+        text_column,
+        pair_column,
+        label_column,
+        lambda i: f"{source} row {i}",
+        guids,
         # ClassLabel's -1 marks an unlabelled row (GLUE test splits); elsewhere it is an error.
         allow_missing_labels=label_names is not None,
     )
@@ -134,9 +135,7 @@ def _class_name(value: Any, names: tuple[str, ...], source: str, row: int) -> st
     if value is None or value == -1:
         return None
     if not isinstance(value, int) or not 0 <= value < len(names):
-        raise DataError(
-            f"{source} row {row}: label {value!r} is not a class id 0..{len(names) - 1}"
-        )
+        raise DataError(f"{source} row {row}: label {value!r} is not a class id 0..{len(names) - 1}")
     return names[value]
 
 
@@ -146,14 +145,10 @@ def _pick_split(requested: str, available: Sequence[str] | None, where_name: str
     for candidate in (requested, *_HUB_SPLIT_FALLBACKS.get(requested.lower(), ())):
         if candidate in available:
             return candidate
-    raise DataError(
-        f"dataset {where_name!r} has no split {requested!r}; splits are {', '.join(available)}"
-    )
+    raise DataError(f"dataset {where_name!r} has no split {requested!r}; splits are {', '.join(available)}")
 
 
-def _open_hub_split(
-    name: str, config: str | None, split: str, where_name: str
-) -> tuple[datasets.Dataset, str]:
+def _open_hub_split(name: str, config: str | None, split: str, where_name: str) -> tuple[datasets.Dataset, str]:
     """The requested split as a `datasets.Dataset`, whatever kind of source `name` is."""
     # A failure becomes one DataError line; the hub client's retry warnings would bury it.
     huggingface_hub.utils.logging.set_verbosity_error()
@@ -161,9 +156,7 @@ def _open_hub_split(
     datasets.disable_progress_bars()
     local = Path(name).expanduser()
     try:
-        if local.is_dir() and any(
-            (local / f).is_file() for f in ("dataset_dict.json", "state.json")
-        ):
+        if local.is_dir() and any((local / f).is_file() for f in ("dataset_dict.json", "state.json")):
             loaded = datasets.load_from_disk(str(local))
             if isinstance(loaded, datasets.DatasetDict):
                 chosen = _pick_split(split, list(loaded), where_name)
