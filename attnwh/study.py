@@ -23,6 +23,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from attnwh.errors import DataError, UsageError
 from attnwh.ingest.encoder.loading import LINEAGE_FILE, EncoderModel, load_encoder
@@ -161,8 +162,9 @@ class TaskSummary:
     helpful_head: tuple[int, int, float, float | None] | None  # layer, head, delta, adjusted p
 
 
-class StudyHooks:
-    """What the study reports while it runs; the command line shows it, tests ignore it."""
+class StudyHooks(Protocol):
+    """What the study reports while it runs; the command line shows it (attnwh/cli/study.py),
+    tests ignore it (:class:`QuietHooks`, the default)."""
 
     def stage(self, name: str, index: int, total: int) -> None:
         """A stage begins."""
@@ -181,6 +183,28 @@ class StudyHooks:
 
     def note(self, text: str) -> None:
         """A line worth showing."""
+
+
+class QuietHooks(StudyHooks):
+    """Hooks that show nothing."""
+
+    def stage(self, name: str, index: int, total: int) -> None:
+        pass
+
+    def stage_done(self, result: StageResult) -> None:
+        pass
+
+    def start(self, name: str, total: int | None) -> None:
+        pass
+
+    def advance(self, n: int) -> None:
+        pass
+
+    def step(self, step: int, total: int, loss: float) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        pass
 
 
 def parse_force(names: Sequence[str]) -> frozenset[str]:
@@ -279,7 +303,7 @@ class Study:
 
     def __init__(self, options: StudyOptions, hooks: StudyHooks | None = None) -> None:
         self.options = options
-        self.hooks = hooks or StudyHooks()
+        self.hooks: StudyHooks = hooks or QuietHooks()
         parse_force(sorted(options.force))
         if options.report.is_dir():
             raise UsageError(f"--report {options.report} is a folder; give a file name such as report.html")

@@ -7,6 +7,8 @@ chart's Vega-Lite spec, and so a researcher can build the same chart in a notebo
 
 from __future__ import annotations
 
+from typing import Any, TypeVar, cast
+
 import altair as alt
 import polars as pl
 
@@ -24,8 +26,9 @@ _LABELS = {column: f"{target} · {weighting}" for column, target, weighting in S
 _FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 
 
-# The axes of every layer × head heatmap.
-_HEAD_GRID = {
+# The axes of every layer × head heatmap (Any: each value suits only its own keyword of
+# `encode`, which a dict's one value type cannot say).
+_HEAD_GRID: dict[str, Any] = {
     "x": alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0, labelFontSize=9)),
     "y": alt.Y("layer:O", title="layer", axis=alt.Axis(labelFontSize=9)),
 }
@@ -34,11 +37,11 @@ _HEAD_GRID = {
 def _cell(frame: pl.DataFrame, smallest: int) -> int:
     """Cell size in px of a layer × head heatmap: at least `smallest`, and wide enough that a
     panel of few heads is never narrower than its header (84 px)."""
-    heads = int(frame["head"].max()) + 1 if frame.height else 12
+    heads = int(cast(int, frame["head"].max())) + 1 if frame.height else 12
     return max(smallest, -(-84 // heads))
 
 
-def _heatmap(data: pl.DataFrame, cell: int, **encoding: object) -> alt.Chart:
+def _heatmap(data: pl.DataFrame, cell: int, **encoding: Any) -> alt.Chart:
     """A layer × head heatmap of `cell` px squares; `encoding` adds colour and tooltips."""
     return (
         alt.Chart(data)
@@ -48,7 +51,7 @@ def _heatmap(data: pl.DataFrame, cell: int, **encoding: object) -> alt.Chart:
     )
 
 
-def _panels(chart: alt.Chart | alt.LayerChart, columns: int, spacing: int, **header: object) -> alt.FacetChart:
+def _panels(chart: alt.Chart | alt.LayerChart, columns: int, spacing: int, **header: Any) -> alt.FacetChart:
     """One panel per run (the `panel` column), `columns` to a row, titled in bold."""
     header = {"labelFontWeight": "bold", "labelLimit": 360, **header}
     return chart.facet(
@@ -56,10 +59,18 @@ def _panels(chart: alt.Chart | alt.LayerChart, columns: int, spacing: int, **hea
     )
 
 
+def _layer(*charts: alt.Chart, **kwargs: Any) -> alt.LayerChart:
+    """`alt.layer` of charts without facet encodings, which is always a LayerChart."""
+    layered = alt.layer(*charts, **kwargs)
+    assert isinstance(layered, alt.LayerChart)  # a FacetChart only when the charts share facet encodings
+    return layered
+
+
 _UNSET = object()
+_Styled = TypeVar("_Styled", bound=alt.TopLevelMixin)
 
 
-def _styled(chart: alt.TopLevelMixin, view_stroke: object = _UNSET) -> alt.TopLevelMixin:
+def _styled(chart: _Styled, view_stroke: Any = _UNSET) -> _Styled:
     """The page's font on `chart`; `view_stroke` (None: no frame) for the cells' frame."""
     chart = chart.configure(font=_FONT)
     return chart if view_stroke is _UNSET else chart.configure_view(stroke=view_stroke)
@@ -223,7 +234,7 @@ def finetune_change_layers(frame: pl.DataFrame) -> alt.LayerChart:
             alt.Tooltip("stddev_cosine:Q", title="std. dev.", format=".3f"),
         ],
     )
-    return _styled(alt.layer(band, line).properties(width=420, height=220))
+    return _styled(_layer(band, line).properties(width=420, height=220))
 
 
 def relations_label(frame: pl.DataFrame) -> pl.Expr:
@@ -528,7 +539,7 @@ def ablation_label(frame: pl.DataFrame) -> pl.Expr:
 
 def _delta_colour(frame: pl.DataFrame) -> alt.Color:
     # Symmetric around 0 so that white is "no effect" in every panel; blue: disabling helped.
-    reach = float(frame["delta"].abs().max() or 0.0) or 1e-3
+    reach = float(cast(float | None, frame["delta"].abs().max()) or 0.0) or 1e-3
     return alt.Color("delta:Q", title=_DELTA_TITLE, scale=alt.Scale(scheme="redblue", domain=[-reach, reach]))
 
 
@@ -559,7 +570,7 @@ def ablation_heads(frame: pl.DataFrame) -> alt.FacetChart:
         ],
     )
     dots = base.mark_text(fontSize=8, color="#111").encode(text="mark:N")
-    layered = alt.layer(cells, dots, data=data).properties(width=alt.Step(cell), height=alt.Step(cell))
+    layered = _layer(cells, dots, data=data).properties(width=alt.Step(cell), height=alt.Step(cell))
     return _styled(_panels(layered, 2, 16, labelLimit=420), view_stroke=None)
 
 
@@ -573,7 +584,7 @@ def _interval_around_zero(base: alt.Chart, mark: str, line: alt.Chart) -> alt.La
     interval = getattr(base, f"mark_{mark}")(**({"strokeWidth": 2} if mark == "rule" else {"opacity": 0.15}))
     interval = interval.encode(y=alt.Y("ci_low:Q", title=_DELTA_TITLE), y2="ci_high:Q")
     zero = alt.Chart().mark_rule(color="#888", strokeDash=[4, 3]).encode(y=alt.datum(0))
-    return alt.layer(zero, interval, line)
+    return _layer(zero, interval, line)
 
 
 def ablation_layers(frame: pl.DataFrame) -> alt.LayerChart:

@@ -31,7 +31,9 @@ def javascript_bundle() -> str:
 
     The first call costs a few seconds (vl-convert starts its JavaScript runtime), so it is
     made once per process."""
-    bundle = vl_convert.javascript_bundle(vl_version=vegalite_version())
+    # The stub makes `snippet` required, but the runtime's signature is (snippet=None,
+    # vl_version=None) and None gives the default snippet that sets window.vegaEmbed.
+    bundle = vl_convert.javascript_bundle(vl_version=vegalite_version())  # type: ignore[call-arg]
     # The bundle must not end its own <script> element early; it contains no such text today,
     # and if a future one did, `<\/` means the same to JavaScript in strings and regexes.
     return re.sub(r"</(script)", r"<\\/\1", bundle, flags=re.IGNORECASE).replace("<!--", "<\\!--")

@@ -56,7 +56,9 @@ class ReportContext:
         """Run a named query (`sql/<name>.sql`) with the report's model/task filters."""
         query = named.get_query(name)
         params = {k: v for k, v in self.params.items() if k in query.params and v is not None}
-        return pl.from_arrow(named.run_query(self.con, query, params))
+        frame = pl.from_arrow(named.run_query(self.con, query, params))
+        assert isinstance(frame, pl.DataFrame)  # from_arrow gives a Series only for an Array
+        return frame
 
 
 @dataclass(frozen=True)

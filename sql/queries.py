@@ -11,6 +11,7 @@ query reads as "all".
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 
@@ -61,7 +62,9 @@ def get_query(name: str) -> NamedQuery:
     return queries[name]
 
 
-def run_query(con: duckdb.DuckDBPyConnection, query: NamedQuery, params: dict[str, str] | None = None) -> pa.Table:
+def run_query(
+    con: duckdb.DuckDBPyConnection, query: NamedQuery, params: Mapping[str, object] | None = None
+) -> pa.Table:
     """Execute a named query; unknown parameters are refused, missing ones are NULL."""
     params = params or {}
     unknown = set(params) - set(query.params)
@@ -71,7 +74,7 @@ def run_query(con: duckdb.DuckDBPyConnection, query: NamedQuery, params: dict[st
     return run_sql(con, query.sql, {p: params.get(p) for p in query.params})
 
 
-def run_sql(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, object] | None = None) -> pa.Table:
+def run_sql(con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, object] | None = None) -> pa.Table:
     """Execute SQL and return the result as an Arrow table; SQL errors become one line."""
     try:
         relation = con.sql(sql, params=params or None)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import duckdb
 
 from attnwh.errors import AttnwhError
-from attnwh.sql.warehouse import first_row
+from attnwh.sql.warehouse import first_row, one_row
 
 
 def run_key(kind: str, identity: Mapping[str, object]) -> str:
@@ -100,7 +100,7 @@ def create_run(
     columns = list(values)
     started = "" if "started_at" in values else ", started_at"
     placeholders = ", ".join("?" for _ in columns) + (", current_timestamp" if started else "")
-    run_id = first_row(
+    run_id = one_row(
         con,
         f"INSERT INTO runs ({', '.join(columns)}{started}) VALUES ({placeholders}) RETURNING run_id",
         list(values.values()),
@@ -113,7 +113,8 @@ def finish_run(
 ) -> None:
     """Mark the run `status` (complete, interrupted, failed) as of now (or `finished_at`,
     for fixtures that pin their times), adding `seconds` of model time to its total."""
-    sets, params = ["status = ?"], [status]
+    sets: list[str] = ["status = ?"]
+    params: list[object] = [status]
     if finished_at is None:
         sets.append("finished_at = current_timestamp")
     else:
@@ -180,7 +181,7 @@ def upsert_model(con: duckdb.DuckDBPyConnection, facts: Mapping[str, object]) ->
         base = first_row(con, "SELECT min(model_id) FROM models WHERE weights_hash = ?", [base_hash])
         facts["base_model_id"] = base[0] if base else None
     columns = list(facts)
-    return first_row(
+    return one_row(
         con,
         f"INSERT INTO models ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}) RETURNING model_id",
         [facts[c] for c in columns],

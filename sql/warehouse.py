@@ -86,10 +86,10 @@ def check_writable(path: Path | str) -> None:
 
 
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:
-    exists = first_row(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'")
+    exists = one_row(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'")
     if not exists[0]:
         return 0
-    return first_row(con, "SELECT coalesce(max(version), 0) FROM schema_migrations")[0]
+    return one_row(con, "SELECT coalesce(max(version), 0) FROM schema_migrations")[0]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -26,6 +26,9 @@ from attnwh.cli.options import (
 )
 from attnwh.cli.progress import Bars, interrupts_as
 from attnwh.cli.summaries import print_study
+
+if TYPE_CHECKING:
+    from attnwh.study import StageResult
 
 
 def study(
@@ -202,7 +205,7 @@ class _ConsoleHooks:
         self.bars.close()
         self.console.print(f"[bold]stage {index}/{total}: {name}[/] — {STAGE_HELP[name]}", highlight=False)
 
-    def stage_done(self, result) -> None:
+    def stage_done(self, result: StageResult) -> None:
         self.bars.close()
         for line in result.detail:
             self.console.print(f"  {line}", highlight=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -59,11 +60,12 @@ class TokenKinds:
     def _is_punct(self, token_id: int) -> bool:
         known = self._punct.get(token_id)
         if known is None:
-            text = (
-                ""
-                if token_id in self._special
-                else self._tokenizer.convert_tokens_to_string([self._tokenizer.convert_ids_to_tokens(token_id)])
-            )
+            if token_id in self._special:
+                text = ""
+            else:
+                # One id gives one token (the annotation, str | list[str], covers a list of ids too).
+                token = cast(str, self._tokenizer.convert_ids_to_tokens(token_id))
+                text = self._tokenizer.convert_tokens_to_string([token])
             text = text.strip().removeprefix("##").strip()
             known = bool(text) and all(unicodedata.category(ch).startswith("P") for ch in text)
             self._punct[token_id] = known
@@ -95,14 +97,15 @@ def collate(
     width = max(len(encoded.input_ids[i]) for i in indices)
     ids = np.full((len(indices), width), pad_token_id, dtype=np.int64)
     mask = np.zeros((len(indices), width), dtype=np.int64)
-    types = None if encoded.token_type_ids is None else np.zeros((len(indices), width), dtype=np.int64)
     for row, i in enumerate(indices):
         n = len(encoded.input_ids[i])
         ids[row, :n] = encoded.input_ids[i]
         mask[row, :n] = 1
-        if types is not None:
-            types[row, :n] = encoded.token_type_ids[i]
     batch = {"input_ids": torch.from_numpy(ids).to(device), "attention_mask": torch.from_numpy(mask).to(device)}
-    if types is not None:
+    type_ids = encoded.token_type_ids
+    if type_ids is not None:
+        types = np.zeros((len(indices), width), dtype=np.int64)
+        for row, i in enumerate(indices):
+            types[row, : len(encoded.input_ids[i])] = type_ids[i]
         batch["token_type_ids"] = torch.from_numpy(types).to(device)
     return batch

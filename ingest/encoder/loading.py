@@ -6,8 +6,10 @@ import functools
 import hashlib
 import inspect
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import huggingface_hub
 import torch
@@ -183,13 +185,14 @@ def model_max_length(tokenizer: transformers.PreTrainedTokenizerBase, config: tr
 def forward_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The tensors of `batch` that the model's forward takes: DistilBERT takes no
     token_type_ids, whatever its tokenizer makes."""
-    accepted = _forward_parameters(type(model))
+    accepted = _forward_parameters(type(model).forward)
     return {k: v for k, v in batch.items() if k in accepted}
 
 
 @functools.cache
-def _forward_parameters(model_class: type) -> frozenset[str]:
-    return frozenset(inspect.signature(model_class.forward).parameters)
+def _forward_parameters(forward: Callable[..., Any]) -> frozenset[str]:
+    """The parameter names of a model class's forward (unbound: `self` first)."""
+    return frozenset(inspect.signature(forward).parameters)
 
 
 def parameters_hash(model: nn.Module) -> str:
@@ -213,7 +216,8 @@ def output_projections(model: nn.Module) -> dict[nn.Module, nn.Linear]:
             if isinstance(getattr(module, "dense", None), nn.Linear):  # ALBERT keeps W_O beside Q, K, V
                 found[module] = module.dense
             else:  # BERT, RoBERTa, ELECTRA: <layer>.attention.{self, output.dense}
-                parent = model.get_submodule(name.rsplit(".", 1)[0])
+                # Any: torch types a submodule reached by attribute as Tensor | Module.
+                parent: Any = model.get_submodule(name.rsplit(".", 1)[0])
                 found[module] = parent.output.dense
     if not found:
         raise ModelError(f"cannot find the attention output projections of {type(model).__name__}")

@@ -101,8 +101,11 @@ class HeadDisabler:
         self._layer += 1
         if not self._active[layer]:
             return probs
-        off = self._disabled[layer]
-        replacement = self._uniform.to(probs.dtype) if self.mode == "uniform" else probs.new_zeros(())
+        # _active is filled by begin(), which sets both tensors: past the check they are there.
+        disabled, uniform = self._disabled, self._uniform
+        assert disabled is not None and uniform is not None
+        off = disabled[layer]
+        replacement = uniform.to(probs.dtype) if self.mode == "uniform" else probs.new_zeros(())
         return torch.where(off, replacement, probs)
 
 
@@ -173,11 +176,12 @@ def _replacing(outputs: Sequence[tuple[nn.Module, object]]) -> Iterator[None]:
 
 @dataclass
 class _Reference:
-    """One batch's pass with nothing disabled: every layer's output and, where found, every
-    layer's query, key and value projections."""
+    """One batch's pass with nothing disabled: the layer modules and every layer's output
+    and, where found, every layer's query, key and value projections with their outputs."""
 
+    layers: nn.ModuleList
     outputs: list[torch.Tensor]
-    projections: list[list[torch.Tensor]] | None
+    projections: list[list[tuple[nn.Linear, torch.Tensor]]] | None
 
 
 class AblationSweep:
@@ -200,7 +204,7 @@ class AblationSweep:
         inputs = forward_inputs(model, batch)
         key_mask = batch["attention_mask"].bool()
         rows = key_mask.shape[0]
-        reference = self._reference(inputs) if self.layers is not None else None
+        reference = self._reference(inputs, self.layers) if self.layers is not None else None
         starts = [c.start(L) if reference is not None else 0 for c in configurations]
         out: np.ndarray | None = None
         order = sorted(range(len(configurations)), key=lambda i: (starts[i], i))
@@ -214,14 +218,11 @@ class AblationSweep:
                 for layer, head in configurations[i].heads:
                     disabled[layer, j, head] = True
             stubs: list[tuple[nn.Module, object]] = []
-            if start > 0:
+            if reference is not None and start > 0:  # start > 0 only with a reference
                 hidden = reference.outputs[start - 1].repeat(k, 1, 1)
-                stubs += [(layer, hidden) for layer in self.layers[:start]]
+                stubs += [(layer, hidden) for layer in reference.layers[:start]]
             if reference is not None and reference.projections is not None and start < L:
-                stubs += [
-                    (linear, stored.repeat(k, 1, 1))
-                    for linear, stored in zip(self.projections[start], reference.projections[start])
-                ]
+                stubs += [(linear, stored.repeat(k, 1, 1)) for linear, stored in reference.projections[start]]
             self.disabler.begin(key_mask.repeat(k, 1), np.repeat(disabled, rows, axis=1), start)
             with capture.observing(self.disabler), _replacing(stubs):
                 logits = model(**{name: t.repeat(k, 1) for name, t in inputs.items()}).logits
@@ -229,11 +230,13 @@ class AblationSweep:
             if out is None:
                 out = np.empty((len(configurations), rows, values.shape[-1]), dtype=np.float32)
             out[group] = values
+        if out is None:  # only when no configuration was given
+            raise ValueError("logits needs at least one configuration")
         return out
 
-    def _reference(self, inputs: dict[str, torch.Tensor]) -> _Reference:
+    def _reference(self, inputs: dict[str, torch.Tensor], layers: nn.ModuleList) -> _Reference:
         outputs: list[torch.Tensor] = []
-        hooks = [layer.register_forward_hook(lambda m, a, out: outputs.append(out)) for layer in self.layers]
+        hooks = [layer.register_forward_hook(lambda m, a, out: outputs.append(out)) for layer in layers]
         projections: dict[nn.Module, torch.Tensor] = {}
         if self.projections is not None:
             hooks += [
@@ -247,8 +250,9 @@ class AblationSweep:
             for hook in hooks:
                 hook.remove()
         if self.projections is None:
-            return _Reference(outputs, None)
-        return _Reference(outputs, [[projections[linear] for linear in linears] for linears in self.projections])
+            return _Reference(layers, outputs, None)
+        stored = [[(linear, projections[linear]) for linear in linears] for linears in self.projections]
+        return _Reference(layers, outputs, stored)
 
 
 def _split_by(group: list[int], starts: list[int]) -> Iterator[list[int]]:

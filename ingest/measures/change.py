@@ -50,6 +50,8 @@ class CosineAgainst:
             raise RuntimeError(f"the tuned model has more attention layers than the base model ({len(self._kept)})")
         base = self._kept[self._layer]
         self._kept[self._layer] = None  # drop the base layer as soon as it is used
+        # Each layer's entry is read once, before it is dropped: it is still there.
+        assert base is not None
         self._layer += 1
         # Padding keys already have probability 0; padding query rows do not (they attend to
         # the real keys), so both maps are masked. Reduced in float32 whatever the model dtype.
@@ -143,9 +145,11 @@ def prepare_comparison(
                     f"{base.name} and {tuned.name} tokenize differently (first: {task.data.task} row "
                     f"{task.data.examples[i].position}); attention can only be compared on the same tokens"
                 )
-        both_segmented = ours.token_type_ids is not None and theirs.token_type_ids is not None
-        if both_segmented and not all(
-            np.array_equal(a, b) for a, b in zip(ours.token_type_ids, theirs.token_type_ids, strict=True)
+        our_types, their_types = ours.token_type_ids, theirs.token_type_ids
+        if (
+            our_types is not None
+            and their_types is not None
+            and not all(np.array_equal(a, b) for a, b in zip(our_types, their_types, strict=True))
         ):
             raise ModelError(f"{base.name} and {tuned.name} give different segment ids on {task.data.task}")
     return prepared

@@ -26,6 +26,7 @@ of the maps of the batch rows it is asked for.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -62,6 +63,16 @@ def value_norm_grams(output_projections: Mapping[nn.Module, nn.Linear], num_head
     return grams
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """What :meth:`HeadStatistics.begin` derives from one batch's token masks."""
+
+    masks: patterns.PatternMasks
+    row_weight: torch.Tensor  # (B, S): 1/n on the n real rows, 0 on padding
+    targets: torch.Tensor  # (B, 1, S, 3): [CLS], [SEP] and punctuation columns
+    next_ok: torch.Tensor  # (B, S - 1): row i has a real right neighbour
+
+
 class HeadStatistics:
     """Attention observer that reduces each layer's maps to :data:`OBSERVED_COLUMNS`.
 
@@ -74,15 +85,12 @@ class HeadStatistics:
     ) -> None:
         self._grams = grams
         self._thresholds = thresholds
-        self._masks: patterns.PatternMasks | None = None
         self._thumb_rows: list[int] = []
         self._thumb_lengths: list[int] = []
         self._thumbs: list[torch.Tensor] = []
         self._num_layers = num_layers
         self._layers: list[torch.Tensor] = []
-        self._row_weight: torch.Tensor | None = None
-        self._targets: torch.Tensor | None = None
-        self._next_ok: torch.Tensor | None = None
+        self._batch: _Batch | None = None  # set by `begin`
 
     def begin(
         self,
@@ -94,18 +102,23 @@ class HeadStatistics:
     ) -> None:
         """Masks of shape (batch, seq): real tokens, [CLS], [SEP] and punctuation positions;
         `thumbnail_rows`: the batch rows whose maps to keep as thumbnails."""
-        self._masks = patterns.PatternMasks(key_mask, cls, sep, punct)
         self._thumb_rows = [int(r) for r in thumbnail_rows]
         lengths = key_mask.sum(-1)
         self._thumb_lengths = [int(lengths[r]) for r in self._thumb_rows]
         self._thumbs = []
         real = key_mask.float()
-        self._row_weight = real / real.sum(-1, keepdim=True)  # mean over the n real rows
-        self._targets = torch.stack([cls, sep, punct], dim=-1).float()[:, None]  # (B, 1, S, 3)
-        self._next_ok = real[:, 1:]  # row i has a real right neighbour
+        self._batch = _Batch(
+            masks=patterns.PatternMasks(key_mask, cls, sep, punct),
+            row_weight=real / real.sum(-1, keepdim=True),  # mean over the n real rows
+            targets=torch.stack([cls, sep, punct], dim=-1).float()[:, None],  # (B, 1, S, 3)
+            next_ok=real[:, 1:],  # row i has a real right neighbour
+        )
         self._layers = []
 
     def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        batch = self._batch
+        if batch is None:
+            raise RuntimeError("call HeadStatistics.begin before the forward pass")
         a = probs.float()
         v = value.float()
         # ||f_h(x_j)|| per key, from the Gram matrices: no tensor of model width per head.
@@ -113,12 +126,12 @@ class HeadStatistics:
         # One pass over the maps for all shares: columns [cls, sep, punct] weighted by A, then
         # the same columns and a column of ones weighted by A * norms (numerators and the
         # row sum that renormalises them).
-        targets = self._targets.expand(-1, a.shape[1], -1, -1)
+        targets = batch.targets.expand(-1, a.shape[1], -1, -1)
         columns = torch.cat([targets, norms[..., None] * targets, norms[..., None]], dim=-1)
         mixed = a @ columns  # (B, H, S, 7)
         norm_shares = mixed[..., 3:6] / mixed[..., 6:].clamp_min(torch.finfo(torch.float32).tiny)
         prev = a.diagonal(offset=-1, dim1=-2, dim2=-1)  # A[i, i-1] for i >= 1
-        nxt = a.diagonal(offset=1, dim1=-2, dim2=-1) * self._next_ok[:, None]  # A[i, i+1]
+        nxt = a.diagonal(offset=1, dim1=-2, dim2=-1) * batch.next_ok[:, None]  # A[i, i+1]
         per_row = torch.stack(
             [
                 *mixed[..., :3].unbind(-1),
@@ -131,8 +144,8 @@ class HeadStatistics:
             ],
             dim=-1,
         )  # (B, H, S, K)
-        stats = torch.einsum("bhsk,bs->bhk", per_row, self._row_weight)
-        features = patterns.map_features(a, self._masks)
+        stats = torch.einsum("bhsk,bs->bhk", per_row, batch.row_weight)
+        features = patterns.map_features(a, batch.masks)
         code = patterns.classify(features, self._thresholds).float()
         self._layers.append(torch.cat([stats, features, code[..., None]], dim=-1))
         if self._thumb_rows:

@@ -110,7 +110,9 @@ def _word_batch(encoder: EncoderModel, batch: list[list[str]], indices: list[int
     with capture.observing(observer):
         encoder.model(**inputs)
     pieces = pieces.to(encoder.device)
-    maps = torch.stack([word_attention(probs.float(), pieces[:, None]) for probs in observer.maps], 1)
+    # A KeepMaps' entries are None only where a user drops them; none is dropped here.
+    kept = [probs for probs in observer.maps if probs is not None]
+    maps = torch.stack([word_attention(probs.float(), pieces[:, None]) for probs in kept], 1)
     observer.maps.clear()
     counts = pieces.sum(1)
     return WordBatch(

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -98,28 +99,31 @@ def gold_labels(encoder: EncoderModel, data: TaskData) -> tuple[np.ndarray, bool
     """The examples' gold labels in the model's own numbering (scores for regression), and
     whether the task is a regression. Label names must match the model's, or the model must
     have default names (LABEL_0, ...) and as many labels as the task."""
-    config = encoder.model.config
+    # A transformers PretrainedConfig; nn.Module's __getattr__ types it as Tensor | Module.
+    config: Any = encoder.model.config
     regression = config.num_labels == 1
-    if any(e.label is None for e in data.examples):
+    golds = [e.label for e in data.examples if e.label is not None]
+    if len(golds) != len(data.examples):
         raise DataError(f"{data.task} ({data.split}) has unlabelled examples; ablation needs gold labels")
-    if regression != (data.labels is None):
+    task_labels = data.labels
+    if regression != (task_labels is None):
         kind = "a regression" if regression else f"a {config.num_labels}-class"
         raise DataError(
             f"{encoder.name} is {kind} model, but {data.task} is {'not ' if regression else ''}a regression task"
         )
-    if regression:
-        return np.array([float(e.label) for e in data.examples]), True
+    if task_labels is None:  # a regression model, after the check above
+        return np.array([float(label) for label in golds]), True
     names = [str(config.id2label[i]) for i in range(config.num_labels)]
-    if set(names) == set(data.labels):
+    if set(names) == set(task_labels):
         index = {name: i for i, name in enumerate(names)}
-    elif all(re.fullmatch(r"LABEL_\d+", n) for n in names) and len(names) == len(data.labels):
-        index = {name: i for i, name in enumerate(data.labels)}
+    elif all(re.fullmatch(r"LABEL_\d+", n) for n in names) and len(names) == len(task_labels):
+        index = {name: i for i, name in enumerate(task_labels)}
     else:
         raise DataError(
             f"the labels of {encoder.name} ({', '.join(names)}) do not match those of {data.task} "
-            f"({', '.join(data.labels)}); was it fine-tuned on this task?"
+            f"({', '.join(task_labels)}); was it fine-tuned on this task?"
         )
-    return np.array([index[e.label] for e in data.examples]), False
+    return np.array([index[label] for label in golds]), False
 
 
 def ablation_identity(encoder: EncoderModel, ablation: AblationOptions) -> dict[str, object]:

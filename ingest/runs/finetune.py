@@ -70,12 +70,13 @@ LineageExtra = Callable[[FinetuneResult], dict[str, object]]
 
 
 def _labels(data: TaskData) -> np.ndarray:
-    if any(e.label is None for e in data.examples):
+    golds = [e.label for e in data.examples if e.label is not None]
+    if len(golds) != len(data.examples):
         raise DataError(f"{data.task} ({data.split}) has unlabelled examples; fine-tuning needs labels")
     if data.labels is None:
-        return np.array([float(e.label) for e in data.examples], dtype=np.float32)
+        return np.array([float(label) for label in golds], dtype=np.float32)
     index = {name: i for i, name in enumerate(data.labels)}
-    return np.array([index[e.label] for e in data.examples], dtype=np.int64)
+    return np.array([index[label] for label in golds], dtype=np.int64)
 
 
 def finetune(
@@ -98,13 +99,14 @@ def finetune(
         raise DataError(f"train and dev of {train.task} have different label sets")
     base = load_encoder(model_name, device)  # checks the model is a supported encoder
     source = str(bundled_model_path()) if model_name is None else model_name
-    regression = train.labels is None
-    num_labels = 1 if regression else len(train.labels)
+    label_names = train.labels
+    regression = label_names is None
+    num_labels = 1 if label_names is None else len(label_names)
     config = AutoConfig.from_pretrained(source, num_labels=num_labels)
     config.problem_type = "regression" if regression else "single_label_classification"
-    if not regression:
-        config.id2label = dict(enumerate(train.labels))
-        config.label2id = {name: i for i, name in enumerate(train.labels)}
+    if label_names is not None:
+        config.id2label = dict(enumerate(label_names))
+        config.label2id = {name: i for i, name in enumerate(label_names)}
     _seed(options.seed)
     if options.from_scratch:
         model = AutoModelForSequenceClassification.from_config(config, attn_implementation="sdpa")

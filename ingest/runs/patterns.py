@@ -17,7 +17,7 @@ import torch
 
 from attnwh.errors import DataError, UsageError
 from attnwh.ingest.measures import pattern_cnn, patterns
-from attnwh.sql.warehouse import first_row, insert_arrow, registered, transaction
+from attnwh.sql.warehouse import first_row, insert_arrow, one_row, registered, transaction
 
 # Accepted spellings of the types in a labels file, beside the names themselves.
 _ALIASES = {
@@ -132,14 +132,14 @@ def import_labels(con: duckdb.DuckDBPyConnection, path: Path) -> int:
         }
     )
     with registered(con, table) as new_labels:
-        dup = first_row(
+        dup = one_row(
             con,
             "SELECT min(line) FROM (SELECT line, row_number() OVER (PARTITION BY run_id, example_id,"
             f" layer, head ORDER BY line) AS k FROM {new_labels}) WHERE k > 1",
         )
         if dup[0] is not None:
             raise DataError(f"{path.name} line {dup[0]}: the same map is labelled twice")
-        unknown = first_row(
+        unknown = one_row(
             con,
             f"SELECT min(n.line) FROM {new_labels} AS n ANTI JOIN head_stats AS s"
             " ON s.run_id = n.run_id AND s.example_id = n.example_id AND s.layer = n.layer AND s.head = n.head",
@@ -204,7 +204,7 @@ def train_cnn(
     }
     # A trained CNN is not a run (it reads no examples with an encoder): its own table, its own ids.
     with transaction(con):
-        model_id = first_row(con, "SELECT nextval('pattern_model_ids')")[0]
+        model_id = one_row(con, "SELECT nextval('pattern_model_ids')")[0]
         insert_arrow(
             con,
             "pattern_models",

@@ -48,7 +48,8 @@ def library_versions() -> dict[str, str]:
 
 def insert_examples(con: duckdb.DuckDBPyConnection, data: TaskData, ids: Sequence[int]) -> None:
     """Add the task's examples; ones already stored (same id) are left as they are."""
-    labels = {name: i for i, name in enumerate(data.labels)} if data.labels else {}
+    # Keyed by str | None so an unlabelled example (label None) looks up to a NULL label_id.
+    labels: dict[str | None, int] = {name: i for i, name in enumerate(data.labels)} if data.labels else {}
     table = pa.table(
         {
             "example_id": pa.array(ids, pa.int64()),

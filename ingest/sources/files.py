@@ -13,7 +13,7 @@ import importlib.resources
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
@@ -150,7 +150,7 @@ def _text_cells(name: str, values: Sequence[Any], where: Callable[[int], str]) -
 
 
 def _build_examples(
-    data: dict[str, Sequence[Any]],
+    data: Mapping[str, Sequence[Any]],
     text_column: str,
     pair_column: str | None,
     label_column: str | None,
@@ -271,13 +271,13 @@ def _read_json(path: Path, wanted: Sequence[str | None]) -> tuple[dict[str, list
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     records: list[Any] = []
-    lines: list[int] | None = []
-    if text.lstrip().startswith("["):
+    lines: list[int] = []  # each record's line number; none for a JSON array
+    array = text.lstrip().startswith("[")
+    if array:
         try:
             records = json.loads(text)
         except json.JSONDecodeError as exc:
             raise DataError(f"{path} line {exc.lineno}: invalid JSON ({exc.msg})") from None
-        lines = None
     else:
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
@@ -289,7 +289,7 @@ def _read_json(path: Path, wanted: Sequence[str | None]) -> tuple[dict[str, list
             lines.append(number)
 
     def where(i: int) -> str:
-        return f"{path} line {lines[i]}" if lines is not None else f"{path} row {i}"
+        return f"{path} row {i}" if array else f"{path} line {lines[i]}"
 
     if not records:
         raise DataError(f"{path}: file is empty")

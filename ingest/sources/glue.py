@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from attnwh.errors import DataError
 from attnwh.ingest.sources.examples import Example, TaskData
@@ -259,7 +260,7 @@ def read_delimited(
     path: Path,
     *,
     delimiter: str,
-    quoting: int,
+    quoting: Literal[0, 1, 2, 3],  # a csv.QUOTE_* constant
     columns: tuple[str, ...] | None = None,
 ) -> Table:
     """Read a CSV/TSV file into a `Table`, checking that every row has every column.

@@ -162,7 +162,8 @@ def _open_hub_split(name: str, config: str | None, split: str, where_name: str) 
                 chosen = _pick_split(split, list(loaded), where_name)
                 return loaded[chosen], chosen
             return loaded, split  # a single saved Dataset is whatever split was asked for
-        path, kwargs = name, {}
+        path = name
+        kwargs: dict[str, Any] = {}  # for load_dataset_builder
         if local.is_file():
             builder_name = _HUB_BUILDERS_BY_SUFFIX.get(local.suffix.lower())
             if builder_name is None:

@@ -3,6 +3,7 @@ local file) or, without one, the bundled sample corpus."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from attnwh.errors import UsageError
@@ -36,7 +37,7 @@ def load_tasks(
             raise UsageError("--glue-dir needs --task (e.g. --task sst2,rte)")
         return [loaders.load_glue(glue_dir, t, split or "dev") for t in tasks]
     if dataset is not None:
-        names = tasks or [None]
+        names: Sequence[str | None] = tasks or [None]
         if len(names) > 1:
             raise UsageError("--dataset reads one task at a time; pick its configuration with --dataset-config")
         from attnwh.ingest.sources.hub import load_hub
