@@ -49,22 +49,11 @@ def digest(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
 
 
+def pair_args(data: Path, db: Path, batch_size: int = 5) -> list[str]:
+    """The options that read `write_pairs` data into `db`."""
+    columns = ["--text-column", "premise", "--pair-column", "hypothesis", "--label-column", "label"]
+    return ["--data", str(data), *columns, "--db", str(db), "--batch-size", str(batch_size)]
+
+
 def ingest_args(model: Path, data: Path, db: Path, *extra: str) -> list[str]:
-    return [
-        "ingest",
-        "--model",
-        str(model),
-        "--data",
-        str(data),
-        "--text-column",
-        "premise",
-        "--pair-column",
-        "hypothesis",
-        "--label-column",
-        "label",
-        "--db",
-        str(db),
-        "--batch-size",
-        "5",
-        *extra,
-    ]
+    return ["ingest", "--model", str(model), *pair_args(data, db), *extra]

@@ -12,7 +12,7 @@ from scipy import stats
 from sklearn import metrics as sk
 
 from attnwh.ingest.measures.ablation import sweep_configurations
-from helpers import digest, ingest_args, run, write_pairs
+from helpers import digest, ingest_args, pair_args, run, write_pairs
 
 LAYERS, HEADS, N = 2, 4, 30
 
@@ -23,29 +23,8 @@ def wide_terminal(monkeypatch):
 
 
 def ablation_args(model, data, db, *extra: str) -> list[str]:
-    return [
-        "ingest",
-        "ablation",
-        "--model",
-        str(model),
-        "--data",
-        str(data),
-        "--text-column",
-        "premise",
-        "--pair-column",
-        "hypothesis",
-        "--label-column",
-        "label",
-        "--db",
-        str(db),
-        "--batch-size",
-        "8",
-        "--resamples",
-        "200",
-        "--top-k",
-        "3",
-        *extra,
-    ]
+    sweep = ["--resamples", "200", "--top-k", "3"]
+    return ["ingest", "ablation", "--model", str(model), *pair_args(data, db, batch_size=8), *sweep, *extra]
 
 
 @pytest.fixture(scope="module")

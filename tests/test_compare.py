@@ -23,7 +23,7 @@ from attnwh.ingest.runs import rows as store
 from attnwh.ingest.runs.loop import IngestOptions, ingest_runs
 from attnwh.ingest.sources.files import load_file
 from attnwh.sql.queries import get_query, run_query
-from helpers import digest, run, write_pairs
+from helpers import digest, pair_args, run, write_pairs
 from tiny_models import make_tiny
 
 
@@ -148,27 +148,7 @@ def test_batched_cosines_equal_one_example_at_a_time(models, tmp_path):
 
 
 def compare_args(base: Path, tuned: Path, data: Path, db: Path, *extra: str) -> list[str]:
-    return [
-        "ingest",
-        "compare",
-        "--base",
-        str(base),
-        "--tuned",
-        str(tuned),
-        "--data",
-        str(data),
-        "--text-column",
-        "premise",
-        "--pair-column",
-        "hypothesis",
-        "--label-column",
-        "label",
-        "--db",
-        str(db),
-        "--batch-size",
-        "5",
-        *extra,
-    ]
+    return ["ingest", "compare", "--base", str(base), "--tuned", str(tuned), *pair_args(data, db), *extra]
 
 
 def change_counts(db: Path) -> dict[str, int]:

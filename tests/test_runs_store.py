@@ -14,7 +14,7 @@ import pytest
 
 from attnwh.errors import AttnwhError
 from attnwh.sql import runs, warehouse
-from helpers import ingest_args, run, write_pairs
+from helpers import ingest_args, pair_args, run, write_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = {"statistics", "compare", "ablation", "relations", "finetune"}
@@ -53,6 +53,7 @@ def every_kind(tiny_model_dir, tmp_path_factory):
     framenet.write_text(framebert_text(), encoding="utf-8")
     bert, tuned = tiny_model_dir("bert"), tmp / "tuned"
     pair_columns = ["--text-column", "premise", "--pair-column", "hypothesis", "--label-column", "label"]
+    sweep = ["--resamples", "100", "--top-k", "2"]
     commands = [
         [
             "finetune",
@@ -73,38 +74,8 @@ def every_kind(tiny_model_dir, tmp_path_factory):
             "8",
         ],
         ingest_args(bert, data, db, "--thumbnails", "3"),
-        [
-            "ingest",
-            "compare",
-            "--base",
-            str(bert),
-            "--tuned",
-            str(tuned),
-            "--data",
-            str(data),
-            *pair_columns,
-            "--db",
-            str(db),
-            "--batch-size",
-            "6",
-        ],
-        [
-            "ingest",
-            "ablation",
-            "--model",
-            str(tuned),
-            "--data",
-            str(data),
-            *pair_columns,
-            "--db",
-            str(db),
-            "--batch-size",
-            "6",
-            "--resamples",
-            "100",
-            "--top-k",
-            "2",
-        ],
+        ["ingest", "compare", "--base", str(bert), "--tuned", str(tuned), *pair_args(data, db, batch_size=6)],
+        ["ingest", "ablation", "--model", str(tuned), *pair_args(data, db, batch_size=6), *sweep],
         [
             "ingest",
             "relations",

@@ -68,12 +68,13 @@ def relations(
         from attnwh.ingest.measures import frames as fn
         from attnwh.ingest.measures.wordlevel import check_supported
         from attnwh.ingest.runs import relations as relation_runs
+        from attnwh.ingest.sources.examples import seeded_sample
 
-        sentences = rel.sample(rel.read_conllu(conllu), limit, seed) if conllu is not None else None
+        sentences = seeded_sample(rel.read_conllu(conllu), limit, seed) if conllu is not None else None
         frame_data = None
         if framenet is not None:
             frame_data = fn.read_frames(framenet)
-            frame_data = fn.subset(frame_data, rel.sample(frame_data.links, limit, seed))
+            frame_data = fn.subset(frame_data, seeded_sample(frame_data.links, limit, seed))
         warehouse.check_writable(db)
         encoder = load_encoder(model, device.value, "float32")
         check_supported(encoder)  # before the database is opened
@@ -91,26 +92,18 @@ def relations(
         return f"interrupted; nothing of the interrupted run was written to {db}{done}"
 
     started = time.perf_counter()
-    options: dict[str, Any] = dict(
-        limit=limit, seed=seed, batch_size=batch_size, replace=replace, command=command_line()
-    )
+    options = relation_runs.RelationsOptions(limit, seed, batch_size, replace, command_line())
     with Bars(console, "sent") as bars, interrupts_as(interrupted):
         if conllu is not None and sentences is not None:
             summaries.append(
                 relation_runs.ingest_relations(
-                    db,
-                    encoder,
-                    conllu,
-                    sentences,
-                    on_start=bars.starter("dependencies"),
-                    on_batch=bars.advance,
-                    **options,
+                    db, encoder, conllu, sentences, options, bars.starter("dependencies"), bars.advance
                 )
             )
         if framenet is not None and frame_data is not None:
             summaries.append(
                 relation_runs.ingest_frames(
-                    db, encoder, framenet, frame_data, on_start=bars.starter("frames"), on_batch=bars.advance, **options
+                    db, encoder, framenet, frame_data, options, bars.starter("frames"), bars.advance
                 )
             )
     for summary in summaries:

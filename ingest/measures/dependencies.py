@@ -15,7 +15,6 @@ pass measures the attention each head gives to feature words (`features`).
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -75,14 +74,6 @@ def read_conllu(path: Path) -> list[Sentence]:
     if not sentences:
         raise DataError(f"{path} holds no CoNLL-U sentences")
     return sentences
-
-
-def sample(sentences: Sequence, limit: int | None, seed: int) -> list:
-    """A seeded random sample of `limit` items, in file order (all when limit is None)."""
-    if limit is None or limit >= len(sentences):
-        return list(sentences)
-    keep = sorted(random.Random(seed).sample(range(len(sentences)), limit))
-    return [sentences[i] for i in keep]
 
 
 @dataclass

@@ -42,7 +42,7 @@ from attnwh.ingest.measures.ablation import (
     sweep_configurations,
 )
 from attnwh.ingest.measures.metrics import metrics_for
-from attnwh.ingest.measures.significance import benjamini_hochberg, compare_to_baseline
+from attnwh.ingest.measures.significance import PairedResult, benjamini_hochberg, compare_to_baseline
 from attnwh.ingest.runs import rows
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, model_identity, open_task_run, prepare_tasks
 from attnwh.ingest.sources.examples import TaskData
@@ -335,43 +335,14 @@ def _finish(
 
     n = len(labels)
     first_combo = len(singles)
-    score_rows = [
-        (
-            run_id,
-            i,
-            r.metric,
-            r.value,
-            r.baseline,
-            r.delta,
-            r.ci_low,
-            r.ci_high,
-            r.p_value,
-            adjusted[r.metric].get(i),
-            r.test,
-            n,
-            ablation.n_resamples,
-        )
-        for i, row in enumerate(results)
-        for r in row
-    ] + [
-        (
-            run_id,
-            first_combo + i,
-            r.metric,
-            r.value,
-            r.baseline,
-            r.delta,
-            r.ci_low,
-            r.ci_high,
-            r.p_value,
-            None,
-            r.test,
-            n,
-            ablation.n_resamples,
-        )
-        for i, row in enumerate(combo_results)
-        for r in row
-    ]
+
+    def score_row(config_id: int, r: PairedResult, p_adjusted: float | None) -> tuple[object, ...]:
+        scores = (r.metric, r.value, r.baseline, r.delta, r.ci_low, r.ci_high, r.p_value, p_adjusted, r.test)
+        return (run_id, config_id, *scores, n, ablation.n_resamples)
+
+    # p_adjusted only for the single heads and layers, the family the correction is over.
+    score_rows = [score_row(i, r, adjusted[r.metric].get(i)) for i, row in enumerate(results) for r in row]
+    score_rows += [score_row(first_combo + i, r, None) for i, row in enumerate(combo_results) for r in row]
     with warehouse.transaction(con):
         _insert_configs(con, run_id, ablation.mode, combos, first_combo)
         if combos:

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from attnwh.errors import DataError
 from attnwh.ingest.encoder.loading import EncoderModel
+from attnwh.ingest.measures import frames
 from attnwh.ingest.measures.dependencies import Sentence, measure
+from attnwh.ingest.measures.frames import FrameData
 
 
 @dataclass(frozen=True)
@@ -50,32 +52,104 @@ def run_identity(encoder: EncoderModel, path: Path, limit: int | None, seed: int
     }
 
 
-def ingest_run(
+@dataclass(frozen=True)
+class RelationsOptions:
+    """Settings of a relations run: the seeded --limit sample, batch size, --replace, and the
+    command line recorded with the run."""
+
+    limit: int | None = None
+    seed: int = 42
+    batch_size: int = 32
+    replace: bool = False
+    command: str | None = None
+
+
+ProgressStart = Callable[[int], None]
+ProgressBatch = Callable[[int], None]
+
+
+def ingest_relations(
     db_path: Path,
     encoder: EncoderModel,
     path: Path,
-    *,
+    sentences: Sequence[Sentence],
+    options: RelationsOptions,
+    on_start: ProgressStart | None = None,
+    on_batch: ProgressBatch | None = None,
+) -> RelationsSummary:
+    """Measure and store one CoNLL-U run (task `dependencies`): dependency_heads,
+    dependency_baselines and feature_attention, in one transaction."""
+
+    def run() -> Measured:
+        result = measure(encoder, sentences, options.batch_size, on_batch)
+        tables = {
+            "dependency_heads": result.counts.head_rows(),
+            "dependency_baselines": result.counts.baseline_rows(),
+        }
+        if result.features is not None and result.features.n_sentences:
+            tables["feature_attention"] = result.features.rows()
+        return Measured(tables, result.n_sentences, result.n_skipped, result.seconds, result)
+
+    measures = {"measures": "dependencies+features"}
+    return _ingest_run(db_path, encoder, path, options, "dependencies", measures, run, len(sentences), on_start)
+
+
+def ingest_frames(
+    db_path: Path,
+    encoder: EncoderModel,
+    path: Path,
+    data: FrameData,
+    options: RelationsOptions,
+    on_start: ProgressStart | None = None,
+    on_batch: ProgressBatch | None = None,
+) -> RelationsSummary:
+    """Measure and store one FrameNet run (task `frames`): frame_heads and frame_filters."""
+
+    def run() -> Measured:
+        result = frames.measure_frames(encoder, data, options.batch_size, on_batch)
+        if result.counts.n == 0:
+            raise DataError(f"{path}: no annotation could be measured (sentences too long for {encoder.name})")
+        filters = {k: [v] for k, v in data.filters.items()}
+        filters.update(
+            sentences=[len({link.sentence for link in data.links})],
+            measured=[result.counts.n],
+            max_sentence_words=[frames.MAX_SENTENCE_WORDS],
+            max_element_words=[frames.MAX_ELEMENT_WORDS],
+            min_distance=[frames.MIN_DISTANCE],
+        )
+        tables = {"frame_heads": result.counts.rows(), "frame_filters": filters}
+        return Measured(tables, result.n_annotations, result.n_skipped, result.seconds, result)
+
+    measures = {
+        "measures": "frames",
+        "filters": [frames.MAX_SENTENCE_WORDS, frames.MAX_ELEMENT_WORDS, frames.MIN_DISTANCE],
+    }
+    return _ingest_run(db_path, encoder, path, options, "frames", measures, run, len(data.links), on_start)
+
+
+def _ingest_run(
+    db_path: Path,
+    encoder: EncoderModel,
+    path: Path,
+    options: RelationsOptions,
     task: str,
-    identity: dict[str, object],
-    limit: int | None,
-    seed: int,
-    batch_size: int,
-    replace: bool,
-    command: str | None,
+    measures: Mapping[str, object],
     measure: Callable[[], Measured],
     n_todo: int,
-    on_start: Callable[[int], None] | None = None,
+    on_start: ProgressStart | None,
 ) -> RelationsSummary:
-    """Skip a stored run (unless `replace`), else measure and write it in one transaction."""
+    """Skip a stored run (unless `options.replace`), else measure and write it in one
+    transaction. `measures` (what the run measures) goes into the run's identity."""
     import pyarrow as pa
 
     from attnwh.ingest.runs.rows import library_versions
     from attnwh.sql import runs, warehouse
 
+    identity = run_identity(encoder, path, options.limit, options.seed, **measures)
     con = warehouse.connect(db_path)
     try:
         found = runs.find_run(con, "relations", identity)
-        if found and not replace:
+        if found and not options.replace:
             return RelationsSummary(found.run_id, "already complete", None, task)
         if on_start:
             on_start(n_todo)
@@ -92,16 +166,16 @@ def ingest_run(
                     "task": task,
                     "split": Path(path).stem,
                     "source": str(path),
-                    "example_limit": limit,
-                    "seed": seed,
+                    "example_limit": options.limit,
+                    "seed": options.seed,
                     "max_length": encoder.max_length,
                     "n_examples": measured.n_examples,
                     "n_truncated": measured.n_skipped,  # skipped as longer than max_length (or unusable)
                     "device": str(encoder.device),
                     "dtype": str(encoder.dtype).removeprefix("torch."),
-                    "batch_size": batch_size,
+                    "batch_size": options.batch_size,
                     "versions": json.dumps(library_versions()),
-                    "command": command,
+                    "command": options.command,
                 },
                 replace=True,  # a stored run is only here to be replaced
             )
@@ -112,103 +186,3 @@ def ingest_run(
         return RelationsSummary(state.run_id, state.outcome, measured.result, task)
     finally:
         con.close()
-
-
-def ingest_relations(
-    db_path: Path,
-    encoder: EncoderModel,
-    path: Path,
-    sentences: Sequence[Sentence],
-    *,
-    limit: int | None,
-    seed: int,
-    batch_size: int,
-    replace: bool,
-    command: str | None,
-    on_start: Callable[[int], None] | None = None,
-    on_batch: Callable[[int], None] | None = None,
-) -> RelationsSummary:
-    """Measure and store one CoNLL-U run (task `dependencies`): dependency_heads,
-    dependency_baselines and feature_attention, in one transaction."""
-
-    def run() -> Measured:
-        result = measure(encoder, sentences, batch_size, on_batch)
-        tables = {
-            "dependency_heads": result.counts.head_rows(),
-            "dependency_baselines": result.counts.baseline_rows(),
-        }
-        if result.features is not None and result.features.n_sentences:
-            tables["feature_attention"] = result.features.rows()
-        return Measured(tables, result.n_sentences, result.n_skipped, result.seconds, result)
-
-    return ingest_run(
-        db_path,
-        encoder,
-        path,
-        task="dependencies",
-        identity=run_identity(encoder, path, limit, seed, measures="dependencies+features"),
-        limit=limit,
-        seed=seed,
-        batch_size=batch_size,
-        replace=replace,
-        command=command,
-        measure=run,
-        n_todo=len(sentences),
-        on_start=on_start,
-    )
-
-
-def ingest_frames(
-    db_path: Path,
-    encoder: EncoderModel,
-    path: Path,
-    data,
-    *,
-    limit: int | None,
-    seed: int,
-    batch_size: int,
-    replace: bool,
-    command: str | None,
-    on_start: Callable[[int], None] | None = None,
-    on_batch: Callable[[int], None] | None = None,
-) -> RelationsSummary:
-    """Measure and store one FrameNet run (task `frames`): frame_heads and frame_filters."""
-    from attnwh.ingest.measures import frames
-
-    def run() -> Measured:
-        result = frames.measure_frames(encoder, data, batch_size, on_batch)
-        if result.counts.n == 0:
-            raise DataError(f"{path}: no annotation could be measured (sentences too long for {encoder.name})")
-        filters = {k: [v] for k, v in data.filters.items()}
-        filters.update(
-            sentences=[len({link.sentence for link in data.links})],
-            measured=[result.counts.n],
-            max_sentence_words=[frames.MAX_SENTENCE_WORDS],
-            max_element_words=[frames.MAX_ELEMENT_WORDS],
-            min_distance=[frames.MIN_DISTANCE],
-        )
-        tables = {"frame_heads": result.counts.rows(), "frame_filters": filters}
-        return Measured(tables, result.n_annotations, result.n_skipped, result.seconds, result)
-
-    return ingest_run(
-        db_path,
-        encoder,
-        path,
-        task="frames",
-        identity=run_identity(
-            encoder,
-            path,
-            limit,
-            seed,
-            measures="frames",
-            filters=[frames.MAX_SENTENCE_WORDS, frames.MAX_ELEMENT_WORDS, frames.MIN_DISTANCE],
-        ),
-        limit=limit,
-        seed=seed,
-        batch_size=batch_size,
-        replace=replace,
-        command=command,
-        measure=run,
-        n_todo=len(data.links),
-        on_start=on_start,
-    )

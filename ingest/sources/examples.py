@@ -3,7 +3,20 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def seeded_sample(items: Sequence[T], limit: int | None, seed: int) -> list[T]:
+    """A seeded random sample of at most `limit` items, kept in their order (all of them when
+    `limit` is None): the same items for the same seed on every machine."""
+    if limit is None or limit >= len(items):
+        return list(items)
+    chosen = sorted(random.Random(seed).sample(range(len(items)), limit))
+    return [items[i] for i in chosen]
 
 
 @dataclass(frozen=True)
@@ -36,5 +49,4 @@ class TaskData:
         """A seeded random subset of at most `limit` examples, kept in source order."""
         if limit is None or limit >= len(self.examples):
             return self
-        chosen = sorted(random.Random(seed).sample(range(len(self.examples)), limit))
-        return replace(self, examples=tuple(self.examples[i] for i in chosen))
+        return replace(self, examples=tuple(seeded_sample(self.examples, limit, seed)))
