@@ -47,7 +47,7 @@ class EncoderModel:
 
     def facts(self) -> dict[str, object]:
         """The columns of this checkpoint's row in the warehouse's `models` table (plus the
-        base's weights hash of a fine-tuned model, which `store.upsert_model` resolves)."""
+        base's weights hash of a fine-tuned model, which `attnwh.sql.runs.upsert_model` resolves)."""
         lineage = {}
         if self.lineage:
             lineage = {

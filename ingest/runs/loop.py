@@ -2,7 +2,7 @@
 
 The loop (runs, resume, replace, transactions, progress) is shared by every kind of run;
 what a batch produces comes from a :class:`BatchCapture`: head statistics here
-(:class:`StatisticsCapture`), attention change between two models in `compare.py`.
+(:class:`StatisticsCapture`), attention change between two models in `ingest/measures/change.py`.
 Everything that can be wrong with the input (model, data, lengths) is checked before the
 warehouse is opened, so bad input leaves the file untouched.
 """
