@@ -218,12 +218,11 @@ def parse_force(names: Sequence[str]) -> frozenset[str]:
 
 def load_study_tasks(options: StudyOptions) -> list[StudyTask]:
     """Every task's train and eval split from the data options; raises before anything heavy."""
-    from attnwh.ingest.sources.tasks import load_tasks
+    from attnwh.ingest.sources.tasks import check_sources, load_tasks
 
     tasks = list(dict.fromkeys(t.strip() for item in options.tasks for t in item.split(",") if t.strip()))
+    check_sources(options.glue_dir, options.dataset, options.data)
     sources = [s for s in (options.glue_dir, options.dataset, options.data) if s is not None]
-    if len(sources) > 1:
-        raise UsageError("give at most one of --glue-dir, --dataset and --data")
     if options.eval_data is not None and options.data is None:
         raise UsageError("--eval-data goes with --data (the train file)")
 
