@@ -119,6 +119,7 @@ def test_attnwh_db_from_the_environment_is_no_option_before_a_subcommand(monkeyp
         ),
         (["ingest", "ablation", "--model", "x", "--label-column", "l", "--task", "sentiment"], "--label-column"),
         (["patterns", "reclassify", "--model-id", "1"], "--model-id picks a trained CNN"),
+        (["finetune", "--out", "tuned", "--task", "sst2,rte"], "attnwh finetune trains on one task"),
     ],
 )
 def test_options_that_would_be_ignored_are_refused(monkeypatch, capsys, tmp_path, args, message):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -20,9 +20,12 @@ from attnwh.cli.options import (
     TextColumnOpt,
     command_line,
 )
-from attnwh.cli.progress import Bars, interrupts_as
+from attnwh.cli.progress import Bars, interrupts_as, loading
 from attnwh.errors import UsageError
 from attnwh.ingest.sources.tasks import load_tasks
+
+if TYPE_CHECKING:
+    from attnwh.ingest.sources.examples import TaskData
 
 
 def finetune(
@@ -31,7 +34,7 @@ def finetune(
         str | None, typer.Option(help="Hub name or local directory of the encoder; default: the bundled MiniLM.")
     ] = None,
     task: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
             help="GLUE task (sst2, mrpc, rte, cola, stsb, ...) or sample task (sentiment, entailment; the default "
             "without a data source); with --data or --dataset, the task's name."
@@ -67,10 +70,12 @@ def finetune(
     Defaults follow Kovaleva et al.'s setup: batch 32, 3 epochs, max length 128, 10 % warm-up, seed 42; the learning rate 5e-5 is the top of BERT's fine-tuning grid, which small encoders need.
     """
     console = Console(stderr=True)
-    from attnwh.sql import warehouse
-
-    warehouse.check_writable(db)
-    with console.status("Loading data and model…"):
+    # A list like every command's --task, but one model is trained on one task.
+    names = [t.strip() for item in task or [] for t in item.split(",") if t.strip()]
+    if len(names) > 1:
+        raise UsageError("attnwh finetune trains on one task; give one --task (`attnwh study` fine-tunes on several)")
+    one_task = names[0] if names else None
+    with loading(console, db):
         from attnwh.ingest.encoder.loading import load_encoder
         from attnwh.ingest.runs.finetune import FinetuneOptions, check_out_dir, record
         from attnwh.ingest.runs.finetune import finetune as run_finetune
@@ -79,14 +84,14 @@ def finetune(
         if data is not None and (eval_data is None or label_column is None):
             raise UsageError("--data needs --eval-data and --label-column to fine-tune and score")
 
-        if task is None and glue_dir is None and dataset is None and data is None:
-            task = "sentiment"
-        if task is None and data is not None:
-            task = data.stem  # the train file names the task, for its scoring file too
+        if one_task is None and glue_dir is None and dataset is None and data is None:
+            one_task = "sentiment"
+        if one_task is None and data is not None:
+            one_task = data.stem  # the train file names the task, for its scoring file too
 
-        def load(split: str, file: Path | None):
+        def load(split: str, file: Path | None) -> TaskData:
             return load_tasks(
-                [task] if task else None,
+                [one_task] if one_task else None,
                 glue_dir,
                 dataset,
                 dataset_config,
@@ -122,6 +127,8 @@ def finetune(
         result = run_finetune(model, train, dev, out, options, device.value, on_step)
     base = load_encoder(model, device.value)
     tuned = load_encoder(str(out), device.value)
+    from attnwh.sql import warehouse
+
     con = warehouse.connect(db)
     try:
         run_id = record(con, result, options, base.facts(), tuned.facts(), dev, str(tuned.device), command_line())
