@@ -22,6 +22,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -260,13 +261,17 @@ def load_study_tasks(options: StudyOptions) -> list[StudyTask]:
         tasks = tasks or list(DEFAULT_SAMPLE_TASKS)
     out = []
     for task in tasks:
+        # The eval split first: an error that is not about the train split (no such folder or
+        # task) is shown as it is, without the hint below.
+        evaluation = load(task, options.eval_split, options.eval_data)
         try:
             train = load(task, options.train_split, options.data)
         except DataError as exc:
+            if not _split_missing(options, task, options.train_split, exc):
+                raise
             raise DataError(
                 f"{exc} — the study fine-tunes on each task's {options.train_split} split; leave {task} out of --tasks"
             ) from None
-        evaluation = load(task, options.eval_split, options.eval_data)
         if options.data is not None:  # files are named after themselves; the study's name wins
             train = dataclasses.replace(train, task=task)
             evaluation = dataclasses.replace(evaluation, task=task)
@@ -282,6 +287,29 @@ def load_study_tasks(options: StudyOptions) -> list[StudyTask]:
     if len(set(names)) != len(names):
         raise UsageError(f"task {names[0]!r} is named twice in --tasks")
     return out
+
+
+def _split_missing(options: StudyOptions, task: str, split: str, error: DataError) -> bool:
+    """Whether `error`, raised loading `split` of `task`, says that the split does not exist
+    (as QNLI's train split is missing from a dev-only GLUE folder), rather than that the data is
+    unreadable or that the task or folder does not exist."""
+    if options.data is not None:  # a file given by name: its own error says it all
+        return False
+    if options.glue_dir is not None:
+        from attnwh.ingest.sources import glue
+
+        spec = glue.glue_task(task)
+        try:
+            name = glue._glue_split(spec, split)
+        except DataError:
+            return True
+        folder = glue._task_folder(options.glue_dir, spec)
+        return not (folder / spec.files[name]).is_file()
+    if options.dataset is not None:
+        return f"has no split {split!r}" in str(error)
+    from attnwh.ingest.sources.files import SAMPLE_SPLITS
+
+    return split.strip().lower() not in SAMPLE_SPLITS
 
 
 def _lineage_settings(options: StudyOptions, task: StudyTask, base: EncoderModel, ft: FinetuneOptions) -> dict:
@@ -401,7 +429,7 @@ class Study:
             if saved is not None and not forced:
                 self.hooks.note(f"{task.name}: the model in {out} was trained differently; training again")
             self._tuned.pop(task.name, None)
-            self.hooks.start(f"fine-tuning {task.name} on {len(task.train.examples)} examples", None)
+            self.hooks.start(f"fine-tuning {task.name} on {len(task.train.examples)} examples (steps)", None)
             # finetune writes its note, with the study's part, once and after the model files: a
             # folder whose note lacks this part was not finished by the study, and is trained again.
             trained = finetune(
@@ -429,9 +457,10 @@ class Study:
                 self.finetune_options,
                 self.base.facts(),
                 self.tuned(task).facts(),
-                task.eval,
+                task.train,
                 str(self.base.device),
                 self.options.command,
+                self.options.max_train_examples,
             )
         finally:
             con.close()
@@ -467,6 +496,8 @@ class Study:
             train_seconds=note.get("train_seconds", 0.0),
             final_loss=note.get("final_loss"),
             scores=saved.get("scores", {}),
+            started_at=_read_time(note.get("started_at")),
+            finished_at=_read_time(note.get("finished_at")),
         )
         self._store_finetune(task, result)
         self.wrote_anything = True
@@ -609,10 +640,22 @@ def _study_lineage(study_part: dict) -> LineageExtra:
                 "dev_examples": trained.dev_examples,
                 "train_seconds": trained.train_seconds,
                 "final_loss": trained.final_loss,
+                "started_at": trained.started_at.isoformat() if trained.started_at else None,
+                "finished_at": trained.finished_at.isoformat() if trained.finished_at else None,
             }
         }
 
     return extra
+
+
+def _read_time(value: object) -> datetime | None:
+    """A time saved in a lineage note (ISO 8601), or None when absent or unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
 
 
 def _lineage_matches(saved: dict, wanted: dict) -> bool:

@@ -60,13 +60,15 @@ def build_report(
             raise NothingToReport(
                 f"no attention statistics in {db}{where}: nothing to report; add some with `attnwh ingest`"
             )
+        kinds = run_query(con, get_query("run_provenance"), params).column("kind").to_pylist()
         rendered = render_sections(ReportContext(con, params), sections)
     finally:
         con.close()
-    runs, models, tasks = scope["runs"], scope["models"], scope["tasks"]
+    models, tasks = scope["models"], scope["tasks"]
     intro = (
-        f"Per-head attention statistics of {models} model{_s(models)} on {tasks} task{_s(tasks)} "
-        f"({runs} run{_s(runs)}), after Kovaleva et al. 2019, Clark et al. 2019 and Kobayashi et al. 2020."
+        f"Per-head attention statistics of {models} model{_s(models)} on {tasks} task{_s(tasks)}, after Kovaleva "
+        f"et al. 2019, Clark et al. 2019 and Kobayashi et al. 2020; {run_counts(kinds)}, all in the provenance "
+        "table at the end."
     )
     return Report(
         title="attnwh report",
@@ -107,6 +109,17 @@ def write_images(report: Report, folder: Path | str, format: Literal["png", "svg
             target.write_bytes(vl_convert.vegalite_to_png(block.spec(), vl_version=vegalite_version(), scale=2))
         written.append(target)
     return written
+
+
+# Run kinds in the order of the work, with the words the page uses for them.
+_KIND_WORDS = {"statistics": "statistics", "finetune": "fine-tuning", "compare": "compare", "ablation": "ablation"}
+
+
+def run_counts(kinds: list[str]) -> str:
+    """'5 runs: 2 statistics, 1 fine-tuning, 1 compare, 1 ablation' for the runs' kinds."""
+    order = [*_KIND_WORDS, *sorted(set(kinds) - set(_KIND_WORDS))]
+    parts = [f"{kinds.count(k)} {_KIND_WORDS.get(k, k)}" for k in order if k in kinds]
+    return f"{len(kinds)} run{_s(len(kinds))}: " + ", ".join(parts)
 
 
 def _s(n: int) -> str:

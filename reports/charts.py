@@ -28,17 +28,31 @@ _FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-se
 
 # The axes of every layer × head heatmap (Any: each value suits only its own keyword of
 # `encode`, which a dict's one value type cannot say).
+# Layers and heads are numbered from 0 here and on the whole page (the paper counts from 1).
 _HEAD_GRID: dict[str, Any] = {
-    "x": alt.X("head:O", title="head", axis=alt.Axis(labelAngle=0, labelFontSize=9)),
-    "y": alt.Y("layer:O", title="layer", axis=alt.Axis(labelFontSize=9)),
+    "x": alt.X("head:O", title="head (from 0)", axis=alt.Axis(labelAngle=0, labelFontSize=9)),
+    "y": alt.Y("layer:O", title="layer (from 0)", axis=alt.Axis(labelFontSize=9)),
 }
+
+# Run labels hold their parts on separate lines ("run 3 · bert-base-uncased", "rte (dev)",
+# "pre-trained"): one line would be wider than a panel, and a header wider than its panel
+# either is cut or pushes the panel away from its axis. Headers and legends split them.
+NEWLINE = "\n"
+_SPLIT = "split(datum.label, '\\n')"
+
+
+def _grid_width(frame: pl.DataFrame, cell: int) -> int:
+    """Width in px of one layer × head panel of `cell` px squares."""
+    heads = int(cast(int, frame["head"].max())) + 1 if frame.height else 12
+    return cell * heads
 
 
 def _cell(frame: pl.DataFrame, smallest: int) -> int:
-    """Cell size in px of a layer × head heatmap: at least `smallest`, and wide enough that a
-    panel of few heads is never narrower than its header (84 px)."""
+    """Cell size in px of a layer × head heatmap: at least `smallest` (13 px keeps two-digit
+    head ticks apart), and wide enough that a panel of few heads is never narrower than a
+    header line (120 px)."""
     heads = int(cast(int, frame["head"].max())) + 1 if frame.height else 12
-    return max(smallest, -(-84 // heads))
+    return max(smallest, -(-120 // heads))
 
 
 def _heatmap(data: pl.DataFrame, cell: int, **encoding: Any) -> alt.Chart:
@@ -52,8 +66,18 @@ def _heatmap(data: pl.DataFrame, cell: int, **encoding: Any) -> alt.Chart:
 
 
 def _panels(chart: alt.Chart | alt.LayerChart, columns: int, spacing: int, **header: Any) -> alt.FacetChart:
-    """One panel per run (the `panel` column), `columns` to a row, titled in bold."""
-    header = {"labelFontWeight": "bold", "labelLimit": 360, **header}
+    """One panel per run (the `panel` column), `columns` to a row, titled in bold, one line
+    of the label per line of the header."""
+    # From the panel's left edge: a centred header wider than its panel would push the panel
+    # (and its axis) apart; a left-aligned one only widens the gap to the next panel.
+    header = {
+        "labelFontWeight": "bold",
+        "labelLimit": 320,
+        "labelExpr": _SPLIT,
+        "labelAnchor": "start",
+        "labelAlign": "left",
+        **header,
+    }
     return chart.facet(
         facet=alt.Facet("panel:N", title=None, header=alt.Header(**header)), columns=columns, spacing=spacing
     )
@@ -76,12 +100,41 @@ def _styled(chart: _Styled, view_stroke: Any = _UNSET) -> _Styled:
     return chart if view_stroke is _UNSET else chart.configure_view(stroke=view_stroke)
 
 
+def _lineage(frame: pl.DataFrame) -> list[pl.Expr]:
+    """The label's last line, when `frame` has a `lineage` column ("pre-trained", "fine-tuned
+    on sst2 from bert-base"; see `with_lineage`)."""
+    return [pl.lit(NEWLINE), pl.col("lineage")] if "lineage" in frame.columns else []
+
+
+def with_lineage(frame: pl.DataFrame, lineage: pl.DataFrame, column: str = "model") -> pl.DataFrame:
+    """`frame` with a `lineage` column from the `model_lineage` query, matched on `column`
+    (a model name): which model is pre-trained and which fine-tuned, and from what."""
+    base = lineage["base_model"].str.split("/").list.last()
+    names = lineage.select(
+        pl.col("model").alias(column),
+        lineage=pl.when(pl.col("finetuned_task").is_not_null())
+        .then(pl.format("fine-tuned on {} from {}", pl.col("finetuned_task"), base.fill_null("?")))
+        .when(pl.col("base_model").is_not_null())
+        .then(pl.format("fine-tuned from {}", base))
+        .otherwise(pl.lit("pre-trained")),
+    ).unique(column, keep="first")
+    return frame.join(names, on=column, how="left").with_columns(pl.col("lineage").fill_null("pre-trained"))
+
+
 def panel_label(frame: pl.DataFrame) -> pl.Expr:
-    """'run 3 · bert-base-uncased · rte (dev)': one label per run, so two runs of a model on
-    a task are never drawn into one panel. Model names keep only their last path part; the
-    run number leads to the full name in the provenance table."""
+    """'run 3 · bert-base-uncased', 'rte (dev)' and, with a `lineage` column, 'pre-trained',
+    on three lines: one label per run, so two runs of a model on a task are never drawn
+    into one panel. Model names keep only their last path part; the run number leads to the
+    full name in the provenance table."""
     short = pl.col("model").str.split("/").list.last()
-    return pl.format("run {} · {} · {} ({})", pl.col("run_id"), short, pl.col("task"), pl.col("split"))
+    return pl.concat_str(
+        [
+            pl.format("run {} · {}", pl.col("run_id"), short),
+            pl.lit(NEWLINE),
+            pl.format("{} ({})", pl.col("task"), pl.col("split")),
+            *_lineage(frame),
+        ]
+    )
 
 
 def _long(frame: pl.DataFrame, index: list[str]) -> pl.DataFrame:
@@ -99,50 +152,61 @@ def _long(frame: pl.DataFrame, index: list[str]) -> pl.DataFrame:
     ).drop("share")
 
 
-def special_tokens_heads(frame: pl.DataFrame) -> alt.FacetChart:
-    """Heatmaps layer × head of the six shares (columns), one row of panels per run.
+def special_tokens_heads(frame: pl.DataFrame) -> alt.HConcatChart:
+    """Heatmaps layer × head of the six shares (columns), one row of panels per run; each
+    column has its own colour scale (0 to its largest mean), so that the weak shares (the
+    norm-weighted ones) are not one dark block beside the strong ones.
 
     `frame` is the `head_summary` query."""
     data = _long(frame, ["layer", "head"])
-    # 11 px cells: six 12-head panels and the run labels fit a 1280 px screen; models with
-    # few heads get wider cells so that a panel is never narrower than its two-line header.
-    cells = _heatmap(
-        data,
-        _cell(frame, 11),
-        color=alt.Color(
-            "value:Q",
-            title="mean share",
-            scale=alt.Scale(scheme="viridis", domainMin=0),
-            legend=alt.Legend(orient="right", gradientLength=160),
-        ),
-        tooltip=[
-            alt.Tooltip("panel:N", title="run"),
-            alt.Tooltip("measure:N", title="share"),
-            alt.Tooltip("layer:O"),
-            alt.Tooltip("head:O"),
-            alt.Tooltip("value:Q", title="mean", format=".3f"),
-        ],
-    )
-    return _styled(
-        cells.facet(
-            row=alt.Row(
-                "panel:N",
-                title=None,
-                header=alt.Header(
-                    labelAngle=0, labelAlign="left", labelFontWeight="bold", labelLimit=210, labelPadding=8
+    cell = _cell(frame, 13)
+    width = _grid_width(frame, cell)
+    columns = []
+    for k, (column, target, weighting) in enumerate(SHARES):
+        first = k == 0
+        cells = (
+            alt.Chart(data)
+            .transform_filter(alt.datum.measure == _LABELS[column])
+            .mark_rect()
+            .encode(
+                x=_HEAD_GRID["x"],
+                y=_HEAD_GRID["y"] if first else alt.Y("layer:O", axis=None),
+                color=alt.Color(
+                    "value:Q",
+                    title="mean share",
+                    scale=alt.Scale(scheme="viridis", domainMin=0),
+                    legend=alt.Legend(
+                        orient="bottom", direction="horizontal", gradientLength=max(width - 20, 60), titleFontSize=10
+                    ),
                 ),
-            ),
-            column=alt.Column(
-                "measure:N",
-                title=None,
-                sort=[_LABELS[c] for c, _, _ in SHARES],
-                # Two lines ("[SEP]" over "norm-weighted"): one line is wider than a 12-head panel.
-                header=alt.Header(labelFontSize=11, labelLimit=200, labelExpr="split(datum.label, ' · ')"),
-            ),
-            spacing={"row": 18, "column": 10},
-        ),
-        view_stroke=None,
-    )
+                tooltip=[
+                    alt.Tooltip("panel:N", title="run"),
+                    alt.Tooltip("measure:N", title="share"),
+                    alt.Tooltip("layer:O"),
+                    alt.Tooltip("head:O"),
+                    alt.Tooltip("value:Q", title="mean", format=".3f"),
+                ],
+            )
+            .properties(width=alt.Step(cell), height=alt.Step(cell))
+        )
+        # The run's label above its row (left of the axis, a header as wide as its longest
+        # label pushes the axis away from the cells), shown in the first column; the other
+        # columns keep an invisible copy so that their rows line up with the first's.
+        header = alt.Header(
+            labelOrient="top",
+            labelAnchor="start",
+            labelAngle=0,
+            labelAlign="left",
+            labelFontWeight="bold",
+            labelLimit=width + 90 if first else width,
+            labelExpr=_SPLIT,
+            labelColor="black" if first else "transparent",
+        )
+        title = alt.Title([target, weighting], fontSize=11, fontWeight="normal", anchor="middle")
+        columns.append(
+            cells.facet(row=alt.Row("panel:N", title=None, header=header), spacing={"row": 18}).properties(title=title)
+        )
+    return _styled(alt.hconcat(*columns, spacing=10).resolve_scale(color="independent"), view_stroke=None)
 
 
 def special_tokens_layers(frame: pl.DataFrame) -> alt.FacetChart:
@@ -163,9 +227,8 @@ def special_tokens_layers(frame: pl.DataFrame) -> alt.FacetChart:
             strokeDash=alt.StrokeDash(
                 "weighting:N",
                 title="weighting",
-                # Vega-Lite draws this legend's symbols without a stroke colour (invisible);
-                # the caption and the tooltips say which line is which instead.
-                legend=None,
+                # Vega-Lite draws this legend's symbols without a stroke colour unless given one.
+                legend=alt.Legend(symbolType="stroke", symbolStrokeColor="#333", symbolStrokeWidth=2, symbolSize=300),
                 scale=alt.Scale(domain=["attention weight", "norm-weighted"], range=[[1, 0], [5, 3]]),
             ),
             tooltip=[
@@ -177,23 +240,27 @@ def special_tokens_layers(frame: pl.DataFrame) -> alt.FacetChart:
         )
         .properties(width=240, height=170)
     )
-    return _styled(_panels(lines, 3, 16, labelLimit=300, labelFontSize=11), view_stroke="#ddd")
+    return _styled(_panels(lines, 3, 16, labelLimit=240, labelFontSize=11), view_stroke="#ddd")
 
 
 def pair_label(frame: pl.DataFrame) -> pl.Expr:
-    """'run 4 · minilm → minilm-sst2 · sst2 (dev)': one label per compare run."""
+    """'run 4 · sst2 (dev)', 'minilm → minilm-sst2' (pre-trained → fine-tuned) on two lines:
+    one label per compare run."""
     base = pl.col("base").str.split("/").list.last()
     tuned = pl.col("tuned").str.split("/").list.last()
-    return pl.format("run {} · {} → {} · {} ({})", pl.col("run_id"), base, tuned, pl.col("task"), pl.col("split"))
+    return pl.format(
+        "run {} · {} ({})" + NEWLINE + "{} → {}", pl.col("run_id"), pl.col("task"), pl.col("split"), base, tuned
+    )
 
 
 def finetune_change_heads(frame: pl.DataFrame) -> alt.FacetChart:
     """Heatmaps layer × head of the mean cosine between base and tuned attention maps, one
     panel per compare run (Kovaleva et al. Fig. 5). `frame` is `finetune_change_by_head`."""
     data = frame.with_columns(panel=pair_label(frame))
+    cell = _cell(frame, 14)
     cells = _heatmap(
         data,
-        _cell(frame, 14),
+        cell,
         # Reversed: the heads that changed most (low cosine) are the bright ones.
         color=alt.Color(
             "mean_cosine:Q", title="mean cosine", scale=alt.Scale(scheme="viridis", reverse=True, domainMax=1)
@@ -207,7 +274,7 @@ def finetune_change_heads(frame: pl.DataFrame) -> alt.FacetChart:
             alt.Tooltip("examples:Q"),
         ],
     )
-    return _styled(_panels(cells, 3, 16), view_stroke=None)
+    return _styled(_panels(cells, 3, 16, labelLimit=320), view_stroke=None)
 
 
 def finetune_change_layers(frame: pl.DataFrame) -> alt.LayerChart:
@@ -220,9 +287,7 @@ def finetune_change_layers(frame: pl.DataFrame) -> alt.LayerChart:
     )
     base = alt.Chart(data).encode(
         x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0)),
-        color=alt.Color(
-            "panel:N", title="comparison", legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=400)
-        ),
+        color=alt.Color("panel:N", title="comparison", legend=_line_legend()),
     )
     band = base.mark_area(opacity=0.15).encode(y=alt.Y("low:Q", title="cosine, base vs tuned"), y2="high:Q")
     line = base.mark_line(point=True).encode(
@@ -237,10 +302,29 @@ def finetune_change_layers(frame: pl.DataFrame) -> alt.LayerChart:
     return _styled(_layer(band, line).properties(width=420, height=220))
 
 
+def _line_legend(**kwargs: Any) -> alt.Legend:
+    """A legend of runs for line charts: multi-line labels, and opaque stroke symbols (the
+    default takes the faint band's look and is nearly invisible)."""
+    return alt.Legend(
+        orient="bottom",
+        direction="vertical",
+        labelLimit=420,
+        labelExpr=_SPLIT,
+        symbolType="stroke",
+        symbolStrokeWidth=3,
+        symbolOpacity=1,
+        symbolSize=300,
+        **kwargs,
+    )
+
+
 def relations_label(frame: pl.DataFrame) -> pl.Expr:
-    """'run 5 · all-MiniLM-L6-v2 · en_ewt-ud-dev.conllu': one label per relations run."""
+    """'run 5 · all-MiniLM-L6-v2', 'en_ewt-ud-dev.conllu' (two lines): one label per
+    relations run."""
     short = pl.col("model").str.split("/").list.last()
-    return pl.format("run {} · {} · {}", pl.col("run_id"), short, pl.col("dataset"))
+    return pl.concat_str(
+        [pl.format("run {} · {}", pl.col("run_id"), short), pl.lit(NEWLINE), pl.col("dataset"), *_lineage(frame)]
+    )
 
 
 _DEP_MEASURES = ("best head: dependent → head", "best head: head → dependent", "best fixed offset")
@@ -308,16 +392,17 @@ def dependency_heads(frame: pl.DataFrame, relations: int = 15) -> alt.FacetChart
         )
         .properties(width=320, height=alt.Step(16))
     )
-    return _styled(_panels(points, 2, 24), view_stroke="#ddd")
+    return _styled(_panels(points, 2, 24, labelLimit=320), view_stroke="#ddd")
 
 
 def frame_heads(frame: pl.DataFrame, direction: str = "either") -> alt.FacetChart:
     """Heatmaps layer × head of the mean max attention on frame links, one panel per run
     (Kovaleva et al. Fig. 4). `frame` is the `frame_heads` query."""
     data = frame.filter(pl.col("direction") == direction).with_columns(panel=relations_label(frame))
+    cell = _cell(frame, 14)
     cells = _heatmap(
         data,
-        _cell(frame, 14),
+        cell,
         color=alt.Color(
             "mean_max_attention:Q", title="mean max attention", scale=alt.Scale(scheme="viridis", domainMin=0)
         ),
@@ -333,7 +418,7 @@ def frame_heads(frame: pl.DataFrame, direction: str = "either") -> alt.FacetChar
             alt.Tooltip("annotations:Q"),
         ],
     )
-    return _styled(_panels(cells, 3, 16), view_stroke=None)
+    return _styled(_panels(cells, 3, 16, labelLimit=320), view_stroke=None)
 
 
 def feature_attention(frame: pl.DataFrame) -> alt.FacetChart:
@@ -343,8 +428,12 @@ def feature_attention(frame: pl.DataFrame) -> alt.FacetChart:
     order = ["noun", "verb", "pronoun", "subject", "object", "negation"]
     cells = _heatmap(
         data,
-        _cell(frame, 11),
-        color=alt.Color("vs_uniform:Q", title="× uniform head", scale=alt.Scale(scheme="viridis", domainMin=0)),
+        _cell(frame, 13),
+        # Diverging around 1, chance (a head attending evenly): white = as a uniform head,
+        # orange = more, purple = less.
+        color=alt.Color(
+            "vs_uniform:Q", title="× uniform head", scale=alt.Scale(scheme="purpleorange", domainMid=1, domainMin=0)
+        ),
         tooltip=[
             alt.Tooltip("panel:N", title="run"),
             alt.Tooltip("feature:N"),
@@ -361,7 +450,17 @@ def feature_attention(frame: pl.DataFrame) -> alt.FacetChart:
             row=alt.Row(
                 "panel:N",
                 title=None,
-                header=alt.Header(labelAngle=0, labelAlign="left", labelFontWeight="bold", labelLimit=210),
+                # Above each row, from its left edge: a header left of the axis, as wide as its
+                # longest label, would push the axis away from the cells.
+                header=alt.Header(
+                    labelOrient="top",
+                    labelAnchor="start",
+                    labelAngle=0,
+                    labelAlign="left",
+                    labelFontWeight="bold",
+                    labelLimit=420,
+                    labelExpr=_SPLIT,
+                ),
             ),
             column=alt.Column("feature:N", title=None, sort=order),
             spacing={"row": 18, "column": 10},
@@ -401,7 +500,7 @@ def pattern_frequency(frame: pl.DataFrame) -> alt.Chart:
         alt.Chart(_with_pattern_order(frame))
         .mark_bar()
         .encode(
-            y=alt.Y("panel:N", title=None, axis=alt.Axis(labelLimit=320)),
+            y=alt.Y("panel:N", title=None, axis=alt.Axis(labelLimit=320, labelExpr=_SPLIT, labelFontSize=11)),
             x=alt.X("share:Q", title="share of maps", stack="normalize", axis=alt.Axis(format="%")),
             color=_pattern_colour(),
             order=alt.Order("order:Q"),
@@ -412,7 +511,7 @@ def pattern_frequency(frame: pl.DataFrame) -> alt.Chart:
                 alt.Tooltip("maps:Q"),
             ],
         )
-        .properties(width=520, height=alt.Step(22))
+        .properties(width=520, height=alt.Step(54))
     )
     return _styled(bars, view_stroke=None)
 
@@ -438,7 +537,8 @@ def pattern_layers(frame: pl.DataFrame) -> alt.FacetChart:
         )
         .properties(width=alt.Step(22), height=150)
     )
-    return _styled(_panels(bars, 3, 16, labelLimit=300), view_stroke=None)
+    layers = int(cast(int, frame["layer"].max())) + 1 if frame.height else 12
+    return _styled(_panels(bars, 3, 16, labelLimit=max(22 * layers, 160)), view_stroke=None)
 
 
 def gallery_cells(frame: pl.DataFrame, size: int = 16) -> pl.DataFrame:
@@ -519,28 +619,35 @@ def pattern_gallery(frame: pl.DataFrame) -> alt.FacetChart:
     return _styled(maps, view_stroke="#ddd")
 
 
+# One convention on the whole page: Δ = score with the head (or layer) disabled minus the
+# score with nothing disabled; negative = disabling hurt.
 _DELTA_TITLE = "Δ score (disabled − baseline)"
+_DELTA_LINES = ["Δ score", "(disabled − baseline)"]
 
 
 def ablation_label(frame: pl.DataFrame) -> pl.Expr:
-    """'run 7 · minilm-sst2 · sst2 (dev) · uniform · accuracy': one label per ablation run and
-    metric."""
+    """'run 7 · minilm-sst2', 'sst2 (dev) · uniform · accuracy' and, with a `lineage` column,
+    'fine-tuned on sst2 from minilm', on separate lines: one label per ablation run and metric."""
     short = pl.col("model").str.split("/").list.last()
-    return pl.format(
-        "run {} · {} · {} ({}) · {} · {}",
-        pl.col("run_id"),
-        short,
-        pl.col("task"),
-        pl.col("split"),
-        pl.col("mode"),
-        pl.col("metric"),
+    return pl.concat_str(
+        [
+            pl.format("run {} · {}", pl.col("run_id"), short),
+            pl.lit(NEWLINE),
+            pl.format("{} ({}) · {} · {}", pl.col("task"), pl.col("split"), pl.col("mode"), pl.col("metric")),
+            *_lineage(frame),
+        ]
     )
 
 
 def _delta_colour(frame: pl.DataFrame) -> alt.Color:
     # Symmetric around 0 so that white is "no effect" in every panel; blue: disabling helped.
     reach = float(cast(float | None, frame["delta"].abs().max()) or 0.0) or 1e-3
-    return alt.Color("delta:Q", title=_DELTA_TITLE, scale=alt.Scale(scheme="redblue", domain=[-reach, reach]))
+    return alt.Color(
+        "delta:Q",
+        title=_DELTA_LINES,
+        scale=alt.Scale(scheme="redblue", domain=[-reach, reach]),
+        legend=alt.Legend(titleLimit=240),
+    )
 
 
 def ablation_heads(frame: pl.DataFrame) -> alt.FacetChart:
@@ -571,11 +678,11 @@ def ablation_heads(frame: pl.DataFrame) -> alt.FacetChart:
     )
     dots = base.mark_text(fontSize=8, color="#111").encode(text="mark:N")
     layered = _layer(cells, dots, data=data).properties(width=alt.Step(cell), height=alt.Step(cell))
-    return _styled(_panels(layered, 2, 16, labelLimit=420), view_stroke=None)
+    return _styled(_panels(layered, 2, 16, labelLimit=320), view_stroke=None)
 
 
 def _run_colour() -> alt.Color:
-    return alt.Color("panel:N", title=None, legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=420))
+    return alt.Color("panel:N", title=None, legend=_line_legend())
 
 
 def _interval_around_zero(base: alt.Chart, mark: str, line: alt.Chart) -> alt.LayerChart:
@@ -639,17 +746,21 @@ def ablation_curve(frame: pl.DataFrame) -> alt.LayerChart:
 
 
 def importance_scatter(frame: pl.DataFrame, correlations: pl.DataFrame) -> alt.FacetChart:
-    """Per head, gradient importance (Michel et al.) against the score drop when the head is
-    disabled, one panel per ablation run and metric, labelled with their Spearman correlation.
+    """Per head, gradient importance (Michel et al.) against Δ, the change in score when the
+    head is disabled (the sign of the ablation heatmap: negative = disabling hurt), one panel
+    per ablation run and metric, labelled with their Spearman correlation.
     `frame` is `ablation_effect`, `correlations` is `importance_vs_ablation`."""
     rho = correlations.select("run_id", "metric", "spearman")
     data = (
         frame.filter(pl.col("importance").is_not_null())
         .join(rho, on=["run_id", "metric"], how="left")
         .with_columns(
-            drop=-pl.col("delta"),
-            panel=pl.format(
-                "{} · Spearman {}", ablation_label(frame), pl.col("spearman").round(2).cast(pl.String).fill_null("–")
+            panel=pl.concat_str(
+                [
+                    ablation_label(frame),
+                    pl.lit(NEWLINE),
+                    pl.format("Spearman {}", pl.col("spearman").round(2).cast(pl.String).fill_null("–")),
+                ]
             ),
         )
     )
@@ -658,16 +769,16 @@ def importance_scatter(frame: pl.DataFrame, correlations: pl.DataFrame) -> alt.F
         .mark_circle(size=36, opacity=0.7)
         .encode(
             x=alt.X("importance:Q", title="gradient importance (mean |∂L/∂ξ|)"),
-            y=alt.Y("drop:Q", title="score drop when disabled"),
+            y=alt.Y("delta:Q", title=_DELTA_TITLE),
             color=alt.Color("layer:O", title="layer", scale=alt.Scale(scheme="viridis")),
             tooltip=[
                 alt.Tooltip("panel:N", title="run"),
                 alt.Tooltip("layer:O"),
                 alt.Tooltip("head:O"),
                 alt.Tooltip("importance:Q", format=".4g"),
-                alt.Tooltip("drop:Q", title="score drop", format="+.4f"),
+                alt.Tooltip("delta:Q", title="Δ", format="+.4f"),
             ],
         )
         .properties(width=300, height=220)
     )
-    return _styled(_panels(points, 2, 24, labelLimit=420))
+    return _styled(_panels(points, 2, 24, labelLimit=300))

@@ -80,16 +80,22 @@ class RenderedSection:
     note: str | None = None
 
 
+def _lineage(ctx: ReportContext, frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with the `lineage` of its models (query model_lineage), for the run labels."""
+    return charts.with_lineage(frame, ctx.query("model_lineage"))
+
+
 def _special_tokens(ctx: ReportContext) -> list[Block]:
-    heads = ctx.query("head_summary")
-    layers = ctx.query("special_tokens_by_layer")
+    heads = _lineage(ctx, ctx.query("head_summary"))
+    layers = _lineage(ctx, ctx.query("special_tokens_by_layer"))
     return [
         ChartBlock(
             "chart-special-tokens-heads",
-            "Share of each head's attention that goes to [CLS], [SEP] and punctuation, per layer (rows, from 0) "
-            "and head (columns), with the same share weighted by the norm of each token's transformed value "
-            "(Kobayashi et al.) beside it; query head_summary: mean over each run's examples of the "
-            "per-example statistics in head_stats.",
+            "Share of each head's attention that goes to [CLS], [SEP] and punctuation (Kovaleva et al. Fig. 6, "
+            "Clark et al.), per layer (rows) and head (columns), with the same share weighted by the norm of each "
+            "token's transformed value (Kobayashi et al.) beside it; each column has its own colour scale, from 0 "
+            "to its largest mean; query head_summary: mean over each run's examples of the per-example "
+            "statistics in head_stats.",
             charts.special_tokens_heads(heads),
         ),
         ChartBlock(
@@ -99,6 +105,33 @@ def _special_tokens(ctx: ReportContext) -> list[Block]:
             "the layer's heads.",
             charts.special_tokens_layers(layers),
         ),
+    ]
+
+
+def _finetunes(ctx: ReportContext) -> list[Block]:
+    runs = ctx.query("finetune_runs")
+    rows = []
+    for r in runs.iter_rows(named=True):
+        start = "random weights (from scratch)" if r["from_scratch"] else f"from {r['base_model'] or '?'}"
+        rows.append(
+            [
+                [str(r["run_id"])],
+                [r["model"], start],
+                [f"{r['task']} · {r['split']}"],
+                [f"{r['train_examples']:,} examples", f"{r['epochs']:g} epochs"],
+                [f"learning rate {r['learning_rate']:g}", f"warm-up {r['warmup']:g} of the steps"],
+                [f"{r['final_loss']:.4f}" if r["final_loss"] is not None else "–", f"{r['train_seconds']} s"],
+                [r["scores"] or "–", f"on {r['scored_examples']:,} examples" if r["scored_examples"] else ""],
+            ]
+        )
+    return [
+        TableBlock(
+            "table-finetunes",
+            "Every fine-tuning run: the model it made and where it started, the training data, settings and the "
+            "loss of the last step, and its scores on the evaluation split; query finetune_runs.",
+            ("run", "model", "task", "training", "settings", "final loss", "scores"),
+            rows,
+        )
     ]
 
 
@@ -124,25 +157,26 @@ def _ablation(ctx: ReportContext) -> list[Block]:
     return [
         ChartBlock(
             "chart-ablation-heads",
-            "What disabling one head does to the task score (Kovaleva et al. Fig. 6): per layer and head, the "
-            "fine-tuned model's score with that head disabled minus its score with none (blue: disabling helped), on "
+            "What disabling one head does to the task score (Kovaleva et al. Fig. 7): per layer and head, "
+            "Δ = the fine-tuned model's score with that head disabled minus its score with none (red: disabling "
+            "hurt, blue: disabling helped), on "
             "the same examples; ● marks a change whose paired test (exact McNemar for accuracy, permutation otherwise) "
             "survives the Benjamini–Hochberg correction across the run's heads and layers (adjusted p < 0.05); the "
             "tooltip gives the 95 % bootstrap interval; query ablation_effect.",
-            charts.ablation_heads(ctx.query("ablation_effect")),
+            charts.ablation_heads(_lineage(ctx, ctx.query("ablation_effect"))),
         ),
         ChartBlock(
             "chart-ablation-layers",
-            "The same for every head of a layer disabled at once (Kovaleva et al. Table 3), with the 95 % paired "
+            "The same Δ for every head of a layer disabled at once (Kovaleva et al. Fig. 8), with the 95 % paired "
             "bootstrap interval of the change; a diamond marks adjusted p < 0.05; query layer_ablation.",
-            charts.ablation_layers(ctx.query("layer_ablation")),
+            charts.ablation_layers(_lineage(ctx, ctx.query("layer_ablation"))),
         ),
         ChartBlock(
             "chart-ablation-curve",
             "Do helpful heads add up? The change in score with the k heads whose own disabling helped most disabled "
             "together, k = 1, 2, …, with the 95 % bootstrap band; the heads were chosen on the same examples, so the "
             "curve is optimistic; query ablation_combinations.",
-            charts.ablation_curve(ctx.query("ablation_combinations")),
+            charts.ablation_curve(_lineage(ctx, ctx.query("ablation_combinations"))),
         ),
     ]
 
@@ -152,10 +186,11 @@ def _importance(ctx: ReportContext) -> list[Block]:
         ChartBlock(
             "chart-importance",
             "Does the cheap estimate find the heads that matter? Per head, gradient importance (Michel et al.: mean "
-            "over examples of |∂L/∂ξ| for a gate ξ on the head's output) against the score drop measured by "
-            "disabling it, with the Spearman correlation across heads in each panel's title; queries ablation_effect "
-            "and importance_vs_ablation.",
-            charts.importance_scatter(ctx.query("ablation_effect"), ctx.query("importance_vs_ablation")),
+            "over examples of |∂L/∂ξ| for a gate ξ on the head's output) against Δ, the change in score measured "
+            "by disabling it (disabled − baseline, as in the heatmap above: the heads that matter are low), with "
+            "the Spearman correlation across heads in each panel's title; queries ablation_effect and "
+            "importance_vs_ablation.",
+            charts.importance_scatter(_lineage(ctx, ctx.query("ablation_effect")), ctx.query("importance_vs_ablation")),
         )
     ]
 
@@ -221,14 +256,29 @@ def _relations_dependencies(ctx: ReportContext) -> list[Block]:
     ]
 
 
+def frame_coverage_text(coverage: pl.DataFrame) -> str:
+    """'Run 5 rests on 21 of 2,272 annotations read (24 kept by the filters; sentences of at
+    most 12 words, elements of at most 3, linked words at least 2 apart).', one per run."""
+    sentences = []
+    for r in coverage.iter_rows(named=True):
+        sentences.append(
+            f"Run {r['run_id']} rests on {r['measured']:,} of the {r['annotations_read']:,} annotations read "
+            f"({r['kept']:,} kept by the filters: sentences of at most {r['max_sentence_words']} words, elements "
+            f"of at most {r['max_element_words']}, linked words at least {r['min_distance']} apart)."
+        )
+    return " ".join(sentences)
+
+
 def _relations_frames(ctx: ReportContext) -> list[Block]:
+    coverage = ctx.query("frame_coverage")
     return [
         ChartBlock(
             "chart-relations-frames",
             "Heads that link frame-evoking words to their frame elements (Kovaleva et al. §4.2, FrameNet 1.7): per "
             "layer and head, the mean over annotations of the largest word-level attention on a target–element link, "
-            "in either direction; outlined: heads above the 99th percentile of all heads. Sentences of at most 12 "
-            "words, elements of at most 3, linked words at least 2 apart; query frame_heads.",
+            "in either direction; outlined: heads above the 99th percentile of all heads. "
+            + (frame_coverage_text(coverage) + " " if coverage.height else "")
+            + "Queries frame_heads and frame_coverage.",
             charts.frame_heads(ctx.query("frame_heads")),
         )
     ]
@@ -256,12 +306,12 @@ def _pattern_types(ctx: ReportContext) -> list[Block]:
             "[SEP], punctuation and the heaviest other column, D = mass on the token and its neighbours, B = mass "
             "kept inside each sentence of a pair (thresholds in attnwh.ingest.measures.patterns.Thresholds); query "
             "pattern_frequency.",
-            charts.pattern_frequency(ctx.query("pattern_frequency")),
+            charts.pattern_frequency(_lineage(ctx, ctx.query("pattern_frequency"))),
         ),
         ChartBlock(
             "chart-pattern-layers",
             "The same shares per layer, one panel per run; query pattern_by_layer.",
-            charts.pattern_layers(ctx.query("pattern_by_layer")),
+            charts.pattern_layers(_lineage(ctx, ctx.query("pattern_by_layer"))),
         ),
     ]
 
@@ -296,6 +346,7 @@ SECTIONS: tuple[Section, ...] = (
         "attnwh ingest --thumbnails N",
         _pattern_gallery,
     ),
+    Section("finetuning", "Fine-tuning runs", ("finetunes", "runs", "models"), "attnwh finetune", _finetunes),
     Section(
         "finetuning-change",
         "Change through fine-tuning per layer and head",

@@ -75,9 +75,58 @@ def run_query(
 
 
 def run_sql(con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, object] | None = None) -> pa.Table:
-    """Execute SQL and return the result as an Arrow table; SQL errors become one line."""
+    """Execute one SQL statement and return the result as an Arrow table; SQL errors, and
+    more than one statement (of which only the last result would show), become one line."""
     try:
+        statements = len(con.extract_statements(sql))
+        if statements > 1:
+            raise UsageError(f"give one SQL statement at a time (got {statements}, separated by ';')")
         relation = con.sql(sql, params=params or None)
         return pa.table({}) if relation is None else relation.to_arrow_table()
     except duckdb.Error as exc:
         raise UsageError(f"SQL error: {str(exc).splitlines()[0]}") from None
+
+
+# Where the known values of a common parameter live: (SQL listing them, what a row is, the
+# word for the column). A named query that returns nothing is checked against these, so a
+# misspelt value gets a hint instead of a silent empty result.
+_KNOWN_VALUES: dict[str, tuple[str, str, str]] = {
+    "model": ("SELECT DISTINCT name FROM models", "model", "name"),
+    "base": ("SELECT DISTINCT name FROM models", "model", "name"),
+    "tuned": ("SELECT DISTINCT name FROM models", "model", "name"),
+    "task": ("SELECT DISTINCT task FROM runs", "run", "task"),
+    "mode": ("SELECT DISTINCT mode FROM ablation_configs", "ablation run", "mode"),
+    "metric": ("SELECT metric FROM ablations UNION SELECT metric FROM scores", "score", "metric"),
+    "relation": ("SELECT DISTINCT relation FROM dependency_heads", "relations run", "relation"),
+    "feature": ("SELECT DISTINCT feature FROM feature_attention", "relations run", "feature"),
+    "run": ("SELECT DISTINCT run_id FROM runs", "run", "id"),
+    "finetune_run": ("SELECT run_id FROM runs WHERE kind = 'finetune'", "fine-tuning run", "id"),
+    "compare_run": ("SELECT run_id FROM runs WHERE kind = 'compare'", "compare run", "id"),
+    "ablation_run": ("SELECT run_id FROM runs WHERE kind = 'ablation'", "ablation run", "id"),
+}
+_PLURAL = {"id": "ids", "name": "models", "task": "tasks", "mode": "modes", "metric": "metrics"}
+
+
+def unmatched_params(con: duckdb.DuckDBPyConnection, params: Mapping[str, object]) -> list[str]:
+    """One line per given parameter whose value matches nothing in the warehouse, naming
+    the values it could take, e.g. "no run has task 'x' (tasks: rte, sentiment)"."""
+    hints = []
+    for name, value in params.items():
+        if value is None or name not in _KNOWN_VALUES:
+            continue
+        sql, row, column = _KNOWN_VALUES[name]
+        try:
+            known = sorted(str(v[0]) for v in con.execute(sql).fetchall() if v[0] is not None)
+        except duckdb.Error:
+            continue
+        if str(value) in known:
+            continue
+        word = _PLURAL.get(column, column + "s")
+        listed = f"{word}: {', '.join(known)}" if known else f"the warehouse has no {word}"
+        if len(known) > 20:
+            listed = f"{word}: {', '.join(known[:20])}, … {len(known) - 20} more"
+        if column == "name":
+            hints.append(f"no model is named {str(value)!r} ({listed})")
+        else:
+            hints.append(f"no {row} has {column} {str(value)!r} ({listed})")
+    return hints

@@ -40,6 +40,7 @@ def test_every_db_option_reads_attnwh_db_with_one_default():
         "attnwh ingest ablation",
         "attnwh sql",
         "attnwh query",
+        "attnwh schema",
         "attnwh report",
         "attnwh finetune",
         "attnwh study",

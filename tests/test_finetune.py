@@ -102,7 +102,10 @@ def test_cli_records_run_scores_and_lineage(monkeypatch, capsys, tiny_model_dir,
     assert "accuracy" in stdout and str(out.resolve()) in stdout
     with duckdb.connect(str(db), read_only=True) as con:
         run_row = con.execute("SELECT kind, task, split, n_examples, model_id, base_model_id FROM runs").fetchall()
-        assert [r[:4] for r in run_row] == [("finetune", "sentiment", "dev", 400)]
+        # The run describes what the model was trained on; the scores keep the dev split's size.
+        assert [r[:4] for r in run_row] == [("finetune", "sentiment", "train", 32)]
+        assert con.execute("SELECT example_limit, source LIKE '%train%' FROM runs").fetchall() == [(32, True)]
+        assert con.execute("SELECT DISTINCT n_examples FROM scores").fetchall() == [(400,)]
         tuned = con.execute(
             "SELECT name, base_model_id, finetuned_task FROM models WHERE model_id = ?", [run_row[0][4]]
         ).fetchall()
@@ -181,3 +184,32 @@ def test_cli_trains_on_local_files(monkeypatch, capsys, tiny_model_dir, tmp_path
     assert out.startswith("train: trained on 24 examples") and "(10): accuracy" in out
     with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as con:
         assert con.execute("SELECT task FROM runs").fetchall() == [("train",)]
+
+
+def test_cli_run_spans_training_and_scoring(monkeypatch, capsys, tiny_model_dir, tmp_path):
+    """started_at is when training began, not when the run was recorded."""
+    db = tmp_path / "w.duckdb"
+    code, _, err = run(
+        monkeypatch,
+        capsys,
+        "finetune",
+        "--model",
+        str(tiny_model_dir("bert")),
+        "--max-train-examples",
+        "32",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "16",
+        "--out",
+        str(tmp_path / "tuned"),
+        "--db",
+        str(db),
+    )
+    assert code == 0, err
+    with duckdb.connect(str(db), read_only=True) as con:
+        started, finished, train_seconds = con.execute(
+            "SELECT r.started_at, r.finished_at, f.train_seconds FROM runs r JOIN finetunes f USING (run_id)"
+        ).fetchone()
+    assert train_seconds > 0
+    assert (finished - started).total_seconds() >= train_seconds - 0.01

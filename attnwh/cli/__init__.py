@@ -14,6 +14,7 @@ from attnwh.cli.finetune import finetune
 from attnwh.cli.ingest import ingest_app
 from attnwh.cli.patterns import patterns_app
 from attnwh.cli.report import report
+from attnwh.cli.schema import schema
 from attnwh.cli.sql import queries, query, sql
 from attnwh.cli.study import study
 from attnwh.errors import AttnwhError
@@ -31,6 +32,7 @@ app.add_typer(ingest_app, name="ingest")
 app.command()(sql)
 app.command()(queries)
 app.command()(query)
+app.command()(schema)
 app.command()(report)
 app.command()(finetune)
 app.command()(study)

@@ -72,7 +72,10 @@ def ablation(
     """
     console = Console(stderr=True)
     modes = list(dict.fromkeys(m.value for m in mode or [Mode.uniform]))
-    with loading(console, db, source):
+    with loading(console, db, source, models=[model]):
+        # Data errors before torch is imported; only a sweep of the bundled sample without
+        # --task waits for the model, whose fine-tuning task it is swept on.
+        loaded = source.load(task) if task or source.given else None
         from attnwh.ingest.encoder.loading import load_encoder
         from attnwh.ingest.runs.ablation import (
             AblationOptions,
@@ -85,11 +88,10 @@ def ablation(
 
         encoder = load_encoder(model, device.value)
         check_classifier(encoder)
-        if not task and not source.given:
+        if loaded is None:
             # On the bundled sample, a model made by `attnwh finetune` is swept on its own task.
             tuned_on = (encoder.lineage or {}).get("task")
-            task = [tuned_on] if tuned_on in SAMPLE_TASKS else None
-        loaded = source.load(task)
+            loaded = source.load([tuned_on] if tuned_on in SAMPLE_TASKS else None)
         options = reading.ingest_options(replace)
         per_pass = configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
         settings = [

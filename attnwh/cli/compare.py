@@ -50,12 +50,12 @@ def compare(
     Both models must tokenize identically and have the same layers and heads. Data options, resuming and --replace work as in `attnwh ingest`.
     """
     console = Console(stderr=True)
-    with loading(console, db, source, "models"):
+    with loading(console, db, source, "models", models=[base, tuned]):
+        loaded = source.load()  # data errors before torch is imported
         from attnwh.ingest.encoder.loading import load_encoder
         from attnwh.ingest.measures.change import ChangeCapture, check_compatible, prepare_comparison
         from attnwh.ingest.runs.loop import ingest_runs
 
-        loaded = source.load()
         base_encoder = load_encoder(base, device.value, dtype.value)
         tuned_encoder = load_encoder(tuned, device.value, dtype.value)
         check_compatible(base_encoder, tuned_encoder)

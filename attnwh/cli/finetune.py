@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -25,7 +25,23 @@ from attnwh.errors import UsageError
 from attnwh.ingest.sources.tasks import load_tasks
 
 if TYPE_CHECKING:
+    from rich.progress import ProgressColumn
+
     from attnwh.ingest.sources.examples import TaskData
+
+
+def steps_column() -> ProgressColumn:
+    """The stat column of a fine-tuning bar, which counts optimizer steps: their speed in
+    step/s and the running loss (the task field `loss`, "–" until the first step)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class Steps(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            speed = f"{task.speed:.1f} step/s" if task.speed else "– step/s"
+            return Text(f"{speed} · loss {task.fields.get('loss', '–')}", style="cyan", no_wrap=True)
+
+    return Steps()
 
 
 def finetune(
@@ -75,12 +91,7 @@ def finetune(
     if len(names) > 1:
         raise UsageError("attnwh finetune trains on one task; give one --task (`attnwh study` fine-tunes on several)")
     one_task = names[0] if names else None
-    with loading(console, db):
-        from attnwh.ingest.encoder.loading import load_encoder
-        from attnwh.ingest.runs.finetune import FinetuneOptions, check_out_dir, record
-        from attnwh.ingest.runs.finetune import finetune as run_finetune
-
-        check_out_dir(out)
+    with loading(console, db, models=[model]):
         if data is not None and (eval_data is None or label_column is None):
             raise UsageError("--data needs --eval-data and --label-column to fine-tune and score")
 
@@ -104,6 +115,12 @@ def finetune(
 
         train = load(train_split, data).sample(max_train_examples, seed)
         dev = load(eval_split, eval_data)
+        # The data and the model's name are checked; now the model libraries.
+        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.runs.finetune import FinetuneOptions, check_out_dir, record
+        from attnwh.ingest.runs.finetune import finetune as run_finetune
+
+        check_out_dir(out)
         options = FinetuneOptions(
             epochs=epochs,
             learning_rate=lr,
@@ -113,13 +130,11 @@ def finetune(
             seed=seed,
             from_scratch=from_scratch,
         )
-    from rich.progress import TextColumn
-
     with (
-        Bars(console, stat=TextColumn("loss {task.fields[loss]}")) as bars,
+        Bars(console, unit="step", stat=steps_column()) as bars,
         interrupts_as(f"interrupted; the model was not saved to {out} and nothing was written to {db}"),
     ):
-        bars.start(f"{'from scratch' if from_scratch else 'fine-tuning'} {train.task}", None, loss="–")
+        bars.start(f"{'from scratch' if from_scratch else 'fine-tuning'} {train.task} (steps)", None, loss="–")
 
         def on_step(step: int, total: int, loss: float) -> None:
             bars.update(step, total, loss=f"{loss:.4f}")
@@ -131,7 +146,17 @@ def finetune(
 
     con = warehouse.connect(db)
     try:
-        run_id = record(con, result, options, base.facts(), tuned.facts(), dev, str(tuned.device), command_line())
+        run_id = record(
+            con,
+            result,
+            options,
+            base.facts(),
+            tuned.facts(),
+            train,
+            str(tuned.device),
+            command_line(),
+            max_train_examples,
+        )
     finally:
         con.close()
     scores = ", ".join(f"{k} {v:.4f}" for k, v in result.scores.items())

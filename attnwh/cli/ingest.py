@@ -75,11 +75,11 @@ def ingest(
         refuse_options_before(ctx, ctx.invoked_subcommand)
         return  # the subcommand does the work
     console = Console(stderr=True)
-    with loading(console, db, source):
+    with loading(console, db, source, models=[model]):
+        loaded = source.load()  # data errors before torch is imported
         from attnwh.ingest.encoder.loading import load_encoder
         from attnwh.ingest.runs.loop import ingest_statistics, prepare_tasks
 
-        loaded = source.load()
         encoder = load_encoder(model, device.value, dtype.value)
         options = dataclasses.replace(reading.ingest_options(replace), thumbnails=thumbnails)
         prepared = prepare_tasks(encoder, loaded, options)

@@ -109,14 +109,26 @@ def resume_message(db: object) -> str:
 
 
 @contextmanager
-def loading(console: Console, db: Path, source: DataSource | None = None, what: str = "model") -> Iterator[None]:
-    """Refuse bad data options and a warehouse another process holds before anything loads,
-    then show a status line while the block loads data and models."""
+def loading(
+    console: Console,
+    db: Path,
+    source: DataSource | None = None,
+    what: str = "model",
+    models: Sequence[str | None] = (),
+) -> Iterator[None]:
+    """Refuse bad data options, a warehouse another process holds and `models` that cannot
+    load (a missing folder; a hub name not cached while the hub is offline) before anything
+    loads, then show a status line while the block loads data and models. All of it without
+    torch: the block should read its data before importing the model libraries, so bad input
+    fails at once."""
     if source is not None:
         source.check()
+    from attnwh.ingest.encoder.available import check_model
     from attnwh.sql import warehouse
 
     warehouse.check_writable(db)
+    for model in models:
+        check_model(model)
     with console.status(f"Loading data and {what}…"):
         yield
 

@@ -15,7 +15,7 @@ from rich.console import Console
 from attnwh.cli.options import DEFAULT_DB, DbOpt, Device, DeviceOpt, SeedOpt, command_line
 from attnwh.cli.progress import Bars, interrupts_as
 from attnwh.cli.summaries import describe, print_relations
-from attnwh.errors import UsageError
+from attnwh.errors import DataError, UsageError
 
 
 def relations(
@@ -60,8 +60,14 @@ def relations(
     if conllu is None and framenet is None:
         raise UsageError("give --conllu FILE, --framenet FILE or both")
 
+    from attnwh.ingest.encoder.available import check_model
     from attnwh.sql import warehouse
 
+    for kind, path in (("CoNLL-U", conllu), ("FrameNet", framenet)):
+        if path is not None and not path.is_file():
+            raise DataError(f"{kind} file {path} does not exist")
+    warehouse.check_writable(db)
+    check_model(model)  # before torch is imported
     with console.status("Loading data and model…"):
         from attnwh.ingest.encoder.loading import load_encoder
         from attnwh.ingest.measures import dependencies as rel

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import enum
+import json
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import polars as pl
+import pyarrow as pa
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -41,7 +43,7 @@ def sql(
     """Run ad hoc SQL on the warehouse (read-only connection)."""
     con = warehouse.connect(db, read_only=True)
     try:
-        emit(pl.from_arrow(named.run_sql(con, statement)), format, out)
+        emit(to_frame(named.run_sql(con, statement)), format, out)
     finally:
         con.close()
 
@@ -73,13 +75,78 @@ def query(
     found = named.get_query(name)
     con = warehouse.connect(db, read_only=True)
     try:
-        emit(pl.from_arrow(named.run_query(con, found, params)), format, out)
+        frame = to_frame(named.run_query(con, found, params))
+        if frame.height == 0:
+            # An empty result because a value is misspelt: say which values there are.
+            for hint in named.unmatched_params(con, params):
+                print(f"attnwh: {hint}", file=sys.stderr)
+        emit(frame, format, out)
     finally:
         con.close()
 
 
+def to_frame(table: pa.Table) -> pl.DataFrame:
+    """A query result as a polars frame; a column of a type polars cannot hold (an INTERVAL,
+    a UNION) becomes its text."""
+    try:
+        return pl.from_arrow(table)  # type: ignore[return-value]
+    except Exception:  # polars raises several types for an Arrow type it cannot import
+        columns = {}
+        for name, column in zip(table.column_names, table.columns, strict=True):
+            try:
+                columns[name] = pl.from_arrow(column)
+            except Exception:
+                columns[name] = pl.Series(name, [None if v is None else str(v) for v in column.to_pylist()], pl.String)
+        return pl.DataFrame(columns)
+
+
+def _is_nested(dtype: pl.DataType) -> bool:
+    return isinstance(dtype, (pl.List, pl.Array, pl.Struct)) or type(dtype).__name__ == "Map"
+
+
+def _contains(dtype: pl.DataType, kinds: tuple[str, ...]) -> bool:
+    """Whether a (possibly nested) type is or holds a type named in `kinds`."""
+    return any(kind in str(dtype) for kind in kinds)
+
+
+def _as_json_text(column: pl.Series) -> pl.Series:
+    """A nested column as one JSON text per value (nulls stay null): polars' own encoder
+    where it can (float32 written short), Python's json where it cannot (BLOBs, maps: polars'
+    encoder panics on BLOBs rather than raising)."""
+    try:
+        if _contains(column.dtype, ("Binary", "Map")):
+            raise TypeError(column.dtype)
+        encoded = pl.struct("v").struct.json_encode().str.strip_prefix('{"v":').str.strip_suffix("}")
+        texts = pl.when(pl.col("v").is_null()).then(None).otherwise(encoded)
+        return pl.DataFrame({"v": column}).select(texts).to_series().alias(column.name)
+    except Exception:
+        values = [
+            None if v is None else json.dumps(v, default=_json_default, separators=(",", ":")) for v in column.to_list()
+        ]
+        return pl.Series(column.name, values, pl.String)
+
+
+def _json_default(value: object) -> object:
+    return value.hex() if isinstance(value, bytes) else str(value)
+
+
+def _flat(frame: pl.DataFrame, format: Format) -> pl.DataFrame:
+    """What CSV and JSON cannot write as it is, as text: BLOBs as hex; in CSV, lists,
+    structs and maps as JSON text; in JSON, a nested value holding a BLOB or a map as JSON
+    text."""
+    columns = []
+    for column in frame.iter_columns():
+        if column.dtype == pl.Binary:
+            column = column.bin.encode("hex")
+        elif _is_nested(column.dtype) and (format is Format.csv or _contains(column.dtype, ("Binary", "Map"))):
+            column = _as_json_text(column)
+        columns.append(column)
+    return pl.DataFrame(columns)
+
+
 def emit(frame: pl.DataFrame | pl.Series, format: Format, out: Path | None) -> None:
-    """Write a result in the chosen format to `out` or stdout."""
+    """Write a result in the chosen format to `out` or stdout. CSV has no nested values:
+    lists and structs (a thumbnail) are written as JSON text, BLOBs as hex."""
     if isinstance(frame, pl.Series):
         frame = frame.to_frame()
     if format is Format.parquet:
@@ -87,9 +154,11 @@ def emit(frame: pl.DataFrame | pl.Series, format: Format, out: Path | None) -> N
             raise UsageError("--format parquet needs --out FILE")
         frame.write_parquet(out)
     elif format is Format.csv:
-        frame.write_csv(out) if out else sys.stdout.write(frame.write_csv())
+        flat = _flat(frame, format)
+        flat.write_csv(out) if out else sys.stdout.write(flat.write_csv())
     elif format is Format.json:
-        frame.write_json(out) if out else sys.stdout.write(frame.write_json() + "\n")
+        flat = _flat(frame, format)
+        flat.write_json(out) if out else sys.stdout.write(flat.write_json() + "\n")
     else:
         cells = [[_cell(v) for v in row] for row in frame.iter_rows()]
         table = Table(*frame.columns, header_style="bold")

@@ -185,7 +185,7 @@ def study(
         highlight=False,
     )
     with (
-        hooks.bars,
+        hooks,
         interrupts_as(f"interrupted; rerun the same command to resume (finished stages and runs are kept in {db})"),
     ):
         runner.run()
@@ -193,20 +193,26 @@ def study(
 
 
 class _ConsoleHooks:
-    """Stage headers on stderr, a progress bar per task, a line per stage outcome."""
+    """Stage headers on stderr, a progress bar per task, a line per stage outcome. Fine-tuning
+    bars count optimizer steps (step/s and the loss); the others count examples (ex/s)."""
 
     def __init__(self, console: Console) -> None:
+        from attnwh.cli.finetune import steps_column
+
         self.console = console
-        self.bars = Bars(console)
+        self.examples = Bars(console)
+        self.steps = Bars(console, unit="step", stat=steps_column())
+        self.bars = self.examples  # the bars of the current stage
 
     def stage(self, name: str, index: int, total: int) -> None:
         from attnwh.study import STAGE_HELP
 
-        self.bars.close()
+        self.close()
+        self.bars = self.steps if name == "finetune" else self.examples
         self.console.print(f"[bold]stage {index}/{total}: {name}[/] — {STAGE_HELP[name]}", highlight=False)
 
     def stage_done(self, result: StageResult) -> None:
-        self.bars.close()
+        self.close()
         for line in result.detail:
             self.console.print(f"  {line}", highlight=False)
         self.console.print(f"  {result.stage} {result.outcome} in {result.seconds:.1f} s", highlight=False)
@@ -218,7 +224,17 @@ class _ConsoleHooks:
         self.bars.advance(n)
 
     def step(self, step: int, total: int, loss: float) -> None:
-        self.bars.update(step, total)
+        self.bars.update(step, total, loss=f"{loss:.4f}")
 
     def note(self, text: str) -> None:
         self.console.print(f"  {text}", highlight=False)
+
+    def close(self) -> None:
+        self.examples.close()
+        self.steps.close()
+
+    def __enter__(self) -> _ConsoleHooks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -19,6 +19,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 
 from attnwh.errors import ModelError, UsageError
 from attnwh.ingest.encoder import capture
+from attnwh.ingest.encoder.available import check_model, looks_like_path
 
 # Families whose self-attention goes through transformers' AttentionInterface and whose
 # output projection attnwh knows how to find (see `output_projections`).
@@ -86,11 +87,6 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def _looks_like_path(name: str) -> bool:
-    # Hub names are "name" or "org/name"; anything else that could be a path is treated as one.
-    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or Path(name).expanduser().exists()
-
-
 def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32") -> EncoderModel:
     """Load `name` (hub name, local directory, or None for the bundled MiniLM) for attention
     capture, raising ModelError with one clear line for anything that is not a supported
@@ -100,13 +96,9 @@ def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32")
         raise UsageError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     source = str(bundled_model_path()) if name is None else name
     shown = DEFAULT_MODEL_NAME if name is None else name
-    if name is not None and _looks_like_path(name):
-        path = Path(name).expanduser()
-        if not path.is_dir():
-            raise ModelError(f"model path {name} does not exist or is not a directory")
-        if not (path / "config.json").is_file():
-            raise ModelError(f"{name} is not a model directory (it has no config.json)")
-        source = str(path)
+    check_model(name)  # a missing folder, or a hub name not cached while the hub is offline
+    if name is not None and looks_like_path(name):
+        source = str(Path(name).expanduser())
     # Failures reach the user as one ModelError line; the libraries' own retry warnings and
     # progress bars would only bury it.
     transformers.utils.logging.disable_progress_bar()

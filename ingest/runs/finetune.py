@@ -14,6 +14,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +62,10 @@ class FinetuneResult:
     train_seconds: float
     final_loss: float | None
     scores: dict[str, float]
+    # When training began and when scoring ended (aware, local); None for a result rebuilt
+    # from a saved note that lacks them.
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
 
 
 # Called every step with (step, total steps, running loss).
@@ -125,6 +130,7 @@ def finetune(
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, round(options.warmup * total), total)
     order_rng = np.random.default_rng(options.seed)
     model.train()
+    started_at = datetime.now().astimezone()
     started, step, running = time.perf_counter(), 0, None
     while step < total:
         for start in range(0, len(train.examples), options.batch_size):
@@ -149,6 +155,7 @@ def finetune(
 
     predictions = predict(model, tokenizer, dev_encoded, regression, options.batch_size, base.device)
     scores = metrics.score(train.task, y_dev, predictions, regression)
+    finished_at = datetime.now().astimezone()
     out_dir.mkdir(parents=True, exist_ok=True)
     # The note is written last: a folder whose model files were replaced but whose note is
     # missing (interrupted in between) is not taken for a finished model.
@@ -167,6 +174,8 @@ def finetune(
         train_seconds=train_seconds,
         final_loss=running,
         scores=scores,
+        started_at=started_at,
+        finished_at=finished_at,
     )
     lineage = {
         "base": result.base_name,
@@ -214,13 +223,18 @@ def record(
     options: FinetuneOptions,
     base_facts: dict[str, object],
     tuned_facts: dict[str, object],
-    dev: TaskData,
+    train: TaskData,
     device: str,
     command: str | None,
+    example_limit: int | None = None,
 ) -> int:
     """Store a fine-tuning run: both models (the tuned one linked to its base), the run, its
     settings and its dev scores, in one transaction; returns the run id. Every fine-tuning
-    is its own run: its identity holds the time it is recorded."""
+    is its own run: its identity holds the time it is recorded.
+
+    The run row describes what the model was trained on: `train` (the sample it was trained on,
+    `example_limit` the sample size asked for, e.g. --max-train-examples), from the start of
+    training to the end of scoring; the scores keep the size of the split they were scored on."""
     from attnwh.ingest.runs.rows import library_versions
     from attnwh.sql import runs
     from attnwh.sql.warehouse import transaction
@@ -237,23 +251,24 @@ def record(
             {
                 "model_id": tuned_id,
                 "base_model_id": base_id,
-                "dataset": dev.dataset,
-                "task": dev.task,
-                "split": dev.split,
-                "source": dev.source,
-                "example_limit": None,
+                "dataset": train.dataset,
+                "task": train.task,
+                "split": train.split,
+                "source": train.source,
+                "example_limit": example_limit,
                 "seed": options.seed,
                 "max_length": options.max_length,
-                "n_examples": result.dev_examples,
+                "n_examples": result.train_examples,
                 "n_truncated": 0,
                 "device": device,
                 "dtype": "float32",
                 "batch_size": options.batch_size,
                 "versions": json.dumps(library_versions()),
                 "command": command,
+                **({"started_at": result.started_at} if result.started_at is not None else {}),
             },
         ).run_id
-        runs.finish_run(con, run_id, "complete", result.train_seconds)
+        runs.finish_run(con, run_id, "complete", result.train_seconds, finished_at=result.finished_at)
         con.execute(
             "INSERT INTO finetunes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [

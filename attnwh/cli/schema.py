@@ -1,0 +1,98 @@
+"""`attnwh schema`: the warehouse's tables and views, their columns and types, and what each
+holds (the comments of migration 0007), read from the file itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import duckdb
+import polars as pl
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from attnwh.cli.options import DEFAULT_DB, ReadDbOpt
+from attnwh.cli.sql import Format, FormatOption, OutOption, emit
+from attnwh.errors import UsageError
+from attnwh.sql import warehouse
+
+_OBJECTS = """
+SELECT table_name AS name, 'table' AS kind, comment FROM duckdb_tables() WHERE NOT internal AND schema_name = 'main'
+UNION ALL
+SELECT view_name, 'view', comment FROM duckdb_views() WHERE NOT internal AND schema_name = 'main'
+ORDER BY kind, name
+"""
+_COLUMNS = """
+SELECT table_name, column_name, data_type, comment FROM duckdb_columns()
+WHERE NOT internal AND schema_name = 'main'
+ORDER BY table_name, column_index
+"""
+
+
+def describe(con: duckdb.DuckDBPyConnection, table: str | None = None) -> pl.DataFrame:
+    """One row per column of every table and view (or of `table`): table, kind, the table's
+    comment, column, type and the column's comment."""
+    objects = con.execute(_OBJECTS).fetchall()
+    if table is not None and table not in {name for name, _, _ in objects}:
+        known = ", ".join(name for name, _, _ in objects)
+        raise UsageError(f"no table or view named {table!r} (there are: {known})")
+    columns: dict[str, list[tuple[str, str, str | None]]] = {}
+    for name, column, dtype, comment in con.execute(_COLUMNS).fetchall():
+        columns.setdefault(name, []).append((column, dtype, comment))
+    rows = [
+        {
+            "table": name,
+            "kind": kind,
+            "table_comment": table_comment,
+            "column": column,
+            "type": dtype,
+            "comment": comment,
+        }
+        for name, kind, table_comment in objects
+        if table is None or name == table
+        for column, dtype, comment in columns.get(name, [])
+    ]
+    schema = {c: pl.String for c in ("table", "kind", "table_comment", "column", "type", "comment")}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def schema(
+    table: Annotated[str | None, typer.Argument(help="Show only this table or view.")] = None,
+    db: ReadDbOpt = DEFAULT_DB,
+    format: FormatOption = Format.table,
+    out: OutOption = None,
+) -> None:
+    """List the warehouse's tables and views with what they hold, and their columns with type
+    and meaning (read-only connection)."""
+    con = warehouse.connect(db, read_only=True)
+    try:
+        frame = describe(con, table)
+    finally:
+        con.close()
+    if format is not Format.table:
+        emit(frame, format, out)
+        return
+    _print(frame, out)
+
+
+def _print(frame: pl.DataFrame, out: Path | None) -> None:
+    console = Console(file=out.open("w", encoding="utf-8") if out else None)
+    if out is not None or not console.is_terminal:
+        console.width = 120
+    first = True
+    for (name, kind, table_comment), group in frame.group_by(["table", "kind", "table_comment"], maintain_order=True):
+        if not first:
+            console.print()
+        first = False
+        # Text, not str: a comment like "[CLS]" must not be read as rich markup.
+        heading = Text(str(name), style="bold")
+        heading.append(f" ({kind})", style="dim")
+        if table_comment:
+            heading.append(f": {table_comment}")
+        console.print(heading)
+        columns = Table("column", "type", "comment", box=None, header_style="bold", padding=(0, 2, 0, 2))
+        for column, dtype, comment in group.select("column", "type", "comment").iter_rows():
+            columns.add_row(Text(column), Text(dtype, style="dim"), Text(comment or ""))
+        console.print(columns)

@@ -1,0 +1,77 @@
+"""Whether a model named on the command line can be loaded at all, checked without torch or
+transformers: a local folder must hold a config.json, and a hub name must be in the local
+Hugging Face cache when the hub is offline (HF_HUB_OFFLINE=1) or cannot be reached. The
+commands call :func:`check_model` before importing the model libraries, so such a mistake
+fails at once with one line instead of after seconds of imports and network retries.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+from attnwh.errors import ModelError
+
+PROBE_TIMEOUT_S = 2.0  # how long the hub may take to accept a connection
+
+
+def looks_like_path(name: str) -> bool:
+    """Hub names are "name" or "org/name"; anything else that could be a path is treated as one."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or Path(name).expanduser().exists()
+
+
+def check_model(name: str | None) -> None:
+    """Raise ModelError with one line when `name` (hub name or folder; None: the bundled
+    MiniLM) certainly cannot be loaded: a missing folder or one without config.json, or a hub
+    name that is not in the local cache while the hub is offline or unreachable."""
+    if name is None:
+        return
+    if looks_like_path(name):
+        path = Path(name).expanduser()
+        if not path.is_dir():
+            raise ModelError(f"model path {name} does not exist or is not a directory")
+        if not (path / "config.json").is_file():
+            raise ModelError(f"{name} is not a model directory (it has no config.json)")
+        return
+    if in_hub_cache(name):
+        return
+    why = hub_offline()
+    if why is not None:
+        raise ModelError(
+            f"model {name!r} is not a local folder and is not in the Hugging Face cache, and the hub is "
+            f"{why}; download it first or give a folder"
+        )
+
+
+def in_hub_cache(name: str) -> bool:
+    """Whether the local Hugging Face cache holds `name`'s config.json (any revision of main)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(name, "config.json")
+    except (ValueError, OSError):  # not a valid repo id: the loader says why
+        return True
+    return isinstance(found, str)
+
+
+def hub_offline() -> str | None:
+    """Why the hub cannot be used ("offline (HF_HUB_OFFLINE=1)", "unreachable (…)"), or None."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE"):
+        return "offline (HF_HUB_OFFLINE=1)"
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None  # reached through a proxy: let the download try
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    port = urlparse(constants.ENDPOINT).port or 443
+    try:
+        socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as exc:
+        return f"unreachable ({host}: {exc.strerror or type(exc).__name__})"
+    return None
+
+
+def _env_true(variable: str) -> bool:
+    return os.environ.get(variable, "").strip().lower() in ("1", "on", "yes", "true")
