@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Literal
 
 from attnwh.errors import UsageError
+from attnwh.reports.findings import Findings, build_findings
+from attnwh.reports.head_panel import head_panel_data
 from attnwh.reports.sections import SECTIONS, ChartBlock, RenderedSection, ReportContext, Section, render_sections
 from attnwh.sql import warehouse
 from attnwh.sql.queries import get_query, run_query
@@ -24,7 +26,8 @@ class NothingToReport(UsageError):
 
 @dataclass(frozen=True)
 class Report:
-    """A built report, ready to render: page text and the sections with their charts."""
+    """A built report, ready to render: page text, the findings at the top and the sections
+    with their charts."""
 
     title: str
     intro: str
@@ -33,6 +36,10 @@ class Report:
     filters: str
     version: str
     sections: list[RenderedSection]
+    # The summary at the top (reports.findings); empty for a report built without it.
+    findings: Findings = Findings()
+    # What the head panel shows for each head (reports.head_panel); None: no panel.
+    head_panel: dict | None = None
 
     def charts(self) -> list[ChartBlock]:
         """Every chart of the page, in page order."""
@@ -61,7 +68,10 @@ def build_report(
                 f"no attention statistics in {db}{where}: nothing to report; add some with `attnwh ingest`"
             )
         kinds = run_query(con, get_query("run_provenance"), params).column("kind").to_pylist()
-        rendered = render_sections(ReportContext(con, params), sections)
+        ctx = ReportContext(con, params)
+        rendered = render_sections(ctx, sections)
+        findings = build_findings(ctx, sections)
+        head_panel = head_panel_data(ctx)
     finally:
         con.close()
     models, tasks = scope["models"], scope["tasks"]
@@ -78,6 +88,8 @@ def build_report(
         filters=f"only {filters}" if filters else "",
         version=_attnwh_version(),
         sections=rendered,
+        findings=findings,
+        head_panel=head_panel,
     )
 
 

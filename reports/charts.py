@@ -34,6 +34,34 @@ _HEAD_GRID: dict[str, Any] = {
     "y": alt.Y("layer:O", title="layer (from 0)", axis=alt.Axis(labelFontSize=9)),
 }
 
+# The head the reader clicked: two top-level signals that the page's script sets in every
+# layer × head chart at once (linked selection without a server); -1 = no head selected.
+SELECTED_LAYER, SELECTED_HEAD = "selected_layer", "selected_head"
+_IS_SELECTED = f"datum.layer === {SELECTED_LAYER} && datum.head === {SELECTED_HEAD}"
+
+
+def _selected_outline(*otherwise: dict[str, Any]) -> dict[str, Any]:
+    """Encodings that outline the selected head's mark in near-black; `otherwise` are further
+    stroke conditions ({"test": …, "value": colour}) for the other marks."""
+    return {
+        "stroke": alt.Stroke(value=None, condition=[{"test": _IS_SELECTED, "value": "#111"}, *otherwise]),
+        "strokeWidth": alt.StrokeWidth(value=2, condition={"test": _IS_SELECTED, "value": 3}),
+    }
+
+
+_Selectable = TypeVar("_Selectable", alt.HConcatChart, alt.FacetChart)
+
+
+def _selectable(chart: _Selectable) -> _Selectable:
+    """`chart` with the two selection signals declared at its top level (see SELECTED_LAYER).
+
+    Set directly: `add_params` would push the parameters down into the sub-charts of a
+    compound chart, where a facet or concat cannot share them."""
+    chart = chart.copy(deep=False)
+    chart.params = [alt.VariableParameter(name=name, value=-1) for name in (SELECTED_LAYER, SELECTED_HEAD)]
+    return chart
+
+
 # Run labels hold their parts on separate lines ("run 3 · bert-base-uncased", "rte (dev)",
 # "pre-trained"): one line would be wider than a panel, and a header wider than its panel
 # either is cut or pushes the panel away from its axis. Headers and legends split them.
@@ -56,11 +84,12 @@ def _cell(frame: pl.DataFrame, smallest: int) -> int:
 
 
 def _heatmap(data: pl.DataFrame, cell: int, **encoding: Any) -> alt.Chart:
-    """A layer × head heatmap of `cell` px squares; `encoding` adds colour and tooltips."""
+    """A layer × head heatmap of `cell` px squares, the selected head outlined; `encoding`
+    adds colour and tooltips (and may replace the outline)."""
     return (
         alt.Chart(data)
         .mark_rect()
-        .encode(**_HEAD_GRID, **encoding)
+        .encode(**_HEAD_GRID, **{**_selected_outline(), **encoding})
         .properties(width=alt.Step(cell), height=alt.Step(cell))
     )
 
@@ -186,6 +215,7 @@ def special_tokens_heads(frame: pl.DataFrame) -> alt.HConcatChart:
                     alt.Tooltip("head:O"),
                     alt.Tooltip("value:Q", title="mean", format=".3f"),
                 ],
+                **_selected_outline(),
             )
             .properties(width=alt.Step(cell), height=alt.Step(cell))
         )
@@ -206,31 +236,46 @@ def special_tokens_heads(frame: pl.DataFrame) -> alt.HConcatChart:
         columns.append(
             cells.facet(row=alt.Row("panel:N", title=None, header=header), spacing={"row": 18}).properties(title=title)
         )
-    return _styled(alt.hconcat(*columns, spacing=10).resolve_scale(color="independent"), view_stroke=None)
+    return _styled(_selectable(alt.hconcat(*columns, spacing=10).resolve_scale(color="independent")), view_stroke=None)
 
 
 def special_tokens_layers(frame: pl.DataFrame) -> alt.FacetChart:
-    """Per-layer lines of the three shares, solid by attention weight and dashed
-    norm-weighted, one panel per run. `frame` is the `special_tokens_by_layer` query."""
-    data = _long(frame, ["layer"])
+    """Per-layer lines of the three shares, a row of panels per task and a panel per target,
+    every model of the task overlaid in its own colour (pre-trained and fine-tuned side by
+    side), solid by attention weight and dashed norm-weighted. `frame` is the
+    `special_tokens_by_layer` query."""
+    data = _long(
+        frame, ["layer", "model", "task", "split", "run_id", *(["lineage"] if "lineage" in frame.columns else [])]
+    )
+    short = pl.col("model").str.split("/").list.last()
+    data = data.with_columns(
+        model_label=pl.concat_str([short, *_lineage(data)]),
+        task_label=pl.format("{} ({})", pl.col("task"), pl.col("split")),
+    )
     lines = (
         alt.Chart(data)
         .mark_line(point=alt.OverlayMarkDef(size=25))
         .encode(
             x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0)),
             y=alt.Y("value:Q", title="mean share", scale=alt.Scale(zero=True, nice=True)),
-            color=alt.Color(
-                "target:N",
-                title="attention to",
-                scale=alt.Scale(domain=["[CLS]", "[SEP]", "punctuation"], range=["#4c78a8", "#e45756", "#54a24b"]),
-            ),
+            color=alt.Color("model_label:N", title="model", legend=_line_legend()),
             strokeDash=alt.StrokeDash(
                 "weighting:N",
                 title="weighting",
-                # Vega-Lite draws this legend's symbols without a stroke colour unless given one.
-                legend=alt.Legend(symbolType="stroke", symbolStrokeColor="#333", symbolStrokeWidth=2, symbolSize=300),
+                # The lines' point overlay makes Vega-Lite fill this legend's symbols and drop
+                # their stroke colour, which leaves the dashes invisible: stroke only.
+                legend=alt.Legend(
+                    orient="bottom",
+                    symbolType="stroke",
+                    symbolStrokeColor="#333",
+                    symbolFillColor="transparent",
+                    symbolStrokeWidth=2,
+                    symbolSize=300,
+                ),
                 scale=alt.Scale(domain=["attention weight", "norm-weighted"], range=[[1, 0], [5, 3]]),
             ),
+            # One line per run and weighting: two runs of one model on a task stay two lines.
+            detail="run_id:N",
             tooltip=[
                 alt.Tooltip("panel:N", title="run"),
                 alt.Tooltip("measure:N", title="share"),
@@ -238,9 +283,24 @@ def special_tokens_layers(frame: pl.DataFrame) -> alt.FacetChart:
                 alt.Tooltip("value:Q", title="mean", format=".3f"),
             ],
         )
-        .properties(width=240, height=170)
+        .properties(width=220, height=160)
     )
-    return _styled(_panels(lines, 3, 16, labelLimit=240, labelFontSize=11), view_stroke="#ddd")
+    header: dict[str, Any] = {
+        "labelFontWeight": "bold",
+        "labelAnchor": "start",
+        "labelAlign": "left",
+        "labelLimit": 320,
+    }
+    return _styled(
+        lines.facet(
+            row=alt.Row("task_label:N", title=None, header=alt.Header(labelOrient="top", labelAngle=0, **header)),
+            column=alt.Column(
+                "target:N", title=None, sort=["[CLS]", "[SEP]", "punctuation"], header=alt.Header(**header)
+            ),
+            spacing={"row": 14, "column": 12},
+        ),
+        view_stroke="#ddd",
+    )
 
 
 def pair_label(frame: pl.DataFrame) -> pl.Expr:
@@ -274,7 +334,7 @@ def finetune_change_heads(frame: pl.DataFrame) -> alt.FacetChart:
             alt.Tooltip("examples:Q"),
         ],
     )
-    return _styled(_panels(cells, 3, 16, labelLimit=320), view_stroke=None)
+    return _styled(_selectable(_panels(cells, 3, 16, labelLimit=320)), view_stroke=None)
 
 
 def finetune_change_layers(frame: pl.DataFrame) -> alt.LayerChart:
@@ -397,7 +457,7 @@ def dependency_heads(frame: pl.DataFrame, relations: int = 15) -> alt.FacetChart
 
 def frame_heads(frame: pl.DataFrame, direction: str = "either") -> alt.FacetChart:
     """Heatmaps layer × head of the mean max attention on frame links, one panel per run
-    (Kovaleva et al. Fig. 4). `frame` is the `frame_heads` query."""
+    (Kovaleva et al. §4.2). `frame` is the `frame_heads` query."""
     data = frame.filter(pl.col("direction") == direction).with_columns(panel=relations_label(frame))
     cell = _cell(frame, 14)
     cells = _heatmap(
@@ -406,8 +466,7 @@ def frame_heads(frame: pl.DataFrame, direction: str = "either") -> alt.FacetChar
         color=alt.Color(
             "mean_max_attention:Q", title="mean max attention", scale=alt.Scale(scheme="viridis", domainMin=0)
         ),
-        stroke=alt.condition("datum.percentile >= 99", alt.value("#e45756"), alt.value(None)),
-        strokeWidth=alt.value(2),
+        **_selected_outline({"test": "datum.percentile >= 99", "value": "#e45756"}),
         tooltip=[
             alt.Tooltip("panel:N", title="run"),
             alt.Tooltip("layer:O"),
@@ -418,7 +477,7 @@ def frame_heads(frame: pl.DataFrame, direction: str = "either") -> alt.FacetChar
             alt.Tooltip("annotations:Q"),
         ],
     )
-    return _styled(_panels(cells, 3, 16, labelLimit=320), view_stroke=None)
+    return _styled(_selectable(_panels(cells, 3, 16, labelLimit=320)), view_stroke=None)
 
 
 def feature_attention(frame: pl.DataFrame) -> alt.FacetChart:
@@ -446,24 +505,26 @@ def feature_attention(frame: pl.DataFrame) -> alt.FacetChart:
         ],
     )
     return _styled(
-        cells.facet(
-            row=alt.Row(
-                "panel:N",
-                title=None,
-                # Above each row, from its left edge: a header left of the axis, as wide as its
-                # longest label, would push the axis away from the cells.
-                header=alt.Header(
-                    labelOrient="top",
-                    labelAnchor="start",
-                    labelAngle=0,
-                    labelAlign="left",
-                    labelFontWeight="bold",
-                    labelLimit=420,
-                    labelExpr=_SPLIT,
+        _selectable(
+            cells.facet(
+                row=alt.Row(
+                    "panel:N",
+                    title=None,
+                    # Above each row, from its left edge: a header left of the axis, as wide as its
+                    # longest label, would push the axis away from the cells.
+                    header=alt.Header(
+                        labelOrient="top",
+                        labelAnchor="start",
+                        labelAngle=0,
+                        labelAlign="left",
+                        labelFontWeight="bold",
+                        labelLimit=420,
+                        labelExpr=_SPLIT,
+                    ),
                 ),
-            ),
-            column=alt.Column("feature:N", title=None, sort=order),
-            spacing={"row": 18, "column": 10},
+                column=alt.Column("feature:N", title=None, sort=order),
+                spacing={"row": 18, "column": 10},
+            )
         ),
         view_stroke=None,
     )
@@ -541,20 +602,27 @@ def pattern_layers(frame: pl.DataFrame) -> alt.FacetChart:
     return _styled(_panels(bars, 3, 16, labelLimit=max(22 * layers, 160)), view_stroke=None)
 
 
+def pooled(thumbnail: list[float], size: int = 16) -> list[list[float]]:
+    """A stored square thumbnail (row-major) average-pooled to `size` × `size` cells and
+    scaled to its largest cell (so every map uses the whole colour scale), to 4 decimals."""
+    side = int(round(len(thumbnail) ** 0.5))
+    step = max(1, side // size)
+    cells = [[0.0] * (side // step) for _ in range(side // step)]
+    for idx, value in enumerate(thumbnail):
+        i, j = divmod(idx, side)
+        if i // step < len(cells) and j // step < len(cells):
+            cells[i // step][j // step] += value / (step * step)
+    top = max(max(row) for row in cells) or 1.0
+    return [[round(value / top, 4) for value in row] for row in cells]
+
+
 def gallery_cells(frame: pl.DataFrame, size: int = 16) -> pl.DataFrame:
     """Long rows (map, pattern, x, y, value) of the `pattern_gallery` thumbnails, pooled from
     32 × 32 to `size` × `size` cells (the page stays small) and scaled to each map's largest
     cell, so that every map uses the whole colour scale."""
     rows: list[dict] = []
     for k, r in enumerate(frame.iter_rows(named=True)):
-        side = int(round(len(r["thumbnail"]) ** 0.5))
-        step = max(1, side // size)
-        cells = [[0.0] * (side // step) for _ in range(side // step)]
-        for idx, value in enumerate(r["thumbnail"]):
-            i, j = divmod(idx, side)
-            if i // step < len(cells) and j // step < len(cells):
-                cells[i // step][j // step] += value / (step * step)
-        top = max(max(row) for row in cells) or 1.0
+        cells = pooled(r["thumbnail"], size)
         rank = sum(1 for earlier in frame["pattern"][:k] if earlier == r["pattern"])
         label = (
             f"run {r['run_id']} · L{r['layer']} H{r['head']} · n={r['n_tokens']} · "
@@ -569,7 +637,7 @@ def gallery_cells(frame: pl.DataFrame, size: int = 16) -> pl.DataFrame:
                         "map": label,
                         "query": i,
                         "key": j,
-                        "value": round(value / top, 4),
+                        "value": value,
                     }
                 )
     return pl.DataFrame(
@@ -652,7 +720,7 @@ def _delta_colour(frame: pl.DataFrame) -> alt.Color:
 
 def ablation_heads(frame: pl.DataFrame) -> alt.FacetChart:
     """Heatmaps layer × head of the change in task score when the head is disabled, one panel
-    per ablation run and metric (Kovaleva et al. Fig. 6); a dot marks a change that survives
+    per ablation run and metric (Kovaleva et al. Fig. 8); a dot marks a change that survives
     the Benjamini–Hochberg correction. `frame` is `ablation_effect`."""
     data = frame.with_columns(
         panel=ablation_label(frame), mark=pl.when(pl.col("significant")).then(pl.lit("●")).otherwise(pl.lit(""))
@@ -675,10 +743,11 @@ def ablation_heads(frame: pl.DataFrame) -> alt.FacetChart:
             alt.Tooltip("p_value:Q", title="p", format=".3g"),
             alt.Tooltip("p_adjusted:Q", title="p adjusted (BH)", format=".3g"),
         ],
+        **_selected_outline(),
     )
     dots = base.mark_text(fontSize=8, color="#111").encode(text="mark:N")
     layered = _layer(cells, dots, data=data).properties(width=alt.Step(cell), height=alt.Step(cell))
-    return _styled(_panels(layered, 2, 16, labelLimit=320), view_stroke=None)
+    return _styled(_selectable(_panels(layered, 2, 16, labelLimit=320)), view_stroke=None)
 
 
 def _run_colour() -> alt.Color:
@@ -778,7 +847,8 @@ def importance_scatter(frame: pl.DataFrame, correlations: pl.DataFrame) -> alt.F
                 alt.Tooltip("importance:Q", format=".4g"),
                 alt.Tooltip("delta:Q", title="Δ", format="+.4f"),
             ],
+            **_selected_outline(),
         )
         .properties(width=300, height=220)
     )
-    return _styled(_panels(points, 2, 24, labelLimit=300))
+    return _styled(_selectable(_panels(points, 2, 24, labelLimit=300)))

@@ -65,6 +65,13 @@ def script_json(value: object) -> Markup:
 
 
 @functools.lru_cache(maxsize=1)
+def page_script() -> str:
+    """The page's own script (templates/page.js): draws the charts, runs the head panel."""
+    text = (resources.files("attnwh.reports") / "templates" / "page.js").read_text(encoding="utf-8")
+    return re.sub(r"</(script)", r"<\\/\1", text, flags=re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=1)
 def _template() -> jinja2.Template:
     source = (resources.files("attnwh.reports") / "templates" / "page.html.j2").read_text(encoding="utf-8")
     # autoescape=True for every value; only the two Markup values above bypass it.
@@ -85,4 +92,12 @@ def render_page(report: Report) -> str:
         "vegalite": vegalite_version() or vl_convert.get_vegalite_versions()[-1],
         "embed": vl_convert.get_vega_embed_version(),
     }
-    return _template().render(report=report, specs=specs, bundle=Markup(javascript_bundle()), versions=versions)
+    head_data = None if report.head_panel is None else script_json(report.head_panel)
+    return _template().render(
+        report=report,
+        specs=specs,
+        bundle=Markup(javascript_bundle()),
+        script=Markup(page_script()),
+        head_data=head_data,
+        versions=versions,
+    )

@@ -52,10 +52,11 @@ class ReportContext:
     con: duckdb.DuckDBPyConnection
     params: dict[str, str | None]
 
-    def query(self, name: str) -> pl.DataFrame:
-        """Run a named query (`sql/<name>.sql`) with the report's model/task filters."""
+    def query(self, name: str, **extra: object) -> pl.DataFrame:
+        """Run a named query (`sql/<name>.sql`) with the report's model/task filters and the
+        `extra` parameters."""
         query = named.get_query(name)
-        params = {k: v for k, v in self.params.items() if k in query.params and v is not None}
+        params = {k: v for k, v in self.params.items() if k in query.params and v is not None} | extra
         frame = pl.from_arrow(named.run_query(self.con, query, params))
         assert isinstance(frame, pl.DataFrame)  # from_arrow gives a Series only for an Array
         return frame
@@ -101,8 +102,9 @@ def _special_tokens(ctx: ReportContext) -> list[Block]:
         ChartBlock(
             "chart-special-tokens-layers",
             "Mean share of attention to [CLS], [SEP] and punctuation per layer (solid: attention weight, dashed: "
-            "norm-weighted), one panel per run; query special_tokens_by_layer: mean over the run's examples and "
-            "the layer's heads.",
+            "norm-weighted), a row per task and a column per target, every model of the task overlaid in its own "
+            "colour so a fine-tuned model sits on its base; query special_tokens_by_layer: mean over the run's "
+            "examples and the layer's heads.",
             charts.special_tokens_layers(layers),
         ),
     ]
@@ -157,7 +159,7 @@ def _ablation(ctx: ReportContext) -> list[Block]:
     return [
         ChartBlock(
             "chart-ablation-heads",
-            "What disabling one head does to the task score (Kovaleva et al. Fig. 7): per layer and head, "
+            "What disabling one head does to the task score (Kovaleva et al. Fig. 8): per layer and head, "
             "Δ = the fine-tuned model's score with that head disabled minus its score with none (red: disabling "
             "hurt, blue: disabling helped), on "
             "the same examples; ● marks a change whose paired test (exact McNemar for accuracy, permutation otherwise) "
@@ -167,7 +169,7 @@ def _ablation(ctx: ReportContext) -> list[Block]:
         ),
         ChartBlock(
             "chart-ablation-layers",
-            "The same Δ for every head of a layer disabled at once (Kovaleva et al. Fig. 8), with the 95 % paired "
+            "The same Δ for every head of a layer disabled at once (Kovaleva et al. Fig. 9), with the 95 % paired "
             "bootstrap interval of the change; a diamond marks adjusted p < 0.05; query layer_ablation.",
             charts.ablation_layers(_lineage(ctx, ctx.query("layer_ablation"))),
         ),

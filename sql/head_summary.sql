@@ -1,29 +1,29 @@
 -- name: head_summary
 -- title: Every attention statistic per model, task, layer and head, averaged over examples
 -- params: model, task
+-- One row per statistics run, layer and head: the columns of the view head_means (migration
+-- 0008), which defines the means, so this query and ad hoc SQL on the view agree. model is a
+-- model name as stored; NULL = all.
 SELECT
-    m.name                         AS model,
-    r.task,
-    r.split,
-    r.run_id,
-    s.layer,
-    s.head,
-    avg(s.to_cls)                  AS to_cls,
-    avg(s.to_sep)                  AS to_sep,
-    avg(s.to_punct)                AS to_punct,
-    avg(s.to_self)                 AS to_self,
-    avg(s.to_prev)                 AS to_prev,
-    avg(s.to_next)                 AS to_next,
-    avg(s.entropy)                 AS entropy,
-    avg(s.max_weight)              AS max_weight,
-    avg(s.norm_to_cls)             AS norm_to_cls,
-    avg(s.norm_to_sep)             AS norm_to_sep,
-    avg(s.norm_to_punct)           AS norm_to_punct,
-    count(*)                       AS examples
-FROM head_stats AS s
-JOIN runs AS r USING (run_id)
-JOIN models AS m USING (model_id)
-WHERE ($model IS NULL OR m.name = $model)
-  AND ($task IS NULL OR r.task = $task)
-GROUP BY ALL
-ORDER BY model, r.task, r.split, r.run_id, s.layer, s.head;
+    model,
+    task,
+    split,
+    run_id,
+    layer,
+    head,
+    to_cls,
+    to_sep,
+    to_punct,
+    to_self,
+    to_prev,
+    to_next,
+    entropy,
+    max_weight,
+    norm_to_cls,
+    norm_to_sep,
+    norm_to_punct,
+    examples
+FROM head_means
+WHERE ($model IS NULL OR model = $model)
+  AND ($task IS NULL OR task = $task)
+ORDER BY model, task, split, run_id, layer, head;

@@ -56,12 +56,33 @@ def connect(path: Path | str, read_only: bool = False, apply_migrations: bool = 
     except duckdb.Error as exc:
         raise AttnwhError(f"cannot open database {path}: {str(exc).splitlines()[0]}") from None
     if read_only:
-        if schema_version(con) == 0:
+        version = schema_version(con)
+        if version == 0:
             con.close()
             raise UsageError(f"{path} is not an attnwh warehouse (no schema); create one with `attnwh ingest`")
+        if version < migrations()[-1][0]:
+            # Written by an older attnwh: the named queries read views it does not have yet.
+            # The migrations only add (views, columns, comments), so bring it up to date once
+            # and go on reading.
+            con.close()
+            _upgrade(path, version)
+            con = duckdb.connect(str(path), read_only=True)
     elif apply_migrations:
         migrate(con)
     return con
+
+
+def _upgrade(path: Path, version: int) -> None:
+    """Apply the pending migrations to the warehouse at `path` (at schema `version`)."""
+    try:
+        connect(path).close()
+    except DatabaseInUseError:
+        raise
+    except AttnwhError as exc:
+        raise UsageError(
+            f"{path} was written by an older attnwh (schema {version}, this one reads {migrations()[-1][0]}) and "
+            f"cannot be upgraded here ({exc}); open a writable copy"
+        ) from None
 
 
 def first_row(con: duckdb.DuckDBPyConnection, sql: str, params: list[object] | None = None) -> tuple[Any, ...] | None:

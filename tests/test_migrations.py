@@ -51,6 +51,7 @@ ROWS: dict[int, list[str]] = {
         "INSERT INTO head_importance VALUES ({run}, 0, 0, 0.1, 1.0, 8)",
     ],
     7: [],  # comments only (0007_comments.sql): no new table
+    8: [],  # views only (0008_readable_views.sql): no new table
 }
 
 

@@ -329,8 +329,8 @@ def test_captions_cite_each_figure_once_and_correctly(tuned_report):
     assert sorted(cited) == sorted(set(cited)), cited
     assert "Kovaleva et al. Fig. 6" in blocks["chart-special-tokens-heads"].caption  # [CLS]/[SEP] per task
     assert "Kovaleva et al. Fig. 5" in blocks["chart-finetune-change-heads"].caption  # cosine per head
-    assert "Kovaleva et al. Fig. 7" in blocks["chart-ablation-heads"].caption  # one head disabled
-    assert "Kovaleva et al. Fig. 8" in blocks["chart-ablation-layers"].caption  # one layer disabled
+    assert "Kovaleva et al. Fig. 8" in blocks["chart-ablation-heads"].caption  # one head disabled
+    assert "Kovaleva et al. Fig. 9" in blocks["chart-ablation-layers"].caption  # one layer disabled
 
 
 def test_ablation_and_importance_share_the_delta_convention(tuned_report):

@@ -33,7 +33,14 @@ def test_every_table_view_and_column_has_a_comment(db):
     finally:
         con.close()
     assert {"head_stats", "runs", "schema_migrations", "ablation_results", "head_patterns"} <= {o for o, _ in objects}
-    assert views == {"ablation_results", "head_patterns"}
+    assert views == {
+        "ablation_results",
+        "head_patterns",
+        "head_stats_named",
+        "head_means",
+        "attention_change_named",
+        "head_patterns_named",
+    }
     assert any(c.startswith("ablation_results.") for c, _ in columns)  # view columns are listed and checked
     assert [o for o, comment in objects if not (comment or "").strip()] == []
     assert [c for c, comment in columns if not (comment or "").strip()] == []

@@ -1,0 +1,191 @@
+// The report's own script: draws every chart with vega-embed and runs the head panel.
+// Clicking a cell of a layer × head chart selects that head in every such chart (two Vega
+// signals, selected_layer and selected_head) and fills the panel from the embedded
+// #head-data JSON: no server, no request. Text from the warehouse only ever goes in through
+// textContent, never as markup.
+(function () {
+  "use strict";
+  var options = { renderer: "svg", actions: { export: true, source: false, compiled: false, editor: false } };
+  var selectable = []; // views that declare the selection signals
+  var selected = null; // [layer, head] or null
+  var panel = (window.attnwhHeadPanel = { select: null, views: selectable, drawn: 0 });
+
+  function setSignals(view) {
+    view.signal("selected_layer", selected ? selected[0] : -1);
+    view.signal("selected_head", selected ? selected[1] : -1);
+    view.runAsync();
+  }
+
+  document.querySelectorAll('script[type="application/json"][data-chart]').forEach(function (holder) {
+    var target = document.getElementById(holder.getAttribute("data-chart"));
+    var spec = JSON.parse(holder.textContent);
+    vegaEmbed(target, spec, options)
+      .then(function (result) {
+        panel.drawn += 1;
+        var names = (spec.params || []).map(function (p) { return p.name; });
+        if (names.indexOf("selected_layer") < 0 || !panel.select) return;
+        selectable.push(result.view);
+        target.classList.add("selectable");
+        setSignals(result.view);
+        result.view.addEventListener("click", function (event, item) {
+          var datum = item && item.datum;
+          if (datum && typeof datum.layer === "number" && typeof datum.head === "number") {
+            panel.select(datum.layer, datum.head);
+          }
+        });
+      })
+      .catch(function (error) {
+        target.textContent = "This chart could not be drawn: " + error;
+        console.error(error);
+      });
+  });
+
+  var holder = document.getElementById("head-data");
+  if (!holder) return;
+  var data = JSON.parse(holder.textContent);
+  var aside = document.getElementById("head-panel");
+  var body = document.getElementById("head-panel-body");
+  var closer = document.getElementById("head-panel-close");
+  var col = {};
+  data.columns.forEach(function (name, k) { col[name] = k; });
+  var SEP = "\u0000";
+
+  function element(tag, text, className) {
+    var node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = text;
+    if (className) node.className = className;
+    return node;
+  }
+
+  function format(value, signed) {
+    if (value === null || value === undefined) return "–";
+    var text = Math.abs(value) >= 100 ? value.toFixed(1) : value.toFixed(signed ? 4 : 3);
+    return signed && value > 0 ? "+" + text : text;
+  }
+
+  function cell(row) {
+    var interval = row[col.ci_low] !== null;
+    var td = element("td");
+    td.appendChild(element("span", format(row[col.value], interval), "value"));
+    if (interval) {
+      td.appendChild(
+        element("span", "95 % CI [" + format(row[col.ci_low], true) + ", " + format(row[col.ci_high], true) + "]", "detail")
+      );
+    }
+    if (row[col.p_value] !== null) {
+      var adjusted = row[col.p_adjusted] === null ? "–" : row[col.p_adjusted].toPrecision(3);
+      td.appendChild(element("span", "p " + row[col.p_value].toPrecision(3) + " · adjusted " + adjusted, "detail"));
+    }
+    td.setAttribute("data-value", String(row[col.value]));
+    return td;
+  }
+
+  // A stored map pooled to side × side bytes (0 white … 255 black), drawn 4 px a cell.
+  function thumbnail(map) {
+    var side = data.thumbnailSide, bytes = atob(map[3]), scale = 4;
+    var canvas = element("canvas");
+    canvas.width = canvas.height = side * scale;
+    var context = canvas.getContext("2d");
+    for (var k = 0; k < bytes.length; k++) {
+      var shade = 255 - bytes.charCodeAt(k);
+      context.fillStyle = "rgb(" + shade + "," + shade + "," + shade + ")";
+      context.fillRect((k % side) * scale, Math.floor(k / side) * scale, scale, scale);
+    }
+    var figure = element("figure", null, "thumb");
+    figure.appendChild(canvas);
+    figure.appendChild(element("figcaption", "run " + map[0] + " · " + map[1] + " · " + map[2] + " tokens"));
+    return figure;
+  }
+
+  // One table per section: a row per (subject, measure), a column per run.
+  function table(section, rows) {
+    var runs = [], keys = [], values = {};
+    rows.forEach(function (row) {
+      var run = row[col.run_id];
+      var key = data.strings[row[col.subject]] + SEP + data.strings[row[col.measure]];
+      if (runs.indexOf(run) < 0) runs.push(run);
+      if (keys.indexOf(key) < 0) keys.push(key);
+      values[key + SEP + run] = row;
+    });
+    var t = element("table");
+    t.setAttribute("data-section", section);
+    var head = element("tr");
+    head.appendChild(element("th", ""));
+    runs.forEach(function (run) {
+      var th = element("th");
+      (data.runs[run] || ["run " + run]).forEach(function (line) { th.appendChild(element("span", line, "line")); });
+      head.appendChild(th);
+    });
+    t.appendChild(element("thead")).appendChild(head);
+    var tbody = t.appendChild(element("tbody"));
+    keys.forEach(function (key) {
+      var parts = key.split(SEP), tr = element("tr");
+      tr.appendChild(element("th", parts[0] ? parts[0] + " · " + parts[1] : parts[1]));
+      runs.forEach(function (run) {
+        var row = values[key + SEP + run];
+        var td = row ? cell(row) : element("td", "");
+        if (row) {
+          td.setAttribute("data-run", String(run));
+          td.setAttribute("data-subject", parts[0]);
+          td.setAttribute("data-measure", parts[1]);
+        }
+        tr.appendChild(td);
+      });
+      tbody.appendChild(tr);
+    });
+    var wrap = element("div", null, "table-wrap");
+    wrap.appendChild(t);
+    return wrap;
+  }
+
+  function show(layer, head) {
+    selected = [layer, head];
+    selectable.forEach(setSignals);
+    var rows = data.rows.filter(function (row) { return row[col.layer] === layer && row[col.head] === head; });
+    document.getElementById("head-panel-title").textContent = "Layer " + layer + ", head " + head;
+    aside.setAttribute("data-layer", String(layer));
+    aside.setAttribute("data-head", String(head));
+    body.textContent = "";
+    body.appendChild(
+      element(
+        "p",
+        "Numbered from 0. Everything the warehouse holds for this head, a column per run; each heading leads to " +
+          "its section. `attnwh query head_profile -p layer=" + layer + " -p head=" + head + "` gives the same rows.",
+        "caption"
+      )
+    );
+    Object.keys(data.sections).forEach(function (section) {
+      var mine = rows.filter(function (row) { return data.strings[row[col.section]] === section; });
+      var maps = section === "pattern-types" ? data.thumbnails[layer + "-" + head] || [] : [];
+      if (!mine.length && !maps.length) return;
+      var link = body.appendChild(element("h3")).appendChild(element("a", data.sections[section]));
+      link.href = "#section-" + section;
+      if (mine.length) body.appendChild(table(section, mine));
+      if (maps.length) {
+        var gallery = body.appendChild(element("div", null, "thumbs"));
+        maps.forEach(function (map) { gallery.appendChild(thumbnail(map)); });
+      }
+    });
+    if (!rows.length) body.appendChild(element("p", "The warehouse holds nothing for this head.", "note"));
+    aside.hidden = false;
+    // The address names the head, so it can be linked to; replaceState does not scroll.
+    if (window.history && history.replaceState) history.replaceState(null, "", "#head-" + layer + "-" + head);
+  }
+
+  panel.select = show;
+  closer.addEventListener("click", function () {
+    aside.hidden = true;
+    selected = null;
+    selectable.forEach(setSignals);
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Escape" && !aside.hidden) closer.click();
+  });
+  // #head-3-7 in the address opens the page with that head selected.
+  function fromAddress() {
+    var match = /^#head-(\d+)-(\d+)$/.exec(location.hash);
+    if (match) show(Number(match[1]), Number(match[2]));
+  }
+  window.addEventListener("hashchange", fromAddress);
+  fromAddress();
+})();
