@@ -228,7 +228,9 @@ def special_tokens_heads(frame: pl.DataFrame) -> alt.HConcatChart:
             labelAngle=0,
             labelAlign="left",
             labelFontWeight="bold",
-            labelLimit=width + 90 if first else width,
+            # The first column's label may run on over the next column's header band, whose
+            # copy is transparent: a long lineage line ("fine-tuned on … from …") stays whole.
+            labelLimit=420 if first else width,
             labelExpr=_SPLIT,
             labelColor="black" if first else "transparent",
         )
