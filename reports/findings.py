@@ -163,7 +163,9 @@ def _finetune(rows: list[dict], href: str | None) -> Iterable[tuple[tuple[str, s
         else:
             for i, x in enumerate(scores):
                 s.text(", " if i else "").text(f"{_metric(x['metric'])} ").number(f"{x['value']:.3f}")
-            s.text(" on ").number(f"{scores[0]['n_examples']:,}").text(f" examples ({r['split']} split).")
+            # The scores come from the evaluation split; runs.split is the training split.
+            split = f"{r['eval_split']} split" if r["eval_split"] else "evaluation split"
+            s.text(" on ").number(f"{scores[0]['n_examples']:,}").text(f" examples ({split}).")
         yield (r["model"], r["task"]), s.done()
 
 

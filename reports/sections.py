@@ -123,7 +123,12 @@ def _finetunes(ctx: ReportContext) -> list[Block]:
                 [f"{r['train_examples']:,} examples", f"{r['epochs']:g} epochs"],
                 [f"learning rate {r['learning_rate']:g}", f"warm-up {r['warmup']:g} of the steps"],
                 [f"{r['final_loss']:.4f}" if r["final_loss"] is not None else "–", f"{r['train_seconds']} s"],
-                [r["scores"] or "–", f"on {r['scored_examples']:,} examples" if r["scored_examples"] else ""],
+                [
+                    r["scores"] or "–",
+                    f"on {r['scored_examples']:,} {r['eval_split'] or 'evaluation'} examples"
+                    if r["scored_examples"]
+                    else "",
+                ],
             ]
         )
     return [

@@ -4,7 +4,9 @@
 -- One row per fine-tuning run (`attnwh finetune`) and metric scored on its evaluation split
 -- (the report's "Findings" list): the tuned and the base model, from scratch or not, training
 -- examples, epochs, learning rate, and the score with the number of examples it was measured
--- on; metric, value and n_examples are NULL for a run that stored no score. model is the
+-- on and its split (eval_split; NULL for runs recorded before attnwh stored it; split is the
+-- split it was trained on); metric, value and n_examples are NULL for a run that stored no
+-- score. model is the
 -- tuned model's name as stored; NULL = all.
 SELECT
     m.name              AS model,
@@ -18,7 +20,8 @@ SELECT
     f.learning_rate,
     s.metric,
     s.value,
-    s.n_examples
+    s.n_examples,
+    f.eval_split
 FROM finetunes AS f
 JOIN runs AS r USING (run_id)
 JOIN models AS m ON m.model_id = r.model_id

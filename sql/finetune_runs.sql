@@ -3,7 +3,8 @@
 -- params: model, task
 -- One row per fine-tuning run (`attnwh finetune`): the tuned and the base model, how it was
 -- trained (examples, epochs, learning rate, warm-up, from scratch or not), the loss of its
--- last step and its scores on the evaluation split (metric=value pairs, by metric name).
+-- last step and its scores on the evaluation split (metric=value pairs, by metric name;
+-- eval_split names that split, split the one it was trained on).
 -- model is the tuned model's name as stored; NULL = all.
 SELECT
     r.run_id,
@@ -20,7 +21,8 @@ SELECT
     round(f.final_loss, 4)                    AS final_loss,
     (SELECT string_agg(s.metric || '=' || printf('%.4f', s.value), ', ' ORDER BY s.metric)
        FROM scores AS s WHERE s.run_id = r.run_id) AS scores,
-    (SELECT max(s.n_examples) FROM scores AS s WHERE s.run_id = r.run_id) AS scored_examples
+    (SELECT max(s.n_examples) FROM scores AS s WHERE s.run_id = r.run_id) AS scored_examples,
+    f.eval_split
 FROM finetunes AS f
 JOIN runs AS r USING (run_id)
 JOIN models AS m ON m.model_id = r.model_id

@@ -110,7 +110,9 @@ def test_cli_records_run_scores_and_lineage(monkeypatch, capsys, tiny_model_dir,
             "SELECT name, base_model_id, finetuned_task FROM models WHERE model_id = ?", [run_row[0][4]]
         ).fetchall()
         assert tuned == [(str(out), run_row[0][5], "sentiment")]
-        assert con.execute("SELECT train_examples, from_scratch FROM finetunes").fetchall() == [(32, False)]
+        assert con.execute("SELECT train_examples, from_scratch, eval_split FROM finetunes").fetchall() == [
+            (32, False, "dev")
+        ]
         assert [r[0] for r in con.execute("SELECT metric FROM scores").fetchall()] == ["accuracy"]
     # The saved folder is an ordinary model for every other command, and keeps its lineage
     # in a warehouse that never saw the fine-tuning.

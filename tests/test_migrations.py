@@ -52,6 +52,7 @@ ROWS: dict[int, list[str]] = {
     ],
     7: [],  # comments only (0007_comments.sql): no new table
     8: [],  # views only (0008_readable_views.sql): no new table
+    9: [],  # a column of finetunes (0009_finetune_eval_split.sql): no new table
 }
 
 

@@ -273,7 +273,9 @@ def tuned_synthetic(path: Path) -> Path:
             " architecture = 'BertForSequenceClassification' WHERE model_id = 2"
         )
         run_id = _create_run(con, "finetune", 2, "synthetic", "sentiment", 4, 5, base_model_id=1)
-        con.execute("INSERT INTO finetunes VALUES (?, false, 6920, 3, 2e-5, 0.1, 300.5, 0.1234, '/tmp/x')", [run_id])
+        con.execute(
+            "INSERT INTO finetunes VALUES (?, false, 6920, 3, 2e-5, 0.1, 300.5, 0.1234, '/tmp/x', 'dev')", [run_id]
+        )
         con.execute("INSERT INTO scores VALUES (?, 'accuracy', 0.9, 872)", [run_id])
     finally:
         con.close()

@@ -76,7 +76,11 @@ def synthetic(tmp_path_factory) -> Path:
     try:
         con.execute("UPDATE models SET base_model_id = 1, finetuned_task = 'sst2' WHERE model_id = 2")
         run_id = _create_run(con, "finetune", 2, "synthetic", "sst2", 200, 5, base_model_id=1)
-        con.execute("INSERT INTO finetunes VALUES (?, false, 6920, 3, 2e-5, 0.1, 300.5, 0.1234, '/tmp/x')", [run_id])
+        # Trained on the train split, scored on dev: the run row names the first, finetunes the second.
+        con.execute("UPDATE runs SET split = 'train' WHERE run_id = ?", [run_id])
+        con.execute(
+            "INSERT INTO finetunes VALUES (?, false, 6920, 3, 2e-5, 0.1, 300.5, 0.1234, '/tmp/x', 'dev')", [run_id]
+        )
         con.execute("INSERT INTO scores VALUES (?, 'accuracy', 0.9, 872), (?, 'f1', 0.875, 872)", [run_id, run_id])
     finally:
         con.close()
@@ -169,8 +173,9 @@ def test_finetune_sentence(synthetic, report):
     expected = (
         f"Fine-tuned from {first['base']} on {first['train_examples']:,} training examples for {first['epochs']:g} "
         f"epochs at learning rate {first['learning_rate']:g} (fine-tuning run {first['run_id']}): {scores} on "
-        f"{first['n_examples']:,} examples ({first['split']} split)."
+        f"{first['n_examples']:,} examples ({first['eval_split']} split)."
     )
+    assert first["split"] == "train" and first["eval_split"] == "dev"
     assert expected in _sentences(report.findings)[(first["model"], first["task"])]
     assert "2e-05" in expected and "accuracy 0.900, F1 0.875 on 872" in expected
 

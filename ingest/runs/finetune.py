@@ -66,6 +66,8 @@ class FinetuneResult:
     # from a saved note that lacks them.
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    # The split the scores were measured on (dev); None for a result rebuilt from an old note.
+    dev_split: str | None = None
 
 
 # Called every step with (step, total steps, running loss).
@@ -176,6 +178,7 @@ def finetune(
         scores=scores,
         started_at=started_at,
         finished_at=finished_at,
+        dev_split=dev.split,
     )
     lineage = {
         "base": result.base_name,
@@ -270,7 +273,8 @@ def record(
         ).run_id
         runs.finish_run(con, run_id, "complete", result.train_seconds, finished_at=result.finished_at)
         con.execute(
-            "INSERT INTO finetunes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO finetunes (run_id, from_scratch, train_examples, epochs, learning_rate, warmup,"
+            " train_seconds, final_loss, out_dir, eval_split) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 run_id,
                 options.from_scratch,
@@ -281,6 +285,7 @@ def record(
                 result.train_seconds,
                 result.final_loss,
                 out_dir,
+                result.dev_split,
             ],
         )
         for metric, value in result.scores.items():
