@@ -11,8 +11,9 @@ since a half-trained model is not saved: a tuned model folder is reused when its
 `attnwh_finetune.json` says it was trained from the same base weights, on the same task, with
 the same settings; otherwise it is trained (again).
 
-Everything that can be wrong with the input (options, data, the base model) is checked in
-:meth:`Study.__init__`, before any stage runs or the warehouse is opened.
+Everything that can be wrong with the input (options, data, the base model's name, the output
+folders) is checked by :func:`check_study`, without torch, before :meth:`Study.__init__` loads
+the base model and before any stage runs or the warehouse is opened.
 """
 
 from __future__ import annotations
@@ -24,31 +25,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from attnwh.errors import DataError, UsageError
-from attnwh.ingest.encoder.loading import LINEAGE_FILE, EncoderModel, load_encoder
-from attnwh.ingest.measures.change import ChangeCapture, prepare_comparison
-from attnwh.ingest.measures.metrics import metrics_for
-from attnwh.ingest.runs.ablation import (
-    AblationOptions,
-    AblationSummary,
-    check_classifier,
-    gold_labels,
-    ingest_ablation,
-    prepare_ablation,
-)
-from attnwh.ingest.runs.finetune import (
-    FinetuneOptions,
-    FinetuneResult,
-    LineageExtra,
-    check_out_dir,
-    finetune,
-    record,
-)
-from attnwh.ingest.runs.loop import IngestOptions, RunSummary, ingest_runs, ingest_statistics, prepare_tasks
+from attnwh.ingest.runs.folders import check_folder, check_out_dir
 from attnwh.ingest.sources.examples import TaskData
 from attnwh.sql import warehouse
+
+# The model libraries (torch, transformers) load in Study.__init__, after check_study: bad
+# options, data and output folders fail at once. The modules below import them.
+if TYPE_CHECKING:
+    from attnwh.ingest.encoder.loading import EncoderModel
+    from attnwh.ingest.runs.ablation import AblationSummary
+    from attnwh.ingest.runs.finetune import FinetuneOptions, FinetuneResult, LineageExtra
+    from attnwh.ingest.runs.loop import IngestOptions, RunSummary
 
 # The stages, in order, with their help and method: STAGE_TABLE (and STAGES, STAGE_HELP) below
 # the Study class.
@@ -117,6 +107,8 @@ class StudyTask:
 
     @property
     def metric(self) -> str:
+        from attnwh.ingest.measures.metrics import metrics_for
+
         return metrics_for(self.name, self.regression)[0]
 
 
@@ -325,24 +317,47 @@ def _lineage_settings(options: StudyOptions, task: StudyTask, base: EncoderModel
     }
 
 
+def check_study(options: StudyOptions) -> list[StudyTask]:
+    """Everything that can be wrong with the options, the data, the base model's name and the
+    output paths, checked without torch or transformers; returns the tasks, read."""
+    from attnwh.ingest.encoder.available import check_model
+
+    parse_force(sorted(options.force))
+    if options.report.is_dir():
+        raise UsageError(f"--report {options.report} is a folder; give a file name such as report.html")
+    if options.ablation_limit is not None and options.ablation_limit < 2:
+        raise UsageError("--ablation-limit must be at least 2 examples")
+    for mode in options.modes:
+        if mode not in ("uniform", "zero"):
+            raise UsageError(f"unknown ablation mode {mode!r}; choose uniform or zero")
+    check_folder(f"--out-dir {options.models_dir}", options.models_dir)
+    warehouse.check_writable(options.db)
+    check_model(options.model)
+    tasks = load_study_tasks(options)
+    for task in tasks:
+        tuned = options.models_dir / task.name
+        check_out_dir(tuned, f"--out-dir {options.models_dir}: {tuned}")
+    return tasks
+
+
 class Study:
     """A study ready to run: options checked, data and base model loaded."""
 
-    def __init__(self, options: StudyOptions, hooks: StudyHooks | None = None) -> None:
+    def __init__(
+        self, options: StudyOptions, hooks: StudyHooks | None = None, tasks: Sequence[StudyTask] | None = None
+    ) -> None:
+        """`tasks`: what :func:`check_study` returned for these options, or for them with no
+        max_train_examples (checked and read here when not given)."""
         self.options = options
         self.hooks: StudyHooks = hooks or QuietHooks()
-        parse_force(sorted(options.force))
-        if options.report.is_dir():
-            raise UsageError(f"--report {options.report} is a folder; give a file name such as report.html")
-        if options.ablation_limit is not None and options.ablation_limit < 2:
-            raise UsageError("--ablation-limit must be at least 2 examples")
-        for mode in options.modes:
-            if mode not in ("uniform", "zero"):
-                raise UsageError(f"unknown ablation mode {mode!r}; choose uniform or zero")
-        warehouse.check_writable(options.db)
-        self.tasks = load_study_tasks(options)
-        for task in self.tasks:
-            check_out_dir(self.tuned_dir(task))
+        self.tasks = [
+            dataclasses.replace(t, train=t.train.sample(options.max_train_examples, options.seed))
+            for t in (tasks if tasks is not None else check_study(options))
+        ]
+        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.runs.finetune import FinetuneOptions
+        from attnwh.ingest.runs.loop import IngestOptions, prepare_tasks
+
         self.base = load_encoder(options.model, options.device)
         self.finetune_options = FinetuneOptions(
             epochs=options.epochs,
@@ -374,6 +389,8 @@ class Study:
         return self.options.models_dir / task.name
 
     def tuned(self, task: StudyTask) -> EncoderModel:
+        from attnwh.ingest.encoder.loading import load_encoder
+
         if task.name not in self._tuned:
             self._tuned[task.name] = load_encoder(str(self.tuned_dir(task)), self.options.device)
         return self._tuned[task.name]
@@ -382,6 +399,8 @@ class Study:
         return dataclasses.replace(self.ingest, replace=stage in self.options.force)
 
     def _record(self, stage: str, summaries: Sequence[RunSummary | AblationSummary], result: StageResult) -> None:
+        from attnwh.ingest.runs.ablation import AblationSummary
+
         for s in summaries:
             self.run_ids[(stage, s.task)] = s.run_id
             wrote = s.outcome != "already complete"
@@ -409,6 +428,8 @@ class Study:
         return results
 
     def stage_ingest_base(self, result: StageResult) -> None:
+        from attnwh.ingest.runs.loop import ingest_statistics, prepare_tasks
+
         options = self._ingest("ingest-base")
         prepared = prepare_tasks(self.base, [t.eval for t in self.tasks], options)
         summaries = ingest_statistics(
@@ -417,6 +438,9 @@ class Study:
         self._record("ingest-base", summaries, result)
 
     def stage_finetune(self, result: StageResult) -> None:
+        from attnwh.ingest.encoder.loading import LINEAGE_FILE
+        from attnwh.ingest.runs.finetune import finetune
+
         forced = "finetune" in self.options.force
         for task in self.tasks:
             out = self.tuned_dir(task)
@@ -429,7 +453,7 @@ class Study:
             if saved is not None and not forced:
                 self.hooks.note(f"{task.name}: the model in {out} was trained differently; training again")
             self._tuned.pop(task.name, None)
-            self.hooks.start(f"fine-tuning {task.name} on {len(task.train.examples)} examples (steps)", None)
+            self.hooks.start(f"fine-tuning {task.name}, {len(task.train.examples)} examples", None)
             # finetune writes its note, with the study's part, once and after the model files: a
             # folder whose note lacks this part was not finished by the study, and is trained again.
             trained = finetune(
@@ -449,6 +473,8 @@ class Study:
             result.add(task.name, f"trained in {trained.train_seconds:.1f} s, {scores} (run {run_id})", wrote=True)
 
     def _store_finetune(self, task: StudyTask, trained: FinetuneResult) -> int:
+        from attnwh.ingest.runs.finetune import record
+
         con = warehouse.connect(self.options.db)
         try:
             run_id = record(
@@ -484,6 +510,8 @@ class Study:
         if row and row[0] is not None:
             self.run_ids[("finetune", task.name)] = row[0]
             return
+        from attnwh.ingest.runs.finetune import FinetuneResult
+
         note = saved.get(STUDY_KEY, {})
         result = FinetuneResult(
             out_dir=self.tuned_dir(task),
@@ -498,11 +526,14 @@ class Study:
             scores=saved.get("scores", {}),
             started_at=_read_time(note.get("started_at")),
             finished_at=_read_time(note.get("finished_at")),
+            dev_split=task.eval.split,
         )
         self._store_finetune(task, result)
         self.wrote_anything = True
 
     def stage_ingest_tuned(self, result: StageResult) -> None:
+        from attnwh.ingest.runs.loop import ingest_statistics, prepare_tasks
+
         options = self._ingest("ingest-tuned")
         for task in self.tasks:
             tuned = self.tuned(task)
@@ -514,6 +545,9 @@ class Study:
             )
 
     def stage_compare(self, result: StageResult) -> None:
+        from attnwh.ingest.measures.change import ChangeCapture, prepare_comparison
+        from attnwh.ingest.runs.loop import ingest_runs
+
         options = self._ingest("compare")
         for task in self.tasks:
             tuned = self.tuned(task)
@@ -529,6 +563,14 @@ class Study:
             self._record("compare", summaries, result)
 
     def stage_ablation(self, result: StageResult) -> None:
+        from attnwh.ingest.runs.ablation import (
+            AblationOptions,
+            check_classifier,
+            gold_labels,
+            ingest_ablation,
+            prepare_ablation,
+        )
+
         options = dataclasses.replace(self._ingest("ablation"), limit=self.options.ablation_limit)
         for task in self.tasks:
             tuned = self.tuned(task)

@@ -63,9 +63,28 @@ def attnwh(tmp_path: Path, *args: str) -> tuple[int, list[str], str]:
         ),
         (["ingest", "relations", "--conllu", "nope.conllu"], "CoNLL-U file nope.conllu does not exist"),
         (["finetune", "--out", "tuned", "--task", "sst2"], "unknown sample task 'sst2'"),
+        (["finetune", "--out", "tuned", "--glue-dir", "no-glue", "--task", "sst2"], "GLUE directory not found"),
+        (["finetune", "--out", "tuned", "--data", "x.csv"], "--data needs --eval-data and --label-column"),
+        (["finetune", "--out", "a-file"], "--out a-file exists and is not a folder"),
+        (["finetune", "--out", "a-file/tuned"], "--out a-file/tuned: a-file exists and is not a folder"),
+        (["finetune", "--out", "notes"], "--out notes is a non-empty folder that holds no model"),
+        (["study", "--glue-dir", "no-glue", "--tasks", "sst2"], "GLUE directory not found: no-glue"),
+        (["study", "--tasks", "sst2"], "unknown sample task 'sst2'"),
+        (["study", "--data", "x.csv"], "--data needs --eval-data, --text-column and --label-column"),
+        (["study", "--eval-data", "x.csv"], "--eval-data goes with --data"),
+        (["study", "--mode", "both"], "unknown ablation mode 'both'"),
+        (["study", "--force", "everything"], "unknown stage 'everything' for --force"),
+        (["study", "--report", "notes"], "--report notes is a folder"),
+        (["study", "--out-dir", "a-file"], "--out-dir a-file exists and is not a folder"),
+        (["study", "--out-dir", "."], "--out-dir .: sentiment is a non-empty folder that holds no model"),
+        (["study", "--model", "./no-model"], "model path ./no-model does not exist"),
     ],
 )
 def test_bad_input_fails_before_torch_is_imported(tmp_path, args, message):
+    (tmp_path / "a-file").write_text("not a folder", encoding="utf-8")
+    for folder in ("notes", "sentiment"):  # folders that hold something other than a model
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "todo.txt").write_text("", encoding="utf-8")
     code, lines, heavy = attnwh(tmp_path, *args)
     assert code == 2, lines
     assert len(lines) == 1 and lines[0].startswith("attnwh: error: ") and message in lines[0], lines
@@ -80,6 +99,7 @@ def test_bad_input_fails_before_torch_is_imported(tmp_path, args, message):
         ["ingest", "ablation", "--model", "bert-base-uncased", "--task", "sentiment"],
         ["ingest", "relations", "--conllu", "{conllu}", "--model", "bert-base-uncased"],
         ["finetune", "--out", "tuned", "--model", "bert-base-uncased"],
+        ["study", "--model", "bert-base-uncased"],
     ],
 )
 def test_an_uncached_hub_model_fails_at_once_when_offline(tmp_path, args):

@@ -11,6 +11,7 @@ import sys
 import typer
 
 from attnwh.cli.finetune import finetune
+from attnwh.cli.helpformat import HelpCommand, HelpGroup
 from attnwh.cli.ingest import ingest_app
 from attnwh.cli.patterns import patterns_app
 from attnwh.cli.report import report
@@ -21,6 +22,7 @@ from attnwh.errors import AttnwhError
 
 app = typer.Typer(
     name="attnwh",
+    cls=HelpGroup,
     help="attnwh: an attention warehouse for transformer encoders. Ingest per-head attention "
     "statistics into DuckDB, then query them with SQL.",
     no_args_is_help=True,
@@ -29,13 +31,13 @@ app = typer.Typer(
 )
 # A group: bare `attnwh ingest` runs the statistics ingest; `attnwh ingest compare | relations | ablation`.
 app.add_typer(ingest_app, name="ingest")
-app.command()(sql)
-app.command()(queries)
-app.command()(query)
-app.command()(schema)
-app.command()(report)
-app.command()(finetune)
-app.command()(study)
+app.command(cls=HelpCommand)(sql)
+app.command(cls=HelpCommand)(queries)
+app.command(cls=HelpCommand)(query)
+app.command(cls=HelpCommand)(schema)
+app.command(cls=HelpCommand)(report)
+app.command(cls=HelpCommand)(finetune)
+app.command(cls=HelpCommand)(study)
 # A group: `attnwh patterns reclassify | import-labels | train`.
 app.add_typer(patterns_app, name="patterns")
 

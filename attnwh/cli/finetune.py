@@ -22,6 +22,7 @@ from attnwh.cli.options import (
 )
 from attnwh.cli.progress import Bars, interrupts_as, loading
 from attnwh.errors import UsageError
+from attnwh.ingest.runs.folders import check_out_dir
 from attnwh.ingest.sources.tasks import load_tasks
 
 if TYPE_CHECKING:
@@ -91,10 +92,10 @@ def finetune(
     if len(names) > 1:
         raise UsageError("attnwh finetune trains on one task; give one --task (`attnwh study` fine-tunes on several)")
     one_task = names[0] if names else None
+    if data is not None and (eval_data is None or label_column is None):
+        raise UsageError("--data needs --eval-data and --label-column to fine-tune and score")
+    check_out_dir(out)
     with loading(console, db, models=[model]):
-        if data is not None and (eval_data is None or label_column is None):
-            raise UsageError("--data needs --eval-data and --label-column to fine-tune and score")
-
         if one_task is None and glue_dir is None and dataset is None and data is None:
             one_task = "sentiment"
         if one_task is None and data is not None:
@@ -117,10 +118,9 @@ def finetune(
         dev = load(eval_split, eval_data)
         # The data and the model's name are checked; now the model libraries.
         from attnwh.ingest.encoder.loading import load_encoder
-        from attnwh.ingest.runs.finetune import FinetuneOptions, check_out_dir, record
+        from attnwh.ingest.runs.finetune import FinetuneOptions, record
         from attnwh.ingest.runs.finetune import finetune as run_finetune
 
-        check_out_dir(out)
         options = FinetuneOptions(
             epochs=epochs,
             learning_rate=lr,
@@ -134,7 +134,7 @@ def finetune(
         Bars(console, unit="step", stat=steps_column()) as bars,
         interrupts_as(f"interrupted; the model was not saved to {out} and nothing was written to {db}"),
     ):
-        bars.start(f"{'from scratch' if from_scratch else 'fine-tuning'} {train.task} (steps)", None, loss="–")
+        bars.start(f"{'from scratch' if from_scratch else 'fine-tuning'} {train.task}", None, loss="–")
 
         def on_step(step: int, total: int, loss: float) -> None:
             bars.update(step, total, loss=f"{loss:.4f}")

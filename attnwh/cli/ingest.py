@@ -16,6 +16,7 @@ from rich.console import Console
 
 from attnwh.cli.ablation import ablation
 from attnwh.cli.compare import compare
+from attnwh.cli.helpformat import HelpCommand, HelpGroup
 from attnwh.cli.options import (
     DEFAULT_DB,
     DataSource,
@@ -34,6 +35,7 @@ from attnwh.errors import UsageError
 
 # The group's help is the docstring of its callback, `ingest`.
 ingest_app = typer.Typer(
+    cls=HelpGroup,
     no_args_is_help=False,  # bare `attnwh ingest` runs the statistics ingest on the defaults
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -109,6 +111,6 @@ def refuse_options_before(ctx: typer.Context, subcommand: str) -> None:
 
 
 ingest_app.callback(invoke_without_command=True)(ingest)
-ingest_app.command("compare")(compare)
-ingest_app.command("relations")(relations)
-ingest_app.command("ablation")(ablation)
+ingest_app.command("compare", cls=HelpCommand)(compare)
+ingest_app.command("relations", cls=HelpCommand)(relations)
+ingest_app.command("ablation", cls=HelpCommand)(ablation)

@@ -14,10 +14,12 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from attnwh.cli.helpformat import HelpCommand, HelpGroup
 from attnwh.cli.options import DEFAULT_DB, ReadDbOpt
 from attnwh.errors import UsageError
 
 patterns_app = typer.Typer(
+    cls=HelpGroup,
     help="Attention pattern types (Kovaleva et al.): re-label stored maps, import hand labels, train a CNN.",
     no_args_is_help=True,
     add_completion=False,
@@ -56,7 +58,7 @@ def _thresholds(settings: list[str] | None):
     return patterns.Thresholds(**values)
 
 
-@patterns_app.command()
+@patterns_app.command(cls=HelpCommand)
 def reclassify(
     classifier: Annotated[
         Classifier,
@@ -100,7 +102,7 @@ def reclassify(
     Console().print(f"{total:,} maps labelled by {source}: {shares}", highlight=False)
 
 
-@patterns_app.command("import-labels")
+@patterns_app.command("import-labels", cls=HelpCommand)
 def import_labels(
     csv_file: Annotated[Path, typer.Argument(metavar="CSV", help="Columns run, example, layer, head, type.")],
     db: ReadDbOpt = DEFAULT_DB,
@@ -116,7 +118,7 @@ def import_labels(
     Console().print(f"{n} labels imported from {csv_file} into {db.resolve()}", highlight=False)
 
 
-@patterns_app.command()
+@patterns_app.command(cls=HelpCommand)
 def train(
     seed: Annotated[int, typer.Option(help="Seed of the split, the initialisation and the batch order.")] = 42,
     epochs: Annotated[int, typer.Option(min=1, help="Passes over the training maps.")] = 60,

@@ -12,7 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderableType
 
 from attnwh.errors import Interrupted
 
@@ -24,8 +25,14 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+# The bar's width: at most BAR_MAX columns, and left out when fewer than BAR_MIN are free.
+BAR_MAX = 40
+BAR_MIN = 10
+
+
 def make_progress(console: Console, unit: str = "ex", stat: ProgressColumn | None = None) -> Progress:
-    """A progress display: name, bar, done/total, `stat` (default: speed in `unit`/s), elapsed, eta."""
+    """A progress display: name, bar, done/total, `stat` (default: speed in `unit`/s), elapsed,
+    eta; fitted to the width it is drawn at (:class:`FittedRows`)."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -41,9 +48,13 @@ def make_progress(console: Console, unit: str = "ex", stat: ProgressColumn | Non
         def render(self, task: Any) -> Text:
             return Text(f"{task.speed:.1f} {unit}/s" if task.speed else f"– {unit}/s", style="cyan")
 
-    return Progress(
+    class Fitted(Progress):
+        def get_renderables(self) -> Iterator[RenderableType]:
+            yield FittedRows(self.columns, self.tasks)
+
+    return Fitted(
         TextColumn("{task.description}"),
-        BarColumn(),
+        BarColumn(bar_width=None),  # as wide as FittedRows makes its column
         MofNCompleteColumn(),
         stat or Speed(),
         TimeElapsedColumn(),
@@ -51,6 +62,38 @@ def make_progress(console: Console, unit: str = "ex", stat: ProgressColumn | Non
         TimeRemainingColumn(),
         console=console,
     )
+
+
+class FittedRows:
+    """The rows of a :func:`make_progress` display at the width they are drawn at (a narrow
+    terminal; a log, which rich draws 80 columns wide): the counters, rate and times always
+    whole; the bar narrower first, then left out (under BAR_MIN columns); then the
+    description cut with an ellipsis. Rich's own table would cut every column alike."""
+
+    def __init__(self, columns: Sequence[Any], tasks: Sequence[Any]) -> None:
+        self.description, self.bar, *self.numbers = columns
+        self.tasks = [task for task in tasks if task.visible]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[RenderableType]:
+        from rich.table import Table
+        from rich.text import Text
+
+        rows = [[column(task) for column in self.numbers] for task in self.tasks]
+        widths = [max((console.measure(row[i]).maximum for row in rows), default=0) for i in range(len(self.numbers))]
+        free = options.max_width - sum(widths) - len(widths)  # a space before each number
+        described = max((cell_len(task.description) for task in self.tasks), default=0)
+        bar = min(BAR_MAX, free - described - 1)
+        table = Table.grid(padding=(0, 1))
+        table.add_column(width=max(1, min(described, free)), no_wrap=True, overflow="ellipsis")
+        if bar >= BAR_MIN:
+            table.add_column(width=bar, no_wrap=True)
+        for width in widths:
+            table.add_column(width=width, no_wrap=True)
+        for task, row in zip(self.tasks, rows, strict=True):
+            # Text, not markup: a task name like "[x]" is shown as it is.
+            bars = [self.bar(task)] if bar >= BAR_MIN else []
+            table.add_row(Text(task.description), *bars, *row)
+        yield table
 
 
 class Bars:

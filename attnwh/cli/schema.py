@@ -64,8 +64,7 @@ def schema(
     format: FormatOption = Format.table,
     out: OutOption = None,
 ) -> None:
-    """List the warehouse's tables and views with what they hold, and their columns with type
-    and meaning (read-only connection)."""
+    """List the warehouse's tables and views, their columns, types and what each holds (read-only)."""
     con = warehouse.connect(db, read_only=True)
     try:
         frame = describe(con, table)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import sys
+import textwrap
 from pathlib import Path
 from typing import Annotated
 
@@ -49,11 +50,25 @@ def sql(
 
 
 def queries() -> None:
-    """List the named queries with their titles and parameters."""
-    table = Table("name", "parameters", "title", box=None, header_style="bold")
+    """List the named queries with their parameters, each with its title below."""
+    console = Console()
+    width = max(console.width, 40)
+    # Name and parameters on one line, the title indented below: a title column beside them
+    # would get a quarter of an 80-column terminal (or log) and wrap over five lines. Wrapped
+    # here rather than by rich, which would pad every line with spaces to the full width.
     for query in named.named_queries().values():
-        table.add_row(query.name, ", ".join(query.params) or "-", query.title)
-    Console().print(table)
+        params = f"parameters: {', '.join(query.params)}" if query.params else "no parameters"
+        indent = " " * (len(query.name) + 2)
+        head = textwrap.wrap(
+            f"{query.name}  {params}", width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False
+        )
+        lines = [Text.assemble((query.name, "bold cyan"), (head[0][len(query.name) :], "dim"))]
+        lines += [Text(line, style="dim") for line in head[1:]]
+        lines += [
+            Text(line) for line in textwrap.wrap(query.title, width, initial_indent="    ", subsequent_indent="    ")
+        ]
+        for line in lines:
+            console.print(line, soft_wrap=True)
 
 
 def query(

@@ -5,6 +5,7 @@ Only typer and rich are imported at module level; torch loads when the command r
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -128,54 +129,59 @@ def study(
     Without options it runs offline on the bundled MiniLM and the bundled sample tasks (1000 train examples, 3 epochs, 200 eval examples, 100 for the ablation sweep: a few minutes on a 2-core CPU). The paper's scale: --model bert-base-uncased --glue-dir DIR --tasks sst2,mrpc,rte,stsb,qnli,qqp,mnli --limit 1000 on a GPU. A finished stage is not redone when the command is rerun; an interrupted one resumes; --force STAGE redoes one.
     """
     console = Console(stderr=True)
+    # attnwh.study imports the model libraries only when Study loads the base model.
     from attnwh.study import (
         CPU_MAX_TRAIN_EXAMPLES,
         DEFAULT_ABLATION_LIMIT,
         DEFAULT_LIMIT,
+        STAGES,
+        Study,
         StudyOptions,
+        check_study,
         parse_force,
     )
 
-    forced = parse_force(force or [])
     started = time.perf_counter()
+    options = StudyOptions(
+        model=model,
+        tasks=tuple(tasks or ()),
+        glue_dir=glue_dir,
+        dataset=dataset,
+        dataset_config=dataset_config,
+        data=data,
+        eval_data=eval_data,
+        text_column=text_column,
+        pair_column=pair_column,
+        label_column=label_column,
+        train_split=train_split,
+        eval_split=eval_split,
+        limit=limit or DEFAULT_LIMIT,
+        ablation_limit=ablation_limit or limit or DEFAULT_ABLATION_LIMIT,
+        max_train_examples=max_train_examples,
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        max_length=max_length,
+        seed=seed,
+        modes=tuple(dict.fromkeys(mode or ["uniform"])),
+        resamples=resamples,
+        importance=importance,
+        device=device.value,
+        db=db,
+        report=report,
+        out_dir=out_dir,
+        force=parse_force(force or []),
+        command=command_line(),
+    )
     with console.status("Loading data and model…"):
+        study_tasks = check_study(options)  # options, data and folders, before torch is imported
         from attnwh.ingest.encoder.loading import resolve_device
-        from attnwh.study import STAGES, Study
 
-        on_gpu = resolve_device(device.value).type == "cuda"
-        options = StudyOptions(
-            model=model,
-            tasks=tuple(tasks or ()),
-            glue_dir=glue_dir,
-            dataset=dataset,
-            dataset_config=dataset_config,
-            data=data,
-            eval_data=eval_data,
-            text_column=text_column,
-            pair_column=pair_column,
-            label_column=label_column,
-            train_split=train_split,
-            eval_split=eval_split,
-            limit=limit or DEFAULT_LIMIT,
-            ablation_limit=ablation_limit or limit or DEFAULT_ABLATION_LIMIT,
-            max_train_examples=max_train_examples or (None if on_gpu else CPU_MAX_TRAIN_EXAMPLES),
-            epochs=epochs,
-            lr=lr,
-            batch_size=batch_size,
-            max_length=max_length,
-            seed=seed,
-            modes=tuple(dict.fromkeys(mode or ["uniform"])),
-            resamples=resamples,
-            importance=importance,
-            device=device.value,
-            db=db,
-            report=report,
-            out_dir=out_dir,
-            force=forced,
-            command=command_line(),
-        )
+        if max_train_examples is None and resolve_device(device.value).type != "cuda":
+            # A CPU trains on a sample by default (Study draws it), a GPU on every example.
+            options = dataclasses.replace(options, max_train_examples=CPU_MAX_TRAIN_EXAMPLES)
         hooks = _ConsoleHooks(console)
-        runner = Study(options, hooks)
+        runner = Study(options, hooks, study_tasks)
     base = runner.base
     console.print(
         f"[bold]{base.name}[/] ({base.family}, {base.num_layers} layers × {base.num_heads} heads) on {base.device}; "

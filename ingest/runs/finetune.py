@@ -22,7 +22,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-from attnwh.errors import DataError, UsageError
+from attnwh.errors import DataError
 from attnwh.ingest.encoder.encoding import collate, encode_task
 from attnwh.ingest.encoder.loading import (
     DEFAULT_MODEL_NAME,
@@ -210,14 +210,6 @@ def _seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def check_out_dir(out_dir: Path) -> None:
-    """Refuse to write a model over a folder that holds something other than a model."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"--out {out_dir} exists and is not a folder")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "config.json").exists():
-        raise UsageError(f"--out {out_dir} is a non-empty folder that holds no model; choose another")
 
 
 def record(
