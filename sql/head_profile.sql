@@ -19,19 +19,14 @@ WITH named_runs AS (
     WHERE ($model IS NULL OR m.name = $model)
 ),
 stats AS (
-    SELECT s.run_id, s.layer, s.head,
-           avg(s.to_cls) AS to_cls, avg(s.norm_to_cls) AS norm_to_cls,
-           avg(s.to_sep) AS to_sep, avg(s.norm_to_sep) AS norm_to_sep,
-           avg(s.to_punct) AS to_punct, avg(s.norm_to_punct) AS norm_to_punct,
-           avg(s.to_self) AS to_self, avg(s.to_prev) AS to_prev, avg(s.to_next) AS to_next,
-           avg(s.entropy) AS entropy, count(*) AS examples
-    FROM head_stats AS s
+    -- The view head_means is the one definition of a head's mean statistics (head_summary reads it too).
+    SELECT s.run_id, s.layer, s.head, s.to_cls, s.norm_to_cls, s.to_sep, s.norm_to_sep, s.to_punct,
+           s.norm_to_punct, s.to_self, s.to_prev, s.to_next, s.entropy, s.examples
+    FROM head_means AS s
     JOIN named_runs AS r USING (run_id)
-    WHERE r.kind = 'statistics'
-      AND ($task IS NULL OR r.task = $task)
+    WHERE ($task IS NULL OR r.task = $task)
       AND ($layer IS NULL OR s.layer = $layer)
       AND ($head IS NULL OR s.head = $head)
-    GROUP BY ALL
 ),
 -- Readable measure names, in the order the panel shows them.
 stat_measures(position, column_name, measure) AS (
