@@ -268,8 +268,9 @@ def test_ablation_sentences_on_a_real_sweep(real):
                 f"({n_heads} heads and {n_layers} layers tested)."
             ) in texts
         else:
-            sentence = _one(texts, f"{sig_heads if sig_heads else sig_layers} of ")
-            assert f"changed {word} significantly after Benjamini–Hochberg correction" in sentence
+            # Both metrics may start alike ("1 of 8 heads"): pick this metric's sentence.
+            claim = f"changed {word} significantly after Benjamini–Hochberg correction"
+            sentence = _one([t for t in texts if claim in t], f"{sig_heads if sig_heads else sig_layers} of ")
             for (kind, sign), k in count.items():
                 verb = "raised" if sign > 0 else "lowered"
                 if k:
