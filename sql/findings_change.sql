@@ -10,21 +10,17 @@
 -- model, as for the report's other runs); NULL = all.
 WITH layers AS (
     SELECT
-        b.name                       AS base,
-        t.name                       AS tuned,
-        r.task,
-        r.split,
-        r.run_id,
+        c.base,
+        c.tuned,
+        c.task,
+        c.split,
+        c.run_id,
         c.layer,
         avg(c.cosine)                AS mean_cosine,
         count(DISTINCT c.example_id) AS examples
-    FROM attention_change AS c
-    JOIN runs AS r USING (run_id)
-    JOIN models AS t ON t.model_id = r.model_id
-    JOIN models AS b ON b.model_id = r.base_model_id
-    WHERE r.kind = 'compare'
-      AND ($model IS NULL OR t.name = $model)
-      AND ($task IS NULL OR r.task = $task)
+    FROM attention_change_named AS c
+    WHERE ($model IS NULL OR c.tuned = $model)
+      AND ($task IS NULL OR c.task = $task)
     GROUP BY ALL
 )
 SELECT

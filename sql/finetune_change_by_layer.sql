@@ -6,24 +6,20 @@
 -- summarised over the run's examples and the layer's heads. 1 = unchanged; lower = changed
 -- more. base and tuned are model names as stored (hub name or path); NULL = all.
 SELECT
-    b.name                         AS base,
-    t.name                         AS tuned,
-    r.task,
-    r.split,
-    r.run_id,
+    c.base,
+    c.tuned,
+    c.task,
+    c.split,
+    c.run_id,
     c.layer,
     avg(c.cosine)                  AS mean_cosine,
     stddev_samp(c.cosine)          AS stddev_cosine,
     min(c.cosine)                  AS min_cosine,
     max(c.cosine)                  AS max_cosine,
     count(DISTINCT c.example_id)   AS examples
-FROM attention_change AS c
-JOIN runs AS r USING (run_id)
-JOIN models AS t ON t.model_id = r.model_id
-JOIN models AS b ON b.model_id = r.base_model_id
-WHERE r.kind = 'compare'
-  AND ($base IS NULL OR b.name = $base)
-  AND ($tuned IS NULL OR t.name = $tuned)
-  AND ($task IS NULL OR r.task = $task)
+FROM attention_change_named AS c
+WHERE ($base IS NULL OR c.base = $base)
+  AND ($tuned IS NULL OR c.tuned = $tuned)
+  AND ($task IS NULL OR c.task = $task)
 GROUP BY ALL
-ORDER BY base, tuned, r.task, r.split, r.run_id, c.layer;
+ORDER BY base, tuned, c.task, c.split, c.run_id, c.layer;
