@@ -181,7 +181,7 @@ def test_interrupted_sweep_resumes_to_the_same_results(monkeypatch, capsys, swep
 
     from attnwh.ingest.runs import ablation as ablation_run
 
-    original = ablation_run.rows.write_batch
+    original = ablation_run.rows.store_part
     calls = []
 
     def write_then_interrupt(*args, **kwargs):
@@ -190,12 +190,12 @@ def test_interrupted_sweep_resumes_to_the_same_results(monkeypatch, capsys, swep
         if len(calls) == 2:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(ablation_run.rows, "write_batch", write_then_interrupt)
+    monkeypatch.setattr(ablation_run.rows, "store_part", write_then_interrupt)
     code, _, err = run(monkeypatch, capsys, *ablation_args(model, data, db))
     assert code == 130 and "resume" in err
     assert frame(db, "SELECT status FROM runs") == [("interrupted",)]
     assert frame(db, "SELECT count(*) FROM ablations")[0][0] == 0  # the finish never half-happens
-    monkeypatch.setattr(ablation_run.rows, "write_batch", original)
+    monkeypatch.setattr(ablation_run.rows, "store_part", original)
     code, out, err = run(monkeypatch, capsys, *ablation_args(model, data, db))
     assert code == 0 and "resumed" in out, err
     sql = (

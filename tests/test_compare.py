@@ -166,7 +166,7 @@ def test_cli_writes_resumes_replaces_and_queries(monkeypatch, capsys, models, tm
     args = compare_args(models["bert"], models["bert-tuned"], data, db)
 
     # Interrupted after two batches: the run is marked and the rerun resumes it.
-    real_write = ingest_rows.write_batch
+    real_write = ingest_rows.store_part
     calls = []
 
     def write_then_interrupt(*a, **k):
@@ -175,11 +175,11 @@ def test_cli_writes_resumes_replaces_and_queries(monkeypatch, capsys, models, tm
             raise KeyboardInterrupt
         return real_write(*a, **k)
 
-    monkeypatch.setattr(ingest_rows, "write_batch", write_then_interrupt)
+    monkeypatch.setattr(ingest_rows, "store_part", write_then_interrupt)
     code, _, err = run(monkeypatch, capsys, *args)
     assert code == 130 and err.strip().splitlines()[-1].startswith("attnwh: error: interrupted")
     assert change_counts(db)["attention_change"] == 10 * 2 * 4
-    monkeypatch.setattr(ingest_rows, "write_batch", real_write)
+    monkeypatch.setattr(ingest_rows, "store_part", real_write)
     code, out, err = run(monkeypatch, capsys, *args)
     assert code == 0, err
     assert "resumed" in out and "attention-change rows" in out

@@ -243,7 +243,7 @@ def test_ctrl_c_marks_the_run_interrupted_and_rerun_resumes(monkeypatch, capsys,
     from attnwh.ingest.runs import rows
 
     db = tmp_path / "w.duckdb"
-    real_write = rows.write_batch
+    real_write = rows.store_part
     calls = []
 
     def write_then_interrupt(*args, **kwargs):
@@ -252,7 +252,7 @@ def test_ctrl_c_marks_the_run_interrupted_and_rerun_resumes(monkeypatch, capsys,
             raise KeyboardInterrupt
         return real_write(*args, **kwargs)
 
-    monkeypatch.setattr(rows, "write_batch", write_then_interrupt)
+    monkeypatch.setattr(rows, "store_part", write_then_interrupt)
     code, _, err = run(monkeypatch, capsys, *ingest_args(tiny_model_dir("bert"), pairs, db))
     # Progress was already on stderr; the interruption adds one line and no traceback.
     assert code == 130 and "Traceback" not in err
@@ -260,7 +260,7 @@ def test_ctrl_c_marks_the_run_interrupted_and_rerun_resumes(monkeypatch, capsys,
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
         assert con.execute("SELECT count(*) FROM run_examples").fetchall()[0][0] == 10
-    monkeypatch.setattr(rows, "write_batch", real_write)
+    monkeypatch.setattr(rows, "store_part", real_write)
     code, out, err = run(monkeypatch, capsys, *ingest_args(tiny_model_dir("bert"), pairs, db))
     assert code == 0 and "resumed" in out
     assert counts(db)["head_stats"] == 24 * 2 * 4 and counts(db)["run_examples"] == 24

@@ -13,6 +13,7 @@ import typer
 from attnwh.cli.finetune import finetune
 from attnwh.cli.helpformat import HelpCommand, HelpGroup
 from attnwh.cli.ingest import ingest_app
+from attnwh.cli.merge import merge
 from attnwh.cli.patterns import patterns_app
 from attnwh.cli.report import report
 from attnwh.cli.schema import schema
@@ -31,6 +32,7 @@ app = typer.Typer(
 )
 # A group: bare `attnwh ingest` runs the statistics ingest; `attnwh ingest compare | relations | ablation`.
 app.add_typer(ingest_app, name="ingest")
+app.command(cls=HelpCommand)(merge)
 app.command(cls=HelpCommand)(sql)
 app.command(cls=HelpCommand)(queries)
 app.command(cls=HelpCommand)(query)

@@ -12,9 +12,19 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from attnwh.cli.options import DEFAULT_DB, DataSource, DbOpt, Device, DeviceOpt, Reading, ReplaceOpt, with_option_groups
+from attnwh.cli.options import (
+    DEFAULT_DB,
+    DataSource,
+    DbOpt,
+    Device,
+    DeviceOpt,
+    Engine,
+    Reading,
+    ReplaceOpt,
+    with_option_groups,
+)
 from attnwh.cli.progress import loading, run_resumable
-from attnwh.cli.summaries import describe, print_ablation
+from attnwh.cli.summaries import describe, print_ablation, print_shards
 
 
 class Mode(str, enum.Enum):
@@ -65,6 +75,7 @@ def ablation(
     device: DeviceOpt = Device.auto,
     db: DbOpt = DEFAULT_DB,
     replace: ReplaceOpt = False,
+    compute: Engine,
 ) -> None:
     """Disable each head (L×H configurations) and each whole layer (L) of a fine-tuned classifier, score every configuration with the task's metric, and store the scores with every per-example prediction in ablation_configs, ablation_predictions and ablations.
 
@@ -72,7 +83,8 @@ def ablation(
     """
     console = Console(stderr=True)
     modes = list(dict.fromkeys(m.value for m in mode or [Mode.uniform]))
-    with loading(console, db, source, models=[model]):
+    run_on = compute.options(device.value)
+    with loading(console, None if run_on.shard else db, source, models=[model]):
         # Data errors before torch is imported; only a sweep of the bundled sample without
         # --task waits for the model, whose fine-tuning task it is swept on.
         loaded = source.load(task) if task or source.given else None
@@ -83,6 +95,7 @@ def ablation(
             gold_labels,
             ingest_ablation,
             prepare_ablation,
+            shard_ablation,
         )
         from attnwh.ingest.sources.files import SAMPLE_TASKS
 
@@ -115,13 +128,25 @@ def ablation(
         f"{per_pass} per pass, prefix cache {'on' if prefix_cache else 'off'}",
         highlight=False,
     )
+    if run_on.shard:
+        shards, seconds = run_resumable(
+            console,
+            run_on.shard_dir or db,
+            lambda bars: [
+                summary
+                for s in settings
+                for summary in shard_ablation(encoder, prepared[s.mode], options, s, run_on, bars.start, bars.advance)
+            ],
+        )
+        print_shards(shards, seconds)
+        return
     summaries, seconds = run_resumable(
         console,
         db,
         lambda bars: [
             summary
             for s in settings
-            for summary in ingest_ablation(db, encoder, prepared[s.mode], options, s, bars.start, bars.advance)
+            for summary in ingest_ablation(db, encoder, prepared[s.mode], options, s, bars.start, bars.advance, run_on)
         ],
     )
     print_ablation(summaries, db, seconds)

@@ -17,12 +17,13 @@ from attnwh.cli.options import (
     Device,
     DeviceOpt,
     Dtype,
+    Engine,
     Reading,
     ReplaceOpt,
     with_option_groups,
 )
 from attnwh.cli.progress import loading, run_resumable
-from attnwh.cli.summaries import print_runs
+from attnwh.cli.summaries import print_runs, print_shards
 
 
 @with_option_groups
@@ -44,17 +45,19 @@ def compare(
     ] = Dtype.float32,
     db: DbOpt = DEFAULT_DB,
     replace: ReplaceOpt = False,
+    compute: Engine,
 ) -> None:
     """Compare the attention of a base and a tuned model on the same examples: per example, layer and head, the cosine similarity of their attention maps (cropped to the real tokens), into the attention_change table.
 
     Both models must tokenize identically and have the same layers and heads. Data options, resuming and --replace work as in `attnwh ingest`.
     """
     console = Console(stderr=True)
-    with loading(console, db, source, "models", models=[base, tuned]):
+    run_on = compute.options(device.value)
+    with loading(console, None if run_on.shard else db, source, "models", models=[base, tuned]):
         loaded = source.load()  # data errors before torch is imported
         from attnwh.ingest.encoder.loading import load_encoder
         from attnwh.ingest.measures.change import ChangeCapture, check_compatible, prepare_comparison
-        from attnwh.ingest.runs.loop import ingest_runs
+        from attnwh.ingest.runs.loop import ingest_runs, shard_runs
 
         base_encoder = load_encoder(base, device.value, dtype.value)
         tuned_encoder = load_encoder(tuned, device.value, dtype.value)
@@ -69,7 +72,15 @@ def compare(
         f"{prepared[0].max_length} tokens max",
         highlight=False,
     )
+    if run_on.shard:
+        shards, seconds = run_resumable(
+            console,
+            run_on.shard_dir or db,
+            lambda bars: shard_runs(capture, prepared, options, run_on, bars.start, bars.advance),
+        )
+        print_shards(shards, seconds)
+        return
     summaries, seconds = run_resumable(
-        console, db, lambda bars: ingest_runs(db, capture, prepared, options, bars.start, bars.advance)
+        console, db, lambda bars: ingest_runs(db, capture, prepared, options, bars.start, bars.advance, run_on)
     )
     print_runs(summaries, db, seconds, "attention-change")

@@ -24,13 +24,14 @@ from attnwh.cli.options import (
     Device,
     DeviceOpt,
     Dtype,
+    Engine,
     Reading,
     ReplaceOpt,
     with_option_groups,
 )
 from attnwh.cli.progress import loading, run_resumable
 from attnwh.cli.relations import relations
-from attnwh.cli.summaries import describe, print_runs
+from attnwh.cli.summaries import describe, print_runs, print_shards
 from attnwh.errors import UsageError
 
 # The group's help is the docstring of its callback, `ingest`.
@@ -68,6 +69,7 @@ def ingest(
             "the pattern gallery and `attnwh patterns train`; 0 keeps none.",
         ),
     ] = 20,
+    compute: Engine,
 ) -> None:
     """Run an encoder over a dataset and write per-example, per-layer, per-head attention statistics into the DuckDB warehouse.
 
@@ -77,18 +79,27 @@ def ingest(
         refuse_options_before(ctx, ctx.invoked_subcommand)
         return  # the subcommand does the work
     console = Console(stderr=True)
-    with loading(console, db, source, models=[model]):
+    run_on = compute.options(device.value)
+    with loading(console, None if run_on.shard else db, source, models=[model]):
         loaded = source.load()  # data errors before torch is imported
         from attnwh.ingest.encoder.loading import load_encoder
-        from attnwh.ingest.runs.loop import ingest_statistics, prepare_tasks
+        from attnwh.ingest.runs.loop import StatisticsCapture, ingest_statistics, prepare_tasks, shard_runs
 
         encoder = load_encoder(model, device.value, dtype.value)
         options = dataclasses.replace(reading.ingest_options(replace), thumbnails=thumbnails)
         prepared = prepare_tasks(encoder, loaded, options)
 
     console.print(f"{describe(encoder)}, {options.max_length or encoder.max_length} tokens max", highlight=False)
+    if run_on.shard:
+        shards, seconds = run_resumable(
+            console,
+            run_on.shard_dir or db,
+            lambda bars: shard_runs(StatisticsCapture(encoder), prepared, options, run_on, bars.start, bars.advance),
+        )
+        print_shards(shards, seconds)
+        return
     summaries, seconds = run_resumable(
-        console, db, lambda bars: ingest_statistics(db, encoder, prepared, options, bars.start, bars.advance)
+        console, db, lambda bars: ingest_statistics(db, encoder, prepared, options, bars.start, bars.advance, run_on)
     )
     print_runs(summaries, db, seconds)
 

@@ -28,6 +28,7 @@ from attnwh.errors import UsageError
 from attnwh.ingest.sources.tasks import check_sources, load_tasks
 
 if TYPE_CHECKING:
+    from attnwh.ingest.runs.engine import EngineOptions
     from attnwh.ingest.runs.loop import IngestOptions
     from attnwh.ingest.sources.examples import TaskData
 
@@ -169,16 +170,102 @@ class Reading:
         )
 
 
+class EngineChoice(str, enum.Enum):
+    local = "local"
+    ray = "ray"
+
+
+# Where the heavy stages run (`attnwh ingest`, `compare`, `ablation`; `study` without --shard).
+EngineOpt = Annotated[
+    EngineChoice,
+    typer.Option(
+        "--engine",
+        help="local: this process; ray: a pool of Ray workers, each holding the model once "
+        "(pip install 'attnwh[ray]').",
+    ),
+]
+RayAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Ray cluster to join: auto, or ray://host:10001. Default: start a local instance that listens on "
+        "127.0.0.1 only."
+    ),
+]
+WorkersOpt = Annotated[int, typer.Option(min=1, help="Ray workers (actors), each holding the model once.")]
+GpusPerWorkerOpt = Annotated[
+    float | None,
+    typer.Option(
+        min=0,
+        help="GPUs each Ray worker asks for; fractions share a GPU. Default: 1 when the cluster has GPUs and "
+        "--device is not cpu, else 0.",
+    ),
+]
+ShardOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Compute only static slice I of N (e.g. 3/8, the same slices on every machine) and write it to "
+        "--shard-dir instead of the warehouse, for Slurm job arrays or torchrun; `attnwh merge` loads the slices."
+    ),
+]
+ShardDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Folder of shards: where --shard writes; with --engine ray, where workers leave their parts for this "
+        "process to store (default: beside --db; on a cluster, storage every node sees)."
+    ),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    """Where the batches of a heavy stage are computed: here, on Ray, or as a static shard."""
+
+    engine: EngineOpt = EngineChoice.local
+    ray_address: RayAddressOpt = None
+    workers: WorkersOpt = 2
+    gpus_per_worker: GpusPerWorkerOpt = None
+    shard: ShardOpt = None
+    shard_dir: ShardDirOpt = None
+
+    def options(self, device: str) -> EngineOptions:
+        """The engine settings for the library (checked: one line for a bad combination)."""
+        from attnwh.ingest.runs.engine import EngineOptions, parse_shard
+
+        ray_only = [
+            name
+            for name, given in (
+                ("--ray-address", self.ray_address is not None),
+                ("--workers", self.workers != 2),
+                ("--gpus-per-worker", self.gpus_per_worker is not None),
+            )
+            if given
+        ]
+        if ray_only and self.engine is not EngineChoice.ray:
+            raise UsageError(f"{ray_only[0]} goes with --engine ray")
+        if self.shard_dir is not None and self.shard is None and self.engine is not EngineChoice.ray:
+            raise UsageError("--shard-dir goes with --shard or --engine ray")
+        return EngineOptions(
+            engine=self.engine.value,
+            ray_address=self.ray_address,
+            workers=self.workers,
+            gpus_per_worker=self.gpus_per_worker,
+            device=device,
+            shard=parse_shard(self.shard),
+            shard_dir=self.shard_dir,
+        )
+
+
 def command_line() -> str:
     """The command as typed, recorded with every run."""
     return shlex.join(["attnwh", *sys.argv[1:]])
 
 
-_GROUPS = (DataSource, Reading)
+_GROUPS = (DataSource, Reading, Engine)
 
 
 def with_option_groups(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Spread each parameter typed with an option group (:class:`DataSource`, :class:`Reading`)
+    """Spread each parameter typed with an option group (:class:`DataSource`, :class:`Reading`,
+    :class:`Engine`)
     into the group's options, at that place in the command's options, and hand the command the
     group built from them. An option of the group that the command declares itself (its own
     help) takes the group's place for it in --help; the group gets its value too."""

@@ -154,12 +154,13 @@ def resume_message(db: object) -> str:
 @contextmanager
 def loading(
     console: Console,
-    db: Path,
+    db: Path | None,
     source: DataSource | None = None,
     what: str = "model",
     models: Sequence[str | None] = (),
 ) -> Iterator[None]:
-    """Refuse bad data options, a warehouse another process holds and `models` that cannot
+    """Refuse bad data options, a warehouse another process holds (`db`; None: a command that
+    writes none) and `models` that cannot
     load (a missing folder; a hub name not cached while the hub is offline) before anything
     loads, then show a status line while the block loads data and models. All of it without
     torch: the block should read its data before importing the model libraries, so bad input
@@ -169,7 +170,8 @@ def loading(
     from attnwh.ingest.encoder.available import check_model
     from attnwh.sql import warehouse
 
-    warehouse.check_writable(db)
+    if db is not None:
+        warehouse.check_writable(db)
     for model in models:
         check_model(model)
     with console.status(f"Loading data and {what}…"):
@@ -177,7 +179,8 @@ def loading(
 
 
 def run_resumable(console: Console, db: Path, work: Callable[[Bars], Sequence[T]]) -> tuple[Sequence[T], float]:
-    """`work(bars)` under a bar per task, where rerunning resumes; returns its summaries and seconds."""
+    """`work(bars)` under a bar per task, where rerunning resumes (what is done so far is in
+    `db`, the warehouse or a shard folder); returns its summaries and seconds."""
     started = time.perf_counter()
     with Bars(console) as bars, interrupts_as(resume_message(db)):
         summaries = work(bars)

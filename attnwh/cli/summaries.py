@@ -45,6 +45,42 @@ def print_runs(summaries: Sequence[Any], db: Path, seconds: float, rows_name: st
     )
 
 
+def print_shards(summaries: Sequence[Any], seconds: float) -> None:
+    """One line per run of a static shard (`ShardSummary`), then how to merge."""
+    table = Table("task", "kind", "run key", "shard", "units", "written", "examples (all shards)", box=None)
+    for s in summaries:
+        index, count = s.shard
+        table.add_row(
+            s.task, s.kind, s.run_key[:12], f"{index}/{count}", str(s.n_units), str(s.n_written), str(s.n_examples)
+        )
+    out = Console()
+    out.print(table)
+    folder = summaries[0].folder.parent.resolve() if summaries else "the shard folder"
+    out.print(
+        f"{sum(s.n_written for s in summaries)} parts written in {seconds:.1f} s → {folder}; "
+        f"once every shard is done: attnwh merge {folder}"
+    )
+
+
+def print_merge(summaries: Sequence[Any], db: Path, seconds: float) -> None:
+    """One line per run `attnwh merge` stored (`MergeSummary`), then what is left to do."""
+    table = Table("run", "kind", "task", "parts", "examples", "stored", "status", box=None)
+    for s in summaries:
+        table.add_row(str(s.run_id), s.kind, s.task, str(s.parts), str(s.n_examples), str(s.n_done), s.status)
+    out = Console()
+    out.print(table)
+    for s in summaries:
+        if s.kind != "ablation" and s.status == "partial":
+            out.print(f"run {s.run_id}: {s.n_examples - s.n_done} examples still missing; merge the other shards")
+        elif s.kind == "ablation" and s.status == "partial":
+            if s.finish_command:
+                out.print(f"run {s.run_id}: sweep whole; finish it (significance, combinations, importance) with:")
+                out.print(f"  {s.finish_command}", highlight=False, soft_wrap=True)
+            else:
+                out.print(f"run {s.run_id}: {s.n_examples - s.n_done} examples not yet swept; merge the other shards")
+    out.print(f"{sum(s.parts for s in summaries)} parts merged in {seconds:.1f} s → {db.resolve()}")
+
+
 def print_relations(summary: Any, db: Path) -> None:
     """The stored results of one `attnwh ingest relations` run (`RelationsSummary`), then its line."""
     from attnwh.sql import warehouse

@@ -45,6 +45,9 @@ class EncoderModel:
     device: torch.device
     dtype: torch.dtype
     lineage: dict | None = None  # attnwh_finetune.json of a model made by `attnwh finetune`
+    # What `load_encoder` was given (a local directory made absolute; None: the bundled
+    # MiniLM), so a worker process can load the same model again.
+    source: str | None = None
 
     def facts(self) -> dict[str, object]:
         """The columns of this checkpoint's row in the warehouse's `models` table (plus the
@@ -97,8 +100,10 @@ def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32")
     source = str(bundled_model_path()) if name is None else name
     shown = DEFAULT_MODEL_NAME if name is None else name
     check_model(name)  # a missing folder, or a hub name not cached while the hub is offline
+    given = name
     if name is not None and looks_like_path(name):
         source = str(Path(name).expanduser())
+        given = str(Path(source).resolve())
     # Failures reach the user as one ModelError line; the libraries' own retry warnings and
     # progress bars would only bury it.
     transformers.utils.logging.disable_progress_bar()
@@ -147,6 +152,7 @@ def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32")
         device=torch_device,
         dtype=DTYPES[dtype],
         lineage=_read_lineage(Path(source)),
+        source=given,
     )
 
 

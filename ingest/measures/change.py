@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
+import pyarrow as pa
 import torch
 from torch import nn
 
@@ -100,7 +101,7 @@ class ChangeCapture:
             raise RuntimeError(f"saw {len(cosine.cosines)} attention layers, expected {self.encoder.num_layers}")
         return torch.stack(cosine.cosines, dim=1)[..., None].cpu().numpy()  # (B, L, H, 1)
 
-    def extra_rows(self, run_id: int, example_ids: np.ndarray) -> dict[str, object]:
+    def extra_rows(self, example_ids: np.ndarray) -> dict[str, pa.Table]:
         return {}
 
 

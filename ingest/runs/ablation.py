@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import numpy as np
@@ -45,8 +45,13 @@ from attnwh.ingest.measures.metrics import metrics_for
 from attnwh.ingest.measures.significance import PairedResult, benjamini_hochberg, compare_to_baseline
 from attnwh.ingest.runs import rows
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, model_identity, open_task_run, prepare_tasks
+from attnwh.ingest.runs.shards import Part
+from attnwh.ingest.runs.units import WorkUnit, plan_units
 from attnwh.ingest.sources.examples import TaskData
 from attnwh.sql import runs, warehouse
+
+if TYPE_CHECKING:
+    from attnwh.ingest.runs.engine import EngineOptions, Executor, ShardSummary, WorkerSpec
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,10 @@ class AblationOptions:
     def identity(self) -> dict[str, object]:
         """What goes into the run key: settings that change the stored rows."""
         return {"mode": self.mode, "top_k": self.top_k, "n_resamples": self.n_resamples, "importance": self.importance}
+
+    def worker_settings(self) -> dict[str, Any]:
+        """What a worker needs to sweep (`sweep_worker`)."""
+        return {"mode": self.mode, "prefix_cache": self.prefix_cache, "configs_per_pass": self.configs_per_pass}
 
 
 @dataclass(frozen=True)
@@ -148,24 +157,139 @@ def ingest_ablation(
     ablation: AblationOptions,
     on_start: ProgressStart | None = None,
     on_batch: ProgressBatch | None = None,
+    engine: EngineOptions | None = None,
 ) -> list[AblationSummary]:
     """Sweep, test and store every prepared task (prepared by `prepare_ablation` with the
-    same settings); returns one summary per task."""
-    wanted = ablation_identity(encoder, ablation)
-    if any({k: task.identity.get(k) for k in wanted} != wanted for task in tasks):
-        raise ValueError("ablation tasks must be prepared by prepare_ablation with the same model and settings")
-    check_classifier(encoder)
-    golds = [gold_labels(encoder, task.data) for task in tasks]  # all checked before writing
-    sweep = AblationSweep(encoder, ablation.mode, ablation.prefix_cache, ablation.configs_per_pass)
+    same settings); returns one summary per task. `engine` sweeps on Ray (the finish runs
+    here, from the stored predictions); by default, everything runs here."""
+    from attnwh.ingest.runs.engine import EngineOptions, executor_for
+
+    engine = engine or EngineOptions()
+    if engine.shard is not None:
+        raise ValueError("a static shard writes no warehouse: use shard_ablation")
+    golds = _check_tasks(encoder, tasks, ablation)
+    worker = sweep_worker(encoder, ablation.worker_settings())
+    executor = executor_for(engine, _spec(encoder, ablation), worker, db_path)
+    # Ray workers take a batch's configurations in groups that share a first disabled layer.
+    groups = sweep_groups(encoder.num_layers, encoder.num_heads) if engine.engine == "ray" else None
     con = warehouse.connect(db_path)
     try:
         model_ids = {"model_id": runs.upsert_model(con, encoder.facts())}
         return [
-            _run_task(con, model_ids, sweep, task, gold, options, ablation, on_start or _ignore, on_batch or _ignore)
+            _run_task(
+                con,
+                model_ids,
+                worker.sweep,
+                executor,
+                groups,
+                task,
+                gold,
+                options,
+                ablation,
+                on_start or _ignore,
+                on_batch or _ignore,
+            )
             for task, gold in zip(tasks, golds)
         ]
     finally:
         con.close()
+
+
+def shard_ablation(
+    encoder: EncoderModel,
+    tasks: Sequence[PreparedTask],
+    options: IngestOptions,
+    ablation: AblationOptions,
+    engine: EngineOptions,
+    on_start: ProgressStart | None = None,
+    on_batch: ProgressBatch | None = None,
+) -> list[ShardSummary]:
+    """Sweep static shard `engine.shard` of every task (its units: batches × groups of
+    configurations) into `engine.shard_dir`. After `attnwh merge`, the same command without
+    --shard finishes each run (significance, combinations, importance)."""
+    from attnwh.ingest.runs.engine import write_shards
+    from attnwh.ingest.runs.loop import run_info
+
+    golds = _check_tasks(encoder, tasks, ablation)
+    worker = sweep_worker(encoder, ablation.worker_settings())
+    groups = sweep_groups(encoder.num_layers, encoder.num_heads)
+    plans = [
+        (
+            run_info("ablation", {"model_id": encoder}, task, options),
+            plan_units(
+                task.run_key, task.encoded, task.example_ids, options.batch_size, {}, labels=gold, groups=groups
+            ),
+        )
+        for task, (gold, _) in zip(tasks, golds)
+    ]
+    return write_shards(engine, plans, worker, tasks, on_start, on_batch)
+
+
+def _check_tasks(
+    encoder: EncoderModel, tasks: Sequence[PreparedTask], ablation: AblationOptions
+) -> list[tuple[np.ndarray, bool]]:
+    """Gold labels of every task, all checked before anything is written."""
+    wanted = ablation_identity(encoder, ablation)
+    if any({k: task.identity.get(k) for k in wanted} != wanted for task in tasks):
+        raise ValueError("ablation tasks must be prepared by prepare_ablation with the same model and settings")
+    check_classifier(encoder)
+    return [gold_labels(encoder, task.data) for task in tasks]
+
+
+def _spec(encoder: EncoderModel, ablation: AblationOptions) -> WorkerSpec:
+    from attnwh.ingest.runs.engine import WorkerSpec
+
+    return WorkerSpec(
+        kind="ablation",
+        models={"model_id": encoder.source},
+        weights={"model_id": encoder.weights_hash},
+        dtype=str(encoder.dtype).removeprefix("torch."),
+        settings=ablation.worker_settings(),
+    )
+
+
+def sweep_groups(num_layers: int, num_heads: int) -> list[tuple[int, ...]]:
+    """The sweep's configuration ids (`sweep_configurations` order) in groups that share a
+    first disabled layer: layer l's heads and the whole layer l; the baseline goes with the
+    last layer, whose pass is the shortest."""
+    groups = [
+        tuple(1 + l * num_heads + h for h in range(num_heads)) + (1 + num_layers * num_heads + l,)
+        for l in range(num_layers)
+    ]
+    groups[-1] = (0, *groups[-1])
+    return groups
+
+
+class SweepWorker:
+    """Computes units of an ablation sweep: predictions under the unit's configurations."""
+
+    def __init__(self, sweep: AblationSweep) -> None:
+        self.sweep = sweep
+        encoder = sweep.encoder
+        self.configs = sweep_configurations(encoder.num_layers, encoder.num_heads)
+        config: Any = encoder.model.config
+        self.regression = config.num_labels == 1
+
+    def compute(self, unit: WorkUnit) -> Part:
+        encoder = self.sweep.encoder
+        tick = time.perf_counter()
+        ids = list(unit.configs) if unit.configs is not None else list(range(len(self.configs)))
+        if unit.labels is None:
+            raise ValueError("an ablation unit needs its gold labels")
+        batch = unit.collate(encoder.tokenizer.pad_token_id, encoder.device)
+        predictions = _predictions(self.sweep.logits(batch, [self.configs[i] for i in ids]), self.regression)
+        tables = {
+            "ablation_configs": config_rows(self.sweep.mode, self.configs, 0),
+            "ablation_predictions": prediction_rows(ids, unit.example_ids, predictions, unit.labels, self.regression),
+            "run_examples": unit.done_rows(),
+        }
+        covers = len(ids) == len(self.configs)
+        return Part(unit.run_key, unit.name, tables, covers, time.perf_counter() - tick, str(encoder.device))
+
+
+def sweep_worker(encoder: EncoderModel, settings: Mapping[str, Any]) -> SweepWorker:
+    """The worker of a sweep of `encoder` with `AblationOptions.worker_settings()`."""
+    return SweepWorker(AblationSweep(encoder, settings["mode"], settings["prefix_cache"], settings["configs_per_pass"]))
 
 
 def _ignore(*args: object) -> None:
@@ -176,6 +300,8 @@ def _run_task(
     con: duckdb.DuckDBPyConnection,
     model_ids: dict[str, int],
     sweep: AblationSweep,
+    executor: Executor,
+    groups: list[tuple[int, ...]] | None,
     task: PreparedTask,
     gold: tuple[np.ndarray, bool],
     options: IngestOptions,
@@ -190,28 +316,47 @@ def _run_task(
     if state.status == "complete":
         return _summary(con, state.run_id, task, ablation, "already complete", 0, 0.0)
     _insert_configs(con, state.run_id, ablation.mode, singles, 0)
-    todo = [i for i, eid in enumerate(task.example_ids.tolist()) if eid not in state.done]
+    units = plan_units(
+        task.run_key,
+        task.encoded,
+        task.example_ids,
+        options.batch_size,
+        _done_by_group(con, state, groups),
+        labels=labels,
+        groups=groups,
+    )
+    n_todo = len({i for u in units for i in u.positions})
     started = time.perf_counter()
-    on_start(f"{task.data.task} · {ablation.mode}: {len(singles)} configurations", len(todo))
+    # With groups, the bar counts examples once per group.
+    groups_note = f" (examples × {len(groups)} groups)" if groups else ""
+    on_start(
+        f"{task.data.task} · {ablation.mode}: {len(singles)} configurations{groups_note}",
+        sum(len(u.positions) for u in units),
+    )
     with runs.marking_failure(con, state.run_id):
-        for indices in length_buckets(task.encoded.n_tokens, todo, options.batch_size):
-            tick = time.perf_counter()
-            batch = collate(task.encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
-            predictions = _predictions(sweep.logits(batch, singles), regression)
-            ids = task.example_ids[indices]
-            rows.write_batch(
-                con,
-                state.run_id,
-                "ablation_predictions",
-                _prediction_rows(state.run_id, 0, ids, predictions, labels[indices], regression),
-                ids,
-                task.encoded.n_tokens[indices],
-                task.encoded.n_tokens_full[indices],
-                time.perf_counter() - tick,
-            )
-            on_batch(len(indices))
+        for part in executor.map(units):
+            rows.store_part(con, state.run_id, part)
+            on_batch(part.n_examples)
         _finish(con, state.run_id, sweep, task, labels, regression, singles, options, ablation, on_start, on_batch)
-    return _summary(con, state.run_id, task, ablation, state.outcome, len(todo), time.perf_counter() - started)
+    return _summary(con, state.run_id, task, ablation, state.outcome, n_todo, time.perf_counter() - started)
+
+
+def _done_by_group(
+    con: duckdb.DuckDBPyConnection, state: runs.RunState, groups: list[tuple[int, ...]] | None
+) -> dict[int | None, frozenset[int]]:
+    """Examples already swept: for the whole sweep (no groups), those marked done; per
+    group, those with a prediction under the group's first configuration (a group's
+    predictions are stored together)."""
+    if groups is None:
+        return {None: state.done}
+    found = con.execute(
+        "SELECT config_id, example_id FROM ablation_predictions WHERE run_id = ? AND config_id IN (SELECT unnest(?))",
+        [state.run_id, [g[0] for g in groups]],
+    ).fetchall()
+    by_config: dict[int, set[int]] = {}
+    for config_id, example_id in found:
+        by_config.setdefault(config_id, set()).add(example_id)
+    return {g: frozenset(by_config.get(ids[0], set())) for g, ids in enumerate(groups)}
 
 
 def _predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
@@ -219,30 +364,30 @@ def _predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
     return logits[..., 0].astype(np.float64) if regression else logits.argmax(-1).astype(np.float64)
 
 
-def _prediction_rows(
-    run_id: int,
-    first_config: int,
+def prediction_rows(
+    config_ids: Sequence[int],
     example_ids: np.ndarray,
     predictions: np.ndarray,
     labels: np.ndarray,
     regression: bool,
-) -> dict[str, np.ndarray]:
+) -> pa.Table:
+    """ablation_predictions rows (without run_id) of predictions shaped (configurations,
+    batch), the configurations being `config_ids`."""
     configs, batch = predictions.shape
-    return {
-        "run_id": np.full(configs * batch, run_id, dtype=np.int32),
-        "config_id": np.repeat(np.arange(first_config, first_config + configs, dtype=np.int32), batch),
-        "example_id": np.tile(example_ids, configs),
-        "prediction": predictions.reshape(-1),
-        "correct": pa.nulls(configs * batch, pa.bool_()) if regression else (predictions == labels).reshape(-1),
-    }
-
-
-def _insert_configs(
-    con: duckdb.DuckDBPyConnection, run_id: int, mode: str, configs: Sequence[Configuration], first: int
-) -> None:
-    table = pa.table(
+    return pa.table(
         {
-            "run_id": pa.array([run_id] * len(configs), pa.int32()),
+            "config_id": np.repeat(np.asarray(config_ids, dtype=np.int32), batch),
+            "example_id": np.tile(np.asarray(example_ids, dtype=np.int64), configs),
+            "prediction": predictions.reshape(-1),
+            "correct": pa.nulls(configs * batch, pa.bool_()) if regression else (predictions == labels).reshape(-1),
+        }
+    )
+
+
+def config_rows(mode: str, configs: Sequence[Configuration], first: int) -> pa.Table:
+    """ablation_configs rows (without run_id), numbered from `first`."""
+    return pa.table(
+        {
             "config_id": pa.array(range(first, first + len(configs)), pa.int32()),
             "kind": [c.kind for c in configs],
             "mode": [mode] * len(configs),
@@ -253,8 +398,15 @@ def _insert_configs(
             "disabled": [c.label for c in configs],
         }
     )
+
+
+def _insert_configs(
+    con: duckdb.DuckDBPyConnection, run_id: int, mode: str, configs: Sequence[Configuration], first: int
+) -> None:
     # Idempotent: a resumed run finds its configurations already there.
-    warehouse.insert_arrow(con, "ablation_configs", table, or_ignore=True)
+    warehouse.insert_arrow(
+        con, "ablation_configs", rows.with_run_id(config_rows(mode, configs, first), run_id), or_ignore=True
+    )
 
 
 def _stored_predictions(
@@ -349,7 +501,16 @@ def _finish(
             warehouse.insert_arrow(
                 con,
                 "ablation_predictions",
-                _prediction_rows(run_id, first_combo, task.example_ids, combo_predictions, labels, regression),
+                rows.with_run_id(
+                    prediction_rows(
+                        range(first_combo, first_combo + len(combos)),
+                        task.example_ids,
+                        combo_predictions,
+                        labels,
+                        regression,
+                    ),
+                    run_id,
+                ),
             )
         con.executemany("INSERT INTO ablations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", score_rows)
         if importance is not None:

@@ -15,20 +15,25 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import torch
 
-from attnwh.errors import DataError, UsageError
+from attnwh.errors import AttnwhError, DataError, UsageError
 from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.encoding import EncodedTask, TokenKinds, collate, encode_task, length_buckets
+from attnwh.ingest.encoder.encoding import EncodedTask, TokenKinds, encode_task
 from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs, output_projections
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, HeadStatistics, value_norm_grams
 from attnwh.ingest.runs import rows
+from attnwh.ingest.runs.units import CaptureWorker, WorkUnit, plan_units
 from attnwh.ingest.sources.examples import TaskData
 from attnwh.sql import runs, warehouse
+
+if TYPE_CHECKING:
+    from attnwh.ingest.runs.engine import EngineOptions, Executor, ShardSummary
 
 
 @dataclass(frozen=True)
@@ -138,8 +143,9 @@ class BatchCapture(Protocol):
         `thumbnail_rows` are the run's thumbnail sample (a capture may ignore them)."""
         ...
 
-    def extra_rows(self, run_id: int, example_ids: np.ndarray) -> dict[str, object]:
-        """Rows of other tables from the last batch, written with it ({} when none)."""
+    def extra_rows(self, example_ids: np.ndarray) -> dict[str, pa.Table]:
+        """Rows of other tables from the last batch (without run_id), written with it ({}
+        when none)."""
         ...
 
 
@@ -150,14 +156,16 @@ def ingest_statistics(
     options: IngestOptions,
     on_start: Callable[[str, int], None] | None = None,
     on_batch: ProgressCallback | None = None,
+    engine: EngineOptions | None = None,
 ) -> list[RunSummary]:
     """Write head statistics of every prepared task into the warehouse at `db_path`.
 
     A run with the same model, examples and settings as a stored one resumes it (or, if it
     is complete, is skipped unless `options.replace`). `on_start(task, n_todo)` and
-    `on_batch(n)` report progress.
+    `on_batch(n)` report progress. `engine` runs the batches on Ray, or writes one static
+    shard of them (see :mod:`attnwh.ingest.runs.engine`); by default, here.
     """
-    return ingest_runs(db_path, StatisticsCapture(encoder), tasks, options, on_start, on_batch)
+    return ingest_runs(db_path, StatisticsCapture(encoder), tasks, options, on_start, on_batch, engine)
 
 
 def ingest_runs(
@@ -167,15 +175,44 @@ def ingest_runs(
     options: IngestOptions,
     on_start: Callable[[str, int], None] | None = None,
     on_batch: ProgressCallback | None = None,
+    engine: EngineOptions | None = None,
 ) -> list[RunSummary]:
     """Write what `capture` computes for every prepared task, one run per task, with the
     resume and replace rules of :func:`ingest_statistics`."""
+    from attnwh.ingest.runs.engine import EngineOptions, capture_spec, executor_for
+
+    engine = engine or EngineOptions()
+    if engine.shard is not None:
+        raise ValueError("a static shard writes no warehouse: use shard_runs")
+    executor = executor_for(engine, capture_spec(capture), CaptureWorker(capture), db_path)
     con = warehouse.connect(db_path)
     try:
         model_ids = {column: runs.upsert_model(con, e.facts()) for column, e in capture.models().items()}
-        return [_ingest_task(con, model_ids, capture, task, options, on_start, on_batch) for task in tasks]
+        return [_ingest_task(con, model_ids, capture, task, options, executor, on_start, on_batch) for task in tasks]
     finally:
         con.close()
+
+
+def shard_runs(
+    capture: BatchCapture,
+    tasks: Sequence[PreparedTask],
+    options: IngestOptions,
+    engine: EngineOptions,
+    on_start: Callable[[str, int], None] | None = None,
+    on_batch: ProgressCallback | None = None,
+) -> list[ShardSummary]:
+    """Compute static shard `engine.shard` of every task's run and write it to
+    `engine.shard_dir`, for `attnwh merge` (see `engine.write_shards`)."""
+    from attnwh.ingest.runs.engine import write_shards
+
+    plans = [(run_info(capture.kind, capture.models(), task, options), _plan(task, options, {})) for task in tasks]
+    return write_shards(engine, plans, CaptureWorker(capture), tasks, on_start, on_batch)
+
+
+def _plan(task: PreparedTask, options: IngestOptions, done: frozenset[int] | dict) -> list[WorkUnit]:
+    thumbnails = rows.thumbnail_sample(task.example_ids, options.thumbnails, options.seed)
+    finished = done if isinstance(done, dict) else {None: done}
+    return plan_units(task.run_key, task.encoded, task.example_ids, options.batch_size, finished, thumbnails=thumbnails)
 
 
 class StatisticsCapture:
@@ -207,12 +244,58 @@ class StatisticsCapture:
             self.encoder.model(**forward_inputs(self.encoder.model, batch))
         return self.observer.collect()
 
-    def extra_rows(self, run_id: int, example_ids: np.ndarray) -> dict[str, object]:
+    def extra_rows(self, example_ids: np.ndarray) -> dict[str, pa.Table]:
         """pattern_thumbnails rows of the last batch's thumbnail rows (none: {})."""
         chosen, lengths, thumbs = self.observer.collect_thumbnails()
         if not chosen:
             return {}
-        return {"pattern_thumbnails": rows.thumbnail_rows(run_id, example_ids[chosen], lengths, thumbs)}
+        return {"pattern_thumbnails": rows.thumbnail_rows(example_ids[chosen], lengths, thumbs)}
+
+
+def run_fields(encoder: EncoderModel, task: PreparedTask, options: IngestOptions) -> dict[str, object]:
+    """The runs columns of a task's run besides its models, kind, key and status."""
+    data = task.data
+    return {
+        "dataset": data.dataset,
+        "task": data.task,
+        "split": data.split,
+        "source": data.source,
+        "example_limit": options.limit,
+        "seed": options.seed,
+        "max_length": task.max_length,
+        "n_examples": len(data.examples),
+        "n_truncated": int(task.encoded.truncated.sum()),
+        "device": str(encoder.device),
+        "dtype": str(encoder.dtype).removeprefix("torch."),
+        "batch_size": options.batch_size,
+        "versions": json.dumps(rows.library_versions()),
+        "command": options.command,
+    }
+
+
+def run_info(
+    kind: str, models: Mapping[str, EncoderModel], task: PreparedTask, options: IngestOptions
+) -> dict[str, object]:
+    """A run's description for a shard folder (`shards.write_run_info`): what `attnwh merge`
+    creates the run from."""
+    encoder = models["model_id"]
+    return {
+        "run_key": task.run_key,
+        "kind": kind,
+        "identity": task.identity,
+        "fields": run_fields(encoder, task, options),
+        "models": {column: e.facts() for column, e in models.items()},
+        "n_examples": len(task.data.examples),
+    }
+
+
+def check_whole(con: duckdb.DuckDBPyConnection, run_id: int, n_examples: int) -> str:
+    """'complete' when the run holds every one of its examples; otherwise raises (a unit
+    that never came back must not leave a run that looks whole)."""
+    n_done = warehouse.one_row(con, "SELECT count(*) FROM run_examples WHERE run_id = ?", [run_id])[0]
+    if n_done != n_examples:
+        raise AttnwhError(f"run {run_id} holds {n_done} of its {n_examples} examples; rerun the command to resume it")
+    return "complete"
 
 
 def open_task_run(
@@ -225,31 +308,10 @@ def open_task_run(
 ) -> runs.RunState:
     """Store the task's examples and find, resume or create its run (kind `kind`), in one
     transaction."""
-    data = task.data
     with warehouse.transaction(con):
-        rows.insert_examples(con, data, task.example_ids.tolist())
+        rows.insert_examples(con, task.data, task.example_ids.tolist())
         return runs.create_run(
-            con,
-            kind,
-            task.identity,
-            {
-                **model_ids,
-                "dataset": data.dataset,
-                "task": data.task,
-                "split": data.split,
-                "source": data.source,
-                "example_limit": options.limit,
-                "seed": options.seed,
-                "max_length": task.max_length,
-                "n_examples": len(data.examples),
-                "n_truncated": int(task.encoded.truncated.sum()),
-                "device": str(encoder.device),
-                "dtype": str(encoder.dtype).removeprefix("torch."),
-                "batch_size": options.batch_size,
-                "versions": json.dumps(rows.library_versions()),
-                "command": options.command,
-            },
-            replace=options.replace,
+            con, kind, task.identity, {**model_ids, **run_fields(encoder, task, options)}, replace=options.replace
         )
 
 
@@ -259,50 +321,34 @@ def _ingest_task(
     capture: BatchCapture,
     task: PreparedTask,
     options: IngestOptions,
+    executor: Executor,
     on_start: Callable[[str, int], None] | None,
     on_batch: ProgressCallback | None,
 ) -> RunSummary:
-    encoder = capture.encoder
-    data, encoded = task.data, task.encoded
-    n_truncated = int(encoded.truncated.sum())
-    state = open_task_run(con, model_ids, capture.kind, encoder, task, options)
+    data = task.data
+    n_truncated = int(task.encoded.truncated.sum())
+    state = open_task_run(con, model_ids, capture.kind, capture.encoder, task, options)
     if state.status == "complete":
         return RunSummary(data.task, state.run_id, "already complete", len(data.examples), 0, n_truncated, 0, 0.0)
-    todo = [i for i, eid in enumerate(task.example_ids.tolist()) if eid not in state.done]
+    units = _plan(task, options, state.done)
+    n_todo = sum(len(u.positions) for u in units)
     if on_start:
-        on_start(data.task, len(todo))
-    lengths = encoded.n_tokens
+        on_start(data.task, n_todo)
     started = time.perf_counter()
-    thumbnail_ids = rows.thumbnail_sample(task.example_ids, options.thumbnails, options.seed)
     n_rows = 0
     with runs.marking_failure(con, state.run_id):
-        for indices in length_buckets(lengths, todo, options.batch_size):
-            tick = time.perf_counter()
-            batch = collate(encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
-            example_ids = task.example_ids[indices]
-            keep = [k for k, eid in enumerate(example_ids.tolist()) if eid in thumbnail_ids]
-            values = capture.run(batch, keep)
-            rows.write_batch(
-                con,
-                state.run_id,
-                capture.table,
-                rows.grid_rows(state.run_id, example_ids, values, capture.columns),
-                example_ids,
-                lengths[indices],
-                encoded.n_tokens_full[indices],
-                time.perf_counter() - tick,
-                capture.extra_rows(state.run_id, example_ids),
-            )
-            n_rows += values.shape[0] * values.shape[1] * values.shape[2]
+        for part in executor.map(units):
+            rows.store_part(con, state.run_id, part)
+            n_rows += part.tables[capture.table].num_rows
             if on_batch:
-                on_batch(len(indices))
-    runs.finish_run(con, state.run_id, "complete")
+                on_batch(part.n_examples)
+    runs.finish_run(con, state.run_id, check_whole(con, state.run_id, len(data.examples)))
     return RunSummary(
         data.task,
         state.run_id,
         state.outcome,
         len(data.examples),
-        len(todo),
+        n_todo,
         n_truncated,
         n_rows,
         time.perf_counter() - started,

@@ -1,10 +1,10 @@
-"""Writing ingest results into the warehouse: examples, and the per-head rows of a run
-batch by batch (the runs rows themselves are written by `attnwh.sql.runs`).
+"""Writing ingest results into the warehouse: examples, and the rows of a run part by part
+(the runs rows themselves are written by `attnwh.sql.runs`).
 
-Every write that belongs together happens in one transaction: a batch's rows (head
-statistics or attention change) and the run_examples rows that mark those examples done
-are committed together, so an interrupted run leaves whole examples only, and a rerun
-skips exactly those.
+Every write that belongs together happens in one transaction: a part's rows (head
+statistics, attention change or ablation predictions) and the run_examples rows that mark
+those examples done are committed together, so an interrupted run leaves whole examples
+only, and a rerun skips exactly those.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from collections.abc import Sequence
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from attnwh.ingest.runs.shards import Part
 from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.sql.runs import add_seconds, run_tables
-from attnwh.sql.warehouse import insert_arrow, transaction
+from attnwh.sql.warehouse import insert_arrow, registered, transaction
 
 
 def example_id(data: TaskData, example: Example) -> int:
@@ -48,91 +50,141 @@ def library_versions() -> dict[str, str]:
 
 def insert_examples(con: duckdb.DuckDBPyConnection, data: TaskData, ids: Sequence[int]) -> None:
     """Add the task's examples; ones already stored (same id) are left as they are."""
+    insert_arrow(con, "examples", example_rows(data, range(len(data.examples)), ids), or_ignore=True)
+
+
+def example_rows(data: TaskData, indices: Sequence[int], ids: Sequence[int]) -> pa.Table:
+    """examples rows of the task's examples at `indices`, whose ids are `ids`."""
     # Keyed by str | None so an unlabelled example (label None) looks up to a NULL label_id.
     labels: dict[str | None, int] = {name: i for i, name in enumerate(data.labels)} if data.labels else {}
-    table = pa.table(
+    chosen = [data.examples[i] for i in indices]
+    return pa.table(
         {
             "example_id": pa.array(ids, pa.int64()),
-            "dataset": [data.dataset] * len(ids),
-            "task": [data.task] * len(ids),
-            "split": [data.split] * len(ids),
-            "position": [e.position for e in data.examples],
-            "guid": [e.guid for e in data.examples],
-            "text_a": [e.text_a for e in data.examples],
-            "text_b": [e.text_b for e in data.examples],
-            "label": [e.label for e in data.examples],
-            "label_id": pa.array([labels.get(e.label) for e in data.examples], pa.int32()),
+            "dataset": [data.dataset] * len(chosen),
+            "task": [data.task] * len(chosen),
+            "split": [data.split] * len(chosen),
+            "position": [e.position for e in chosen],
+            "guid": [e.guid for e in chosen],
+            "text_a": [e.text_a for e in chosen],
+            "text_b": [e.text_b for e in chosen],
+            "label": [e.label for e in chosen],
+            "label_id": pa.array([labels.get(e.label) for e in chosen], pa.int32()),
         }
     )
-    insert_arrow(con, "examples", table, or_ignore=True)
 
 
-def grid_rows(
-    run_id: int, example_ids: np.ndarray, values: np.ndarray, columns: Sequence[str]
-) -> dict[str, np.ndarray]:
-    """Columns of one row per (example, layer, head) from values shaped
-    (batch, layer, head, len(columns)), keyed by run_id, example_id, layer and head."""
+def grid_rows(example_ids: np.ndarray, values: np.ndarray, columns: Sequence[str]) -> pa.Table:
+    """One row per (example, layer, head) from values shaped (batch, layer, head,
+    len(columns)), keyed by example_id, layer and head (a part's rows: no run_id)."""
     batch, layers, heads, k = values.shape
     if k != len(columns):
         raise ValueError(f"{k} values per head but {len(columns)} column names")
     grid = np.indices((batch, layers, heads)).reshape(3, -1)
     flat = values.reshape(-1, k)
     rows = {
-        "run_id": np.full(flat.shape[0], run_id, dtype=np.int32),
-        "example_id": example_ids[grid[0]],
+        "example_id": np.asarray(example_ids, dtype=np.int64)[grid[0]],
         "layer": grid[1].astype(np.int16),
         "head": grid[2].astype(np.int16),
     }
     rows.update({name: flat[:, j] for j, name in enumerate(columns)})
-    return rows
+    return pa.table(rows)
 
 
-def write_batch(
-    con: duckdb.DuckDBPyConnection,
-    run_id: int,
-    table: str,
-    rows: dict[str, np.ndarray],
-    example_ids: np.ndarray,
-    n_tokens: np.ndarray,
-    n_tokens_full: np.ndarray,
-    seconds: float,
-    extra: dict[str, pa.Table] | None = None,
-) -> None:
-    """Commit one batch: `rows` (columns by name) into `table`, `extra` rows into their
-    tables (e.g. pattern_thumbnails), and the examples' done marks, in one transaction, so a
-    run never holds part of an example."""
-    tables = run_tables(con)
-    if table not in tables or table == "run_examples":
-        raise ValueError(f"{table!r} is not a table of per-head run rows")
-    for name in extra or {}:
-        if name not in tables:
-            raise ValueError(f"{name!r} is not a table of run rows")
-    done = pa.table(
+def done_rows(example_ids: np.ndarray, n_tokens: np.ndarray, n_tokens_full: np.ndarray) -> pa.Table:
+    """run_examples rows (without run_id) marking these examples done."""
+    return pa.table(
         {
-            "run_id": np.full(len(example_ids), run_id, dtype=np.int32),
-            "example_id": example_ids,
-            "n_tokens": n_tokens.astype(np.int32),
-            "n_tokens_full": n_tokens_full.astype(np.int32),
-            "truncated": n_tokens_full > n_tokens,
+            "example_id": np.asarray(example_ids, dtype=np.int64),
+            "n_tokens": np.asarray(n_tokens).astype(np.int32),
+            "n_tokens_full": np.asarray(n_tokens_full).astype(np.int32),
+            "truncated": np.asarray(n_tokens_full) > np.asarray(n_tokens),
         }
     )
+
+
+def store_part(con: duckdb.DuckDBPyConnection, run_id: int, part: Part) -> int:
+    """Commit one part of a run (rows by table, without run_id) in one transaction, so a run
+    never holds part of an example; returns the examples it marked done.
+
+    The one way rows of the heavy stages reach the warehouse: the single process, the Ray
+    driver and `attnwh merge` all store here. Storing is idempotent: rows of examples the
+    run already holds are dropped (tables without a key), or skipped by their key; an
+    example is marked done when its part covers all its rows, or (an ablation unit of one
+    group of configurations) once the run holds its prediction under every configuration
+    of the sweep.
+    """
+    tables = run_tables(con)
+    for name in part.tables:
+        if name != "examples" and name not in tables:
+            raise ValueError(f"{name!r} is not a table of run rows")
     with transaction(con):
-        insert_arrow(con, table, rows)
-        for name, extra_rows in (extra or {}).items():
-            insert_arrow(con, name, extra_rows)
-        insert_arrow(con, "run_examples", done)
-        add_seconds(con, run_id, seconds)
+        ids = part.example_ids
+        with registered(con, pa.table({"example_id": ids})) as wanted:
+            stored = con.execute(
+                f"SELECT example_id FROM run_examples WHERE run_id = ? AND example_id IN (SELECT example_id FROM {wanted})",
+                [run_id],
+            ).fetchnumpy()["example_id"]
+        fresh = pc.invert(pc.is_in(ids, pa.array(stored, pa.int64())))
+        for name, rows in part.tables.items():
+            if name in ("examples", "run_examples"):
+                continue
+            if name not in _KEYED:
+                rows = rows.filter(pc.is_in(rows["example_id"], ids.filter(fresh)))
+            insert_arrow(con, name, with_run_id(rows, run_id), or_ignore=name in _KEYED)
+        if "examples" in part.tables:
+            insert_arrow(con, "examples", part.tables["examples"], or_ignore=True)
+        done = with_run_id(part.tables["run_examples"].filter(fresh), run_id)
+        if part.covers_examples:
+            insert_arrow(con, "run_examples", done)
+            n_done = done.num_rows
+        else:
+            n_done = _mark_swept(con, run_id, done)
+        add_seconds(con, run_id, part.seconds)
+    return n_done
 
 
-def thumbnail_rows(run_id: int, example_ids: np.ndarray, n_tokens: Sequence[int], thumbnails: np.ndarray) -> pa.Table:
-    """pattern_thumbnails rows from thumbnails shaped (examples, layer, head, size²)."""
+# Tables of run rows keyed by (run_id, example_id, …): a row already there is skipped.
+# head_stats and attention_change have no key (it would slow every insert); their rows are
+# dropped for examples the run already holds instead.
+_KEYED = frozenset({"pattern_thumbnails", "ablation_configs", "ablation_predictions"})
+
+
+def with_run_id(rows: pa.Table, run_id: int) -> pa.Table:
+    """A part's rows as rows of run `run_id`."""
+    return rows.add_column(0, "run_id", pa.array(np.full(rows.num_rows, run_id, dtype=np.int32)))
+
+
+def _mark_swept(con: duckdb.DuckDBPyConnection, run_id: int, candidates: pa.Table) -> int:
+    """Mark done the candidates that now have a prediction under every configuration of the
+    sweep (baseline, heads, layers); returns how many."""
+    with registered(con, candidates) as name:
+        before = con.execute("SELECT count(*) FROM run_examples WHERE run_id = ?", [run_id]).fetchone()
+        con.execute(
+            f"""
+            INSERT OR IGNORE INTO run_examples BY NAME
+            SELECT c.* FROM {name} AS c
+            WHERE (SELECT count(*) FROM ablation_predictions AS p
+                   JOIN ablation_configs AS k USING (run_id, config_id)
+                   WHERE p.run_id = c.run_id AND p.example_id = c.example_id
+                     AND k.kind IN ('baseline', 'head', 'layer'))
+                = (SELECT count(*) FROM ablation_configs AS k
+                   WHERE k.run_id = c.run_id AND k.kind IN ('baseline', 'head', 'layer'))
+            """
+        )
+        after = con.execute("SELECT count(*) FROM run_examples WHERE run_id = ?", [run_id]).fetchone()
+    return int(after[0] - before[0])  # type: ignore[index]
+
+
+def thumbnail_rows(example_ids: np.ndarray, n_tokens: Sequence[int], thumbnails: np.ndarray) -> pa.Table:
+    """pattern_thumbnails rows (without run_id) from thumbnails shaped (examples, layer,
+    head, size²)."""
     count, layers, heads, cells = thumbnails.shape
     grid = np.indices((count, layers, heads)).reshape(3, -1)
     flat = np.ascontiguousarray(thumbnails.reshape(-1, cells), dtype=np.float32)
     offsets = pa.array(np.arange(0, flat.size + 1, cells, dtype=np.int32))
     return pa.table(
         {
-            "run_id": np.full(grid.shape[1], run_id, dtype=np.int32),
             "example_id": np.asarray(example_ids, dtype=np.int64)[grid[0]],
             "layer": grid[1].astype(np.int16),
             "head": grid[2].astype(np.int16),

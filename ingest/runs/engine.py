@@ -1,0 +1,225 @@
+"""Where the units of a heavy stage are computed: here, on Ray, or as one static shard.
+
+Every stage plans its units (:mod:`attnwh.ingest.runs.units`) and stores what comes back
+with `rows.store_part`; the engine only decides who computes:
+
+- ``local`` (default): this process, unit after unit;
+- ``ray``: a pool of Ray actors, each holding the model once (:mod:`attnwh.ingest.runs.ray_engine`);
+  the parts come back through a shard folder and this process, the one writer, stores them;
+- a static shard (``--shard I/N --shard-dir DIR``): this process computes every N-th unit
+  and writes it to DIR, touching no warehouse; ``attnwh merge DIR`` stores them later. For
+  Slurm job arrays and torchrun, where each task gets its own I.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from attnwh.errors import ModelError, UsageError
+from attnwh.ingest.runs import rows, shards
+from attnwh.ingest.runs.shards import Part
+
+if TYPE_CHECKING:
+    from attnwh.ingest.encoder.loading import EncoderModel
+    from attnwh.ingest.runs.loop import BatchCapture, PreparedTask
+    from attnwh.ingest.runs.units import Worker, WorkUnit
+
+ENGINES = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    engine: str = "local"  # local | ray
+    ray_address: str | None = None  # None: start a local Ray instance; "auto" or "ray://host:port"
+    workers: int = 2  # Ray actors, each holding the model once
+    gpus_per_worker: float | None = None  # None: 1 when the cluster has GPUs and --device is not cpu
+    device: str = "auto"  # what the user asked for; a Ray worker resolves it where it runs
+    shard: tuple[int, int] | None = None  # static shard I of N (1-based)
+    shard_dir: Path | None = None  # where shards go (static: required; Ray: default beside the warehouse)
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise UsageError(f"unknown engine {self.engine!r}; choose one of {', '.join(ENGINES)}")
+        if self.shard is not None:
+            index, count = self.shard
+            if count < 1 or not 1 <= index <= count:
+                raise UsageError(f"--shard {index}/{count}: I must be between 1 and N")
+            if self.shard_dir is None:
+                raise UsageError("--shard writes its part of the work to a folder: give --shard-dir")
+            if self.engine != "local":
+                raise UsageError("--shard runs one static slice in this process; it does not combine with --engine ray")
+        if self.workers < 1:
+            raise UsageError("--workers must be at least 1")
+        if self.gpus_per_worker is not None and self.gpus_per_worker < 0:
+            raise UsageError("--gpus-per-worker cannot be negative")
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """`I/N` (1-based) as (I, N); None stays None."""
+    if text is None:
+        return None
+    head, sep, tail = text.partition("/")
+    if not sep or not head.strip().isdigit() or not tail.strip().isdigit():
+        raise UsageError(f"--shard {text!r}: write it as I/N, e.g. 3/8")
+    index, count = int(head), int(tail)
+    if count < 1 or not 1 <= index <= count:
+        raise UsageError(f"--shard {text}: I must be between 1 and N")
+    return index, count
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker process loads to compute units of one kind of run: the models by the
+    names `load_encoder` was given, the weights they must have, and the kind's settings."""
+
+    kind: str  # statistics | compare | ablation
+    models: Mapping[str, str | None]  # runs column (model_id, base_model_id) -> load_encoder name
+    weights: Mapping[str, str]  # runs column -> weights hash the loaded model must have
+    dtype: str
+    settings: Mapping[str, Any] = field(default_factory=dict)  # ablation: mode, prefix_cache, configs_per_pass
+
+
+def capture_spec(capture: BatchCapture) -> WorkerSpec:
+    models = capture.models()
+    return WorkerSpec(
+        kind=capture.kind,
+        models={column: e.source for column, e in models.items()},
+        weights={column: e.weights_hash for column, e in models.items()},
+        dtype=str(capture.encoder.dtype).removeprefix("torch."),
+    )
+
+
+def build_worker(spec: WorkerSpec, device: str) -> Worker:
+    """Load the spec's models on `device` and return the worker that computes its units.
+    Raises ModelError when a model loads with other weights than the driver's."""
+    from attnwh.ingest.encoder.loading import load_encoder
+
+    encoders: dict[str, EncoderModel] = {}
+    for column, name in spec.models.items():
+        encoder = load_encoder(name, device, spec.dtype)
+        if encoder.weights_hash != spec.weights[column]:
+            raise ModelError(
+                f"{encoder.name} loaded on a worker has other weights than on the driver; "
+                "every machine must see the same model files"
+            )
+        encoders[column] = encoder
+    if spec.kind == "statistics":
+        from attnwh.ingest.runs.loop import StatisticsCapture
+        from attnwh.ingest.runs.units import CaptureWorker
+
+        return CaptureWorker(StatisticsCapture(encoders["model_id"]))
+    if spec.kind == "compare":
+        from attnwh.ingest.measures.change import ChangeCapture
+        from attnwh.ingest.runs.units import CaptureWorker
+
+        return CaptureWorker(ChangeCapture(encoders["base_model_id"], encoders["model_id"]))
+    if spec.kind == "ablation":
+        from attnwh.ingest.runs.ablation import sweep_worker
+
+        return sweep_worker(encoders["model_id"], spec.settings)
+    raise ValueError(f"no worker for runs of kind {spec.kind!r}")
+
+
+class Executor(Protocol):
+    """Computes units and yields their parts (in any order), each once."""
+
+    def map(self, units: Sequence[WorkUnit]) -> Iterator[Part]: ...
+
+
+class LocalExecutor:
+    """This process, unit after unit."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def map(self, units: Sequence[WorkUnit]) -> Iterator[Part]:
+        for unit in units:
+            yield self.worker.compute(unit)
+
+
+def executor_for(engine: EngineOptions, spec: WorkerSpec, worker: Worker, db_path: Path) -> Executor:
+    """The executor of `engine`; `worker` is this process's own (used by the local engine)."""
+    if engine.engine == "ray":
+        from attnwh.ingest.runs.ray_engine import RayExecutor
+
+        return RayExecutor(engine, spec, engine.shard_dir or default_shard_dir(db_path))
+    return LocalExecutor(worker)
+
+
+def default_shard_dir(db_path: Path) -> Path:
+    """Where Ray workers put their parts for the driver, beside the warehouse."""
+    db_path = Path(db_path)
+    return db_path.parent / f"{db_path.name}.shards"
+
+
+# -- static shards ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShardSummary:
+    task: str
+    kind: str
+    run_key: str
+    shard: tuple[int, int]
+    n_units: int  # this shard's units of the run
+    n_written: int  # units computed by this invocation (the others were already there)
+    n_examples: int  # the run's examples (all shards)
+    seconds: float
+    folder: Path
+
+
+ProgressStart = Callable[[str, int], None]
+ProgressBatch = Callable[[int], None]
+
+
+def write_shards(
+    engine: EngineOptions,
+    plans: Sequence[tuple[Mapping[str, Any], Sequence[WorkUnit]]],
+    worker: Worker,
+    tasks: Sequence[PreparedTask],
+    on_start: ProgressStart | None = None,
+    on_batch: ProgressBatch | None = None,
+) -> list[ShardSummary]:
+    """Compute this static shard's units of every run (`plans`: the run's description for
+    `shards.write_run_info` and all its units) and write them to the shard folder. Units
+    already there are skipped, and partial ones left by an interrupted attempt removed, so
+    rerunning a shard resumes it."""
+    from attnwh.ingest.runs.units import shard_slice
+
+    assert engine.shard is not None and engine.shard_dir is not None  # checked by EngineOptions
+    summaries = []
+    for (info, units), task in zip(plans, tasks, strict=True):
+        started = time.perf_counter()
+        run_key = str(info["run_key"])
+        shards.write_run_info(engine.shard_dir, info)
+        mine = shard_slice(units, engine.shard)
+        have = shards.stored_parts(engine.shard_dir, run_key)
+        todo = [u for u in mine if u.name not in have]
+        shards.remove_partial(engine.shard_dir, run_key, [u.name for u in todo])
+        if on_start:
+            index, count = engine.shard
+            on_start(f"{task.data.task} · shard {index}/{count}", sum(len(u.positions) for u in todo))
+        for unit in todo:
+            part = worker.compute(unit)
+            part.tables["examples"] = rows.example_rows(task.data, unit.positions, unit.example_ids.tolist())
+            shards.write_part(engine.shard_dir, part)
+            if on_batch:
+                on_batch(len(unit.positions))
+        summaries.append(
+            ShardSummary(
+                task=task.data.task,
+                kind=str(info["kind"]),
+                run_key=run_key,
+                shard=engine.shard,
+                n_units=len(mine),
+                n_written=len(todo),
+                n_examples=len(task.data.examples),
+                seconds=time.perf_counter() - started,
+                folder=shards.run_folder(engine.shard_dir, run_key),
+            )
+        )
+    return summaries
