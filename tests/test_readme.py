@@ -16,7 +16,18 @@ def test_readme_lists_every_command():
 
     top = typer.main.get_command(app)
     commands = {c.name for c in top.commands.values()}
-    assert commands == {"ingest", "merge", "sql", "queries", "query", "schema", "report", "finetune", "study", "patterns"}
+    assert commands == {
+        "ingest",
+        "merge",
+        "sql",
+        "queries",
+        "query",
+        "schema",
+        "report",
+        "finetune",
+        "study",
+        "patterns",
+    }
     # Subcommands of a group (`attnwh ingest compare`) need their own mention.
     subcommands = {f"{c.name} {sub}" for c in top.commands.values() for sub in getattr(c, "commands", {})}
     assert subcommands == {
