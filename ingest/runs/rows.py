@@ -159,21 +159,22 @@ def _mark_swept(con: duckdb.DuckDBPyConnection, run_id: int, candidates: pa.Tabl
     """Mark done the candidates that now have a prediction under every configuration of the
     sweep (baseline, heads, layers); returns how many."""
     with registered(con, candidates) as name:
-        before = con.execute("SELECT count(*) FROM run_examples WHERE run_id = ?", [run_id]).fetchone()
-        con.execute(
+        marked = con.execute(
             f"""
             INSERT OR IGNORE INTO run_examples BY NAME
             SELECT c.* FROM {name} AS c
-            WHERE (SELECT count(*) FROM ablation_predictions AS p
-                   JOIN ablation_configs AS k USING (run_id, config_id)
-                   WHERE p.run_id = c.run_id AND p.example_id = c.example_id
-                     AND k.kind IN ('baseline', 'head', 'layer'))
-                = (SELECT count(*) FROM ablation_configs AS k
-                   WHERE k.run_id = c.run_id AND k.kind IN ('baseline', 'head', 'layer'))
-            """
-        )
-        after = con.execute("SELECT count(*) FROM run_examples WHERE run_id = ?", [run_id]).fetchone()
-    return int(after[0] - before[0])  # type: ignore[index]
+            JOIN (SELECT p.example_id, count(*) AS n
+                  FROM ablation_predictions AS p JOIN ablation_configs AS k USING (run_id, config_id)
+                  WHERE p.run_id = $run AND k.kind IN ('baseline', 'head', 'layer')
+                    AND p.example_id IN (SELECT example_id FROM {name})
+                  GROUP BY p.example_id) AS swept USING (example_id)
+            WHERE swept.n = (SELECT count(*) FROM ablation_configs
+                             WHERE run_id = $run AND kind IN ('baseline', 'head', 'layer'))
+            RETURNING example_id
+            """,
+            {"run": run_id},
+        ).fetchall()
+    return len(marked)
 
 
 def thumbnail_rows(example_ids: np.ndarray, n_tokens: Sequence[int], thumbnails: np.ndarray) -> pa.Table:
