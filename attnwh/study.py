@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from attnwh.errors import DataError, UsageError
+from attnwh.ingest.runs.engine import EngineOptions
 from attnwh.ingest.runs.folders import check_folder, check_out_dir
 from attnwh.ingest.sources.examples import TaskData
 from attnwh.sql import warehouse
@@ -89,6 +90,7 @@ class StudyOptions:
     out_dir: Path | None = None  # None: attnwh-models/ beside the warehouse
     force: frozenset[str] = frozenset()
     command: str | None = None  # recorded with every run
+    engine: EngineOptions = EngineOptions()  # where ingest, compare and the ablation sweep run
 
     @property
     def models_dir(self) -> Path:
@@ -433,7 +435,7 @@ class Study:
         options = self._ingest("ingest-base")
         prepared = prepare_tasks(self.base, [t.eval for t in self.tasks], options)
         summaries = ingest_statistics(
-            self.options.db, self.base, prepared, options, self.hooks.start, self.hooks.advance
+            self.options.db, self.base, prepared, options, self.hooks.start, self.hooks.advance, self.options.engine
         )
         self._record("ingest-base", summaries, result)
 
@@ -540,7 +542,9 @@ class Study:
             prepared = prepare_tasks(tuned, [task.eval], options)
             self._record(
                 "ingest-tuned",
-                ingest_statistics(self.options.db, tuned, prepared, options, self.hooks.start, self.hooks.advance),
+                ingest_statistics(
+                    self.options.db, tuned, prepared, options, self.hooks.start, self.hooks.advance, self.options.engine
+                ),
                 result,
             )
 
@@ -559,6 +563,7 @@ class Study:
                 options,
                 self.hooks.start,
                 self.hooks.advance,
+                self.options.engine,
             )
             self._record("compare", summaries, result)
 
@@ -587,7 +592,14 @@ class Study:
                 prepared = prepare_ablation(tuned, [task.eval], options, settings)
                 gold_labels(tuned, prepared[0].data)
                 summaries = ingest_ablation(
-                    self.options.db, tuned, prepared, options, settings, self.hooks.start, self.hooks.advance
+                    self.options.db,
+                    tuned,
+                    prepared,
+                    options,
+                    settings,
+                    self.hooks.start,
+                    self.hooks.advance,
+                    self.options.engine,
                 )
                 self._record(f"ablation:{mode}", summaries, result)
 

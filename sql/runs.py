@@ -132,16 +132,18 @@ def add_seconds(con: duckdb.DuckDBPyConnection, run_id: int, seconds: float) -> 
 
 
 @contextlib.contextmanager
-def marking_failure(con: duckdb.DuckDBPyConnection, run_id: int) -> Iterator[None]:
-    """Inside the block, an exception marks the run `interrupted` (Ctrl-C) or `failed`, so a
-    rerun resumes it; the exception goes on."""
+def marking_failure(con: duckdb.DuckDBPyConnection, *run_ids: int) -> Iterator[None]:
+    """Inside the block, an exception marks the runs `interrupted` (Ctrl-C) or `failed`, so a
+    rerun resumes them; the exception goes on."""
     try:
         yield
     except KeyboardInterrupt:
-        finish_run(con, run_id, "interrupted")
+        for run_id in run_ids:
+            finish_run(con, run_id, "interrupted")
         raise
     except BaseException:
-        finish_run(con, run_id, "failed")
+        for run_id in run_ids:
+            finish_run(con, run_id, "failed")
         raise
 
 

@@ -10,6 +10,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# Ray (the optional engine) reports no usage, and a local instance listens on 127.0.0.1 only:
+# both are read when Ray is first imported.
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 sys.path.insert(0, str(Path(__file__).parent))
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -24,7 +24,8 @@ ROWS: dict[int, list[str]] = {
         " VALUES ({run}, 7, 0, 0, 0.1, 0.2, 0.3, 0.1, 0.1, 0.1, 1.0, 0.5, 0.1, 0.2, 0.3)",
     ],
     2: [
-        "INSERT INTO finetunes VALUES ({run}, false, 10, 1.0, 5e-5, 0.1, 2.5, 0.6, '/tmp/tuned')",
+        "INSERT INTO finetunes (run_id, from_scratch, train_examples, epochs, learning_rate, warmup, train_seconds,"
+        " final_loss, out_dir) VALUES ({run}, false, 10, 1.0, 5e-5, 0.1, 2.5, 0.6, '/tmp/tuned')",
         "INSERT INTO scores VALUES ({run}, 'accuracy', 0.75, 8)",
         "INSERT INTO attention_change VALUES ({run}, 7, 0, 0, 0.9)",
     ],
@@ -53,6 +54,7 @@ ROWS: dict[int, list[str]] = {
     7: [],  # comments only (0007_comments.sql): no new table
     8: [],  # views only (0008_readable_views.sql): no new table
     9: [],  # a column of finetunes (0009_finetune_eval_split.sql): no new table
+    10: [],  # a comment (0010_shards.sql): no new table
 }
 
 

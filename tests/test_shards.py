@@ -288,3 +288,18 @@ def test_sharded_ablation_merges_and_finishes_to_the_single_process_results(
     np.testing.assert_allclose(
         np.array(fetch(single, importance)), np.array(fetch(merged, importance)), atol=1e-5, rtol=1e-4
     )
+
+
+@pytest.mark.e2e
+def test_sharded_statistics_equal_the_single_process_on_the_bundled_minilm(monkeypatch, capsys, tmp_path):
+    args = ["ingest", "--limit", "12", "--batch-size", "4"]
+    single, merged, shard_dir = tmp_path / "single.duckdb", tmp_path / "merged.duckdb", tmp_path / "shards"
+    code, _, err = run(monkeypatch, capsys, *args, "--db", str(single))
+    assert code == 0, err
+    sharded(monkeypatch, capsys, args, shard_dir, 2)
+    code, _, err = merge(monkeypatch, capsys, shard_dir, merged)
+    assert code == 0, err
+    a = keyed(single, "head_stats", "example_id, layer, head", STATS)
+    b = keyed(merged, "head_stats", "example_id, layer, head", STATS)
+    assert len(a) == 2 * 12 * 6 * 12 and a.keys() == b.keys()  # two sample tasks, 6 layers × 12 heads
+    np.testing.assert_allclose(np.array([b[k] for k in a]), np.array(list(a.values())), atol=1e-6, rtol=0)

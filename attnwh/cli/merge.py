@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from attnwh.cli.options import DEFAULT_DB, DbOpt
-from attnwh.cli.progress import interrupts_as
+from attnwh.cli.progress import Bars, interrupts_as
 from attnwh.cli.summaries import print_merge
 
 
@@ -32,8 +32,8 @@ def merge(
     console = Console(stderr=True)
     started = time.perf_counter()
     with (
-        console.status("Merging shards…"),
-        interrupts_as(f"interrupted; rerun the merge to finish it (merged parts are in {db})"),
+        Bars(console, unit="parts") as bars,
+        interrupts_as(f"interrupted; rerun the merge to finish it (the parts merged so far are in {db})"),
     ):
-        summaries = merge_shards(db, folder)
+        summaries = merge_shards(db, folder, bars.start, bars.advance)
     print_merge(summaries, db, time.perf_counter() - started)

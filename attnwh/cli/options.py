@@ -181,7 +181,7 @@ EngineOpt = Annotated[
     typer.Option(
         "--engine",
         help="local: this process; ray: a pool of Ray workers, each holding the model once "
-        "(pip install 'attnwh[ray]').",
+        "(pip install 'attnwh\\[ray]').",
     ),
 ]
 RayAddressOpt = Annotated[

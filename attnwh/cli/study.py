@@ -19,10 +19,16 @@ from attnwh.cli.options import (
     DbOpt,
     Device,
     DeviceOpt,
+    Engine,
+    EngineChoice,
+    EngineOpt,
     GlueDirOpt,
+    GpusPerWorkerOpt,
     LabelColumnOpt,
     PairColumnOpt,
+    RayAddressOpt,
     TextColumnOpt,
+    WorkersOpt,
     command_line,
 )
 from attnwh.cli.progress import Bars, interrupts_as
@@ -123,6 +129,17 @@ def study(
             "ablation, report. Repeatable."
         ),
     ] = None,
+    engine: EngineOpt = EngineChoice.local,
+    ray_address: RayAddressOpt = None,
+    workers: WorkersOpt = 2,
+    gpus_per_worker: GpusPerWorkerOpt = None,
+    shard_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --engine ray: where workers leave their parts for this process to store (default: beside "
+            "--db; on a cluster, storage every node sees)."
+        ),
+    ] = None,
 ) -> None:
     """Run the whole study: ingest the pre-trained model, fine-tune it on each task, ingest the tuned models, compare them with the base, sweep head and layer ablations with significance tests, and write the report.
 
@@ -142,6 +159,8 @@ def study(
     )
 
     started = time.perf_counter()
+    # Ingest, compare and the ablation sweep run on the engine; fine-tuning runs here.
+    run_on = Engine(engine, ray_address, workers, gpus_per_worker, None, shard_dir).options(device.value)
     options = StudyOptions(
         model=model,
         tasks=tuple(tasks or ()),
@@ -172,6 +191,7 @@ def study(
         out_dir=out_dir,
         force=parse_force(force or []),
         command=command_line(),
+        engine=run_on,
     )
     with console.status("Loading data and model…"):
         study_tasks = check_study(options)  # options, data and folders, before torch is imported

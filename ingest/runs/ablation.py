@@ -44,14 +44,22 @@ from attnwh.ingest.measures.ablation import (
 from attnwh.ingest.measures.metrics import metrics_for
 from attnwh.ingest.measures.significance import PairedResult, benjamini_hochberg, compare_to_baseline
 from attnwh.ingest.runs import rows
-from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, model_identity, open_task_run, prepare_tasks
+from attnwh.ingest.runs.loop import (
+    IngestOptions,
+    OpenRun,
+    PreparedTask,
+    model_identity,
+    open_task_run,
+    prepare_tasks,
+    store_stream,
+)
 from attnwh.ingest.runs.shards import Part
 from attnwh.ingest.runs.units import WorkUnit, plan_units
 from attnwh.ingest.sources.examples import TaskData
 from attnwh.sql import runs, warehouse
 
 if TYPE_CHECKING:
-    from attnwh.ingest.runs.engine import EngineOptions, Executor, ShardSummary, WorkerSpec
+    from attnwh.ingest.runs.engine import EngineOptions, ShardSummary, WorkerSpec
 
 
 @dataclass(frozen=True)
@@ -175,22 +183,51 @@ def ingest_ablation(
     con = warehouse.connect(db_path)
     try:
         model_ids = {"model_id": runs.upsert_model(con, encoder.facts())}
-        return [
-            _run_task(
-                con,
-                model_ids,
-                worker.sweep,
-                executor,
-                groups,
-                task,
-                gold,
-                options,
-                ablation,
-                on_start or _ignore,
-                on_batch or _ignore,
+        singles = sweep_configurations(encoder.num_layers, encoder.num_heads)
+        states = [open_task_run(con, model_ids, "ablation", encoder, task, options) for task in tasks]
+        opened = []
+        for task, state, (labels, _) in zip(tasks, states, golds):
+            if state.status == "complete":
+                continue
+            _insert_configs(con, state.run_id, ablation.mode, singles, 0)
+            units = plan_units(
+                task.run_key,
+                task.encoded,
+                task.example_ids,
+                options.batch_size,
+                _done_by_group(con, state, groups),
+                labels=labels,
+                groups=groups,
             )
-            for task, gold in zip(tasks, golds)
-        ]
+            # With groups, the bar counts examples once per group.
+            note = f" (examples × {len(groups)} groups)" if groups else ""
+            label = f"{task.data.task} · {ablation.mode}: {len(singles)} configurations{note}"
+            opened.append(OpenRun(task.run_key, label, state.run_id, units))
+        store_stream(con, executor, opened, "ablation_predictions", on_start, on_batch)
+        summaries = []
+        for task, state, (labels, regression) in zip(tasks, states, golds):
+            if state.status == "complete":
+                summaries.append(_summary(con, state.run_id, task, ablation, "already complete", 0, 0.0))
+                continue
+            run = next(o for o in opened if o.run_id == state.run_id)
+            started = time.perf_counter()
+            with runs.marking_failure(con, state.run_id):
+                _finish(
+                    con,
+                    state.run_id,
+                    worker.sweep,
+                    task,
+                    labels,
+                    regression,
+                    singles,
+                    options,
+                    ablation,
+                    on_start or _ignore,
+                    on_batch or _ignore,
+                )
+            seconds = run.seconds + time.perf_counter() - started
+            summaries.append(_summary(con, state.run_id, task, ablation, state.outcome, run.n_todo, seconds))
+        return summaries
     finally:
         con.close()
 
@@ -294,51 +331,6 @@ def sweep_worker(encoder: EncoderModel, settings: Mapping[str, Any]) -> SweepWor
 
 def _ignore(*args: object) -> None:
     pass
-
-
-def _run_task(
-    con: duckdb.DuckDBPyConnection,
-    model_ids: dict[str, int],
-    sweep: AblationSweep,
-    executor: Executor,
-    groups: list[tuple[int, ...]] | None,
-    task: PreparedTask,
-    gold: tuple[np.ndarray, bool],
-    options: IngestOptions,
-    ablation: AblationOptions,
-    on_start: ProgressStart,
-    on_batch: ProgressBatch,
-) -> AblationSummary:
-    encoder = sweep.encoder
-    labels, regression = gold
-    state = open_task_run(con, model_ids, "ablation", encoder, task, options)
-    singles = sweep_configurations(encoder.num_layers, encoder.num_heads)
-    if state.status == "complete":
-        return _summary(con, state.run_id, task, ablation, "already complete", 0, 0.0)
-    _insert_configs(con, state.run_id, ablation.mode, singles, 0)
-    units = plan_units(
-        task.run_key,
-        task.encoded,
-        task.example_ids,
-        options.batch_size,
-        _done_by_group(con, state, groups),
-        labels=labels,
-        groups=groups,
-    )
-    n_todo = len({i for u in units for i in u.positions})
-    started = time.perf_counter()
-    # With groups, the bar counts examples once per group.
-    groups_note = f" (examples × {len(groups)} groups)" if groups else ""
-    on_start(
-        f"{task.data.task} · {ablation.mode}: {len(singles)} configurations{groups_note}",
-        sum(len(u.positions) for u in units),
-    )
-    with runs.marking_failure(con, state.run_id):
-        for part in executor.map(units):
-            rows.store_part(con, state.run_id, part)
-            on_batch(part.n_examples)
-        _finish(con, state.run_id, sweep, task, labels, regression, singles, options, ablation, on_start, on_batch)
-    return _summary(con, state.run_id, task, ablation, state.outcome, n_todo, time.perf_counter() - started)
 
 
 def _done_by_group(

@@ -52,6 +52,11 @@ class EngineOptions:
                 raise UsageError("--shard writes its part of the work to a folder: give --shard-dir")
             if self.engine != "local":
                 raise UsageError("--shard runs one static slice in this process; it does not combine with --engine ray")
+        if self.engine == "ray":
+            from attnwh.ingest.runs.ray_engine import INSTALL_HINT, ray_installed
+
+            if not ray_installed():
+                raise UsageError(INSTALL_HINT)
         if self.workers < 1:
             raise UsageError("--workers must be at least 1")
         if self.gpus_per_worker is not None and self.gpus_per_worker < 0:

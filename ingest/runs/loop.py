@@ -188,9 +188,90 @@ def ingest_runs(
     con = warehouse.connect(db_path)
     try:
         model_ids = {column: runs.upsert_model(con, e.facts()) for column, e in capture.models().items()}
-        return [_ingest_task(con, model_ids, capture, task, options, executor, on_start, on_batch) for task in tasks]
+        states = [open_task_run(con, model_ids, capture.kind, capture.encoder, task, options) for task in tasks]
+        opened = [
+            OpenRun(task.run_key, task.data.task, state.run_id, _plan(task, options, state.done))
+            for task, state in zip(tasks, states)
+            if state.status != "complete"
+        ]
+        store_stream(con, executor, opened, capture.table, on_start, on_batch)
+        summaries = []
+        for task, state in zip(tasks, states):
+            data = task.data
+            n_truncated = int(task.encoded.truncated.sum())
+            if state.status == "complete":
+                summaries.append(
+                    RunSummary(data.task, state.run_id, "already complete", len(data.examples), 0, n_truncated, 0, 0.0)
+                )
+                continue
+            run = next(o for o in opened if o.run_id == state.run_id)
+            runs.finish_run(con, state.run_id, check_whole(con, state.run_id, len(data.examples)))
+            summaries.append(
+                RunSummary(
+                    data.task,
+                    state.run_id,
+                    state.outcome,
+                    len(data.examples),
+                    run.n_todo,
+                    n_truncated,
+                    run.n_rows,
+                    run.seconds,
+                )
+            )
+        return summaries
     finally:
         con.close()
+
+
+@dataclass
+class OpenRun:
+    """A run being written: its units still to compute, and what storing them came to."""
+
+    run_key: str
+    label: str  # its progress bar's name
+    run_id: int
+    units: list[WorkUnit]
+    n_rows: int = 0  # rows stored in the run's main table
+    seconds: float = 0.0  # from its first part to its last
+
+    @property
+    def n_todo(self) -> int:
+        """Examples still to compute (each counted once, whatever the groups)."""
+        return len({i for u in self.units for i in u.positions})
+
+    @property
+    def total(self) -> int:
+        """Its progress bar's total: examples, once per group of configurations."""
+        return sum(len(u.positions) for u in self.units)
+
+
+def store_stream(
+    con: duckdb.DuckDBPyConnection,
+    executor: Executor,
+    opened: Sequence[OpenRun],
+    table: str,
+    on_start: Callable[[str, int], None] | None = None,
+    on_batch: ProgressCallback | None = None,
+) -> None:
+    """Compute the units of every open run with `executor`, in one stream (one Ray pipeline
+    for all tasks), and store each part as it comes. Parts come back in the units' order, so
+    each run's bar starts with its first part. An exception (Ctrl-C included) marks the runs
+    interrupted or failed; what was stored stays, and a rerun resumes from it."""
+    by_key = {run.run_key: run for run in opened}
+    current: OpenRun | None = None
+    started = time.perf_counter()
+    with runs.marking_failure(con, *(run.run_id for run in opened)):
+        for part in executor.map([u for run in opened for u in run.units]):
+            run = by_key[part.run_key]
+            if run is not current:
+                current, started = run, time.perf_counter()
+                if on_start:
+                    on_start(run.label, run.total)
+            rows.store_part(con, run.run_id, part)
+            run.n_rows += part.tables[table].num_rows
+            run.seconds = time.perf_counter() - started
+            if on_batch:
+                on_batch(part.n_examples)
 
 
 def shard_runs(
@@ -313,43 +394,3 @@ def open_task_run(
         return runs.create_run(
             con, kind, task.identity, {**model_ids, **run_fields(encoder, task, options)}, replace=options.replace
         )
-
-
-def _ingest_task(
-    con: duckdb.DuckDBPyConnection,
-    model_ids: dict[str, int],
-    capture: BatchCapture,
-    task: PreparedTask,
-    options: IngestOptions,
-    executor: Executor,
-    on_start: Callable[[str, int], None] | None,
-    on_batch: ProgressCallback | None,
-) -> RunSummary:
-    data = task.data
-    n_truncated = int(task.encoded.truncated.sum())
-    state = open_task_run(con, model_ids, capture.kind, capture.encoder, task, options)
-    if state.status == "complete":
-        return RunSummary(data.task, state.run_id, "already complete", len(data.examples), 0, n_truncated, 0, 0.0)
-    units = _plan(task, options, state.done)
-    n_todo = sum(len(u.positions) for u in units)
-    if on_start:
-        on_start(data.task, n_todo)
-    started = time.perf_counter()
-    n_rows = 0
-    with runs.marking_failure(con, state.run_id):
-        for part in executor.map(units):
-            rows.store_part(con, state.run_id, part)
-            n_rows += part.tables[capture.table].num_rows
-            if on_batch:
-                on_batch(part.n_examples)
-    runs.finish_run(con, state.run_id, check_whole(con, state.run_id, len(data.examples)))
-    return RunSummary(
-        data.task,
-        state.run_id,
-        state.outcome,
-        len(data.examples),
-        n_todo,
-        n_truncated,
-        n_rows,
-        time.perf_counter() - started,
-    )

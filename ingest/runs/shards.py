@@ -27,7 +27,7 @@ import re
 import shlex
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,30 +172,14 @@ def _sha256(path: Path) -> str:
 
 def read_part(folder: Path) -> Part:
     """The part in `folder`, checked against its manifest; UsageError names what is wrong."""
-    manifest = _read_json(folder / MANIFEST, "part manifest")
-    if manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), dict):
-        raise UsageError(f"{folder}: not a part written by this attnwh (format {manifest.get('format')!r})")
-    present = {p.name for p in folder.iterdir()} - {MANIFEST}
-    listed = {f"{t}.parquet" for t in manifest["files"]}
-    if present != listed:
-        odd = sorted(present ^ listed)[0]
-        raise UsageError(f"{folder}: {odd} is {'missing' if odd in listed else 'not listed in its manifest'}")
+    manifest, columns = check_part(folder)
     tables = {}
-    for table, facts in manifest["files"].items():
-        if table not in PART_TABLES:
-            raise UsageError(f"{folder}: {table} is not a table a part may write")
+    for table in columns:
         path = folder / f"{table}.parquet"
-        if _sha256(path) != facts.get("sha256"):
-            raise UsageError(f"{path}: its contents differ from its manifest (damaged or partly copied)")
         try:
-            rows = pq.read_table(path)
+            tables[table] = pq.read_table(path)
         except (pa.ArrowException, OSError) as exc:
             raise UsageError(f"{path}: not readable as Parquet ({str(exc).splitlines()[0]})") from None
-        if rows.num_rows != facts.get("rows"):
-            raise UsageError(f"{path}: {rows.num_rows} rows, its manifest says {facts.get('rows')}")
-        tables[table] = rows
-    if "run_examples" not in tables:
-        raise UsageError(f"{folder}: no run_examples rows")
     return Part(
         run_key=str(manifest.get("run_key")),
         name=str(manifest.get("part")),
@@ -205,6 +189,37 @@ def read_part(folder: Path) -> Part:
         device=str(manifest.get("device") or ""),
         meta=dict(manifest.get("meta") or {}),
     )
+
+
+def check_part(folder: Path) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """Check the part in `folder` without loading its rows: its manifest, that it lists
+    exactly the files there, each file's SHA-256 and row count, and that each is Parquet.
+    Returns the manifest and each table's columns; UsageError names what is wrong."""
+    manifest = _read_json(folder / MANIFEST, "part manifest")
+    if manifest.get("format") != FORMAT or not isinstance(manifest.get("files"), dict):
+        raise UsageError(f"{folder}: not a part written by this attnwh (format {manifest.get('format')!r})")
+    present = {p.name for p in folder.iterdir()} - {MANIFEST}
+    listed = {f"{t}.parquet" for t in manifest["files"]}
+    if present != listed:
+        odd = sorted(present ^ listed)[0]
+        raise UsageError(f"{folder}: {odd} is {'missing' if odd in listed else 'not listed in its manifest'}")
+    columns = {}
+    for table, facts in manifest["files"].items():
+        if table not in PART_TABLES:
+            raise UsageError(f"{folder}: {table} is not a table a part may write")
+        path = folder / f"{table}.parquet"
+        if _sha256(path) != facts.get("sha256"):
+            raise UsageError(f"{path}: its contents differ from its manifest (damaged or partly copied)")
+        try:
+            metadata = pq.ParquetFile(path).metadata
+        except (pa.ArrowException, OSError) as exc:
+            raise UsageError(f"{path}: not readable as Parquet ({str(exc).splitlines()[0]})") from None
+        if metadata.num_rows != facts.get("rows"):
+            raise UsageError(f"{path}: {metadata.num_rows} rows, its manifest says {facts.get('rows')}")
+        columns[table] = list(metadata.schema.to_arrow_schema().names)
+    if "run_examples" not in columns:
+        raise UsageError(f"{folder}: no run_examples rows")
+    return manifest, columns
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
@@ -291,7 +306,12 @@ class MergeSummary:
     finish_command: str | None  # ablation: the command that finishes a whole sweep
 
 
-def merge_shards(db_path: Path, shard_dir: Path, on_part: Any = None) -> list[MergeSummary]:
+def merge_shards(
+    db_path: Path,
+    shard_dir: Path,
+    on_start: Callable[[str, int], None] | None = None,
+    on_part: Callable[[int], None] | None = None,
+) -> list[MergeSummary]:
     """Merge every part in `shard_dir` into the warehouse at `db_path`.
 
     Every file is checked first (:func:`scan`, :func:`read_part`, the columns against the
@@ -303,76 +323,66 @@ def merge_shards(db_path: Path, shard_dir: Path, on_part: Any = None) -> list[Me
     with the model.
     """
     shard_runs = scan(shard_dir)
-    parts = {run.run_key: [read_part(p) for p in run.parts] for run in shard_runs}
+    checked = {run.run_key: [check_part(p) for p in run.parts] for run in shard_runs}
     for run in shard_runs:
-        for part in parts[run.run_key]:
-            if part.run_key != run.run_key:
-                raise UsageError(f"{run_folder(shard_dir, run.run_key)}/part-{part.name}: belongs to another run")
+        for folder, (manifest, _) in zip(run.parts, checked[run.run_key]):
+            if manifest.get("run_key") != run.run_key:
+                raise UsageError(f"{folder}: belongs to another run")
     con = warehouse.connect(db_path)
     try:
-        _check_columns(con, shard_dir, parts)
-        summaries = []
-        for run in shard_runs:
-            summaries.append(_merge_run(con, run, parts[run.run_key], on_part))
-        return summaries
+        _check_columns(con, checked)
+        # Every file is checked: now each part is read (one at a time) and stored.
+        if on_start:
+            on_start("merging parts", sum(len(run.parts) for run in shard_runs))
+        return [_merge_run(con, run, on_part) for run in shard_runs]
     finally:
         con.close()
 
 
-def _check_columns(con: duckdb.DuckDBPyConnection, shard_dir: Path, parts: Mapping[str, list[Part]]) -> None:
-    columns: dict[str, set[str]] = {}
+def _check_columns(con: duckdb.DuckDBPyConnection, checked: Mapping[str, list[tuple[dict, dict]]]) -> None:
+    known: dict[str, set[str]] = {}
     for table in PART_TABLES:
-        described = con.execute(f"DESCRIBE {table}").fetchall()
-        columns[table] = {row[0] for row in described}
-    for run_key, found in parts.items():
-        for part in found:
-            for table, rows in part.tables.items():
-                extra = set(rows.column_names) - columns[table]
-                if "run_id" in rows.column_names or extra:
-                    odd = "run_id" if "run_id" in rows.column_names else sorted(extra)[0]
+        known[table] = {row[0] for row in con.execute(f"DESCRIBE {table}").fetchall()}
+    for parts in checked.values():
+        for manifest, columns in parts:
+            for table, names in columns.items():
+                extra = set(names) - known[table]
+                if "run_id" in names or extra:
+                    odd = "run_id" if "run_id" in names else sorted(extra)[0]
                     raise UsageError(
-                        f"{run_folder(shard_dir, run_key)}/part-{part.name}/{table}.parquet: "
+                        f"part {manifest.get('part')} of run {manifest.get('run_key')}, {table}.parquet: "
                         f"column {odd} does not belong in a part"
                     )
 
 
-def _merge_run(con: duckdb.DuckDBPyConnection, run: ShardRun, parts: list[Part], on_part: Any) -> MergeSummary:
+def _merge_run(con: duckdb.DuckDBPyConnection, run: ShardRun, on_part: Callable[[int], None] | None) -> MergeSummary:
     from attnwh.ingest.runs.rows import store_part
 
     info = run.info
-    kind = str(info["kind"])
+    kind, task, n_examples = str(info["kind"]), str(info["fields"]["task"]), int(info["n_examples"])
     with warehouse.transaction(con):
         model_ids = {column: runs.upsert_model(con, facts) for column, facts in info["models"].items()}
         state = runs.create_run(con, kind, info["identity"], {**model_ids, **info["fields"]})
     if state.status == "complete":
         # A complete run is whole: nothing a shard holds can add to it.
-        return MergeSummary(
-            state.run_id,
-            kind,
-            info["fields"]["task"],
-            len(parts),
-            info["n_examples"],
-            info["n_examples"],
-            "complete",
-            None,
-        )
-    for part in parts:
-        store_part(con, state.run_id, part)
         if on_part:
-            on_part(part)
+            on_part(len(run.parts))
+        return MergeSummary(state.run_id, kind, task, len(run.parts), n_examples, n_examples, "complete", None)
+    for folder in run.parts:
+        store_part(con, state.run_id, read_part(folder))
+        if on_part:
+            on_part(1)
     n_done = warehouse.one_row(con, "SELECT count(*) FROM run_examples WHERE run_id = ?", [state.run_id])[0]
-    whole = n_done == info["n_examples"]
+    whole = n_done == n_examples
     finish = None
     if kind == "ablation":
-        status = "partial"
+        status = "partial"  # until its finish, which needs the model
         if whole:
             finish = _without_shard_options(info["fields"].get("command"))
     else:
         status = "complete" if whole else "partial"
     runs.finish_run(con, state.run_id, status)
-    return MergeSummary(
-        state.run_id, kind, info["fields"]["task"], len(parts), info["n_examples"], n_done, status, finish
-    )
+    return MergeSummary(state.run_id, kind, task, len(run.parts), n_examples, n_done, status, finish)
 
 
 def _without_shard_options(command: str | None) -> str | None:
@@ -394,12 +404,3 @@ def _without_shard_options(command: str | None) -> str | None:
             continue
         kept.append(word)
     return shlex.join(kept)
-
-
-def iter_parts(shard_dir: Path, run_key: str) -> Iterator[Path]:
-    """The complete parts' folders of a run, in name order."""
-    folder = run_folder(shard_dir, run_key)
-    if folder.is_dir():
-        for entry in sorted(folder.iterdir()):
-            if _PART_DIR.match(entry.name) and (entry / MANIFEST).is_file():
-                yield entry
