@@ -30,9 +30,12 @@ ATTNWH = [sys.executable, "-m", "attnwh"]
 STATS = "to_cls, to_sep, to_punct, to_self, entropy, norm_to_cls, norm_to_sep"
 
 
-def timed(*commands: list[str]) -> float:
-    """Run the commands at the same time; seconds until the last one ends."""
+def timed(*commands: list[str], threads: int | None = None) -> float:
+    """Run the commands at the same time (each with `threads` torch threads when given);
+    seconds until the last one ends."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0", "COLUMNS": "120"}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     start = time.perf_counter()
     running = [subprocess.Popen(c, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for c in commands]
     for process in running:
@@ -76,7 +79,9 @@ def main() -> None:
         shards = [
             [*ATTNWH, "ingest", *reading, "--shard", f"{i}/{n}", "--shard-dir", str(shard_dir)] for i in range(1, n + 1)
         ]
-        compute = timed(*shards)
+        # Each shard gets its share of the cores, as a Slurm array task would (Ray gives each
+        # actor one CPU and one thread the same way).
+        compute = timed(*shards, threads=max(1, (os.cpu_count() or 1) // n))
         merge = timed([*ATTNWH, "merge", str(shard_dir), "--db", str(work / "shards.duckdb")])
         seconds[f"{n} shards + merge"] = compute + merge
 
