@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from helpers import pair_args, run, write_pairs
-from test_shards import STATS, fetch, keyed
+from test_shards import STATS, assert_same_rows, fetch
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'attnwh[ray]'")
 
@@ -54,30 +54,20 @@ def single_and_ray(monkeypatch, capsys, args: list[str], tmp_path: Path) -> tupl
     return single, on_ray
 
 
-def assert_same_stats(a_db: Path, b_db: Path, n_rows: int) -> None:
-    a = keyed(a_db, "head_stats", "example_id, layer, head", STATS)
-    b = keyed(b_db, "head_stats", "example_id, layer, head", STATS)
-    assert len(a) == n_rows and a.keys() == b.keys()
-    np.testing.assert_allclose(np.array([b[k] for k in a]), np.array(list(a.values())), atol=1e-6, rtol=0)
-    assert fetch(b_db, "SELECT count(*) FROM head_stats") == [(n_rows,)]  # no duplicates
-    assert {s for (s,) in fetch(b_db, "SELECT status FROM runs")} == {"complete"}
-
-
 def test_ray_statistics_equal_the_single_process(monkeypatch, capsys, tiny_model_dir, tmp_path):
     data = write_pairs(tmp_path / "pairs.tsv", N)
     args = ["ingest", "--model", str(tiny_model_dir("bert")), *pair_args(data, tmp_path / "x", 4), "--thumbnails", "5"]
     single, on_ray = single_and_ray(monkeypatch, capsys, args, tmp_path)
-    assert_same_stats(single, on_ray, N * 2 * 4)
-    ta = keyed(single, "pattern_thumbnails", "example_id, layer, head", "thumbnail")
-    tb = keyed(on_ray, "pattern_thumbnails", "example_id, layer, head", "thumbnail")
-    assert len(ta) == 5 * 2 * 4 and ta.keys() == tb.keys()
+    assert_same_rows(single, on_ray, "head_stats", STATS, N * 2 * 4)
+    assert_same_rows(single, on_ray, "pattern_thumbnails", "thumbnail", 5 * 2 * 4)
+    assert {s for (s,) in fetch(on_ray, "SELECT status FROM runs")} == {"complete"}
 
 
 @pytest.mark.e2e
 def test_ray_statistics_equal_the_single_process_on_the_bundled_minilm(monkeypatch, capsys, tmp_path):
     args = ["ingest", "--limit", "12", "--batch-size", "4"]
     single, on_ray = single_and_ray(monkeypatch, capsys, args, tmp_path)
-    assert_same_stats(single, on_ray, 2 * 12 * 6 * 12)  # two sample tasks, 6 layers × 12 heads
+    assert_same_rows(single, on_ray, "head_stats", STATS, 2 * 12 * 6 * 12)  # two sample tasks, 6 layers × 12 heads
 
 
 def test_ray_compare_equals_the_single_process(monkeypatch, capsys, tiny_model_dir, tmp_path):
@@ -88,10 +78,7 @@ def test_ray_compare_equals_the_single_process(monkeypatch, capsys, tiny_model_d
     data = write_pairs(tmp_path / "pairs.tsv", N)
     args = ["ingest", "compare", "--base", str(base), "--tuned", str(tuned), *pair_args(data, tmp_path / "x", 4)]
     single, on_ray = single_and_ray(monkeypatch, capsys, args, tmp_path)
-    a = keyed(single, "attention_change", "example_id, layer, head", "cosine")
-    b = keyed(on_ray, "attention_change", "example_id, layer, head", "cosine")
-    assert len(a) == N * 2 * 4 and a.keys() == b.keys()
-    np.testing.assert_allclose(np.array([b[k] for k in a]), np.array(list(a.values())), atol=1e-6, rtol=0)
+    assert_same_rows(single, on_ray, "attention_change", "cosine", N * 2 * 4)
 
 
 def test_ray_ablation_equals_the_single_process(monkeypatch, capsys, tmp_path_factory, tmp_path):
@@ -183,7 +170,7 @@ def test_an_interrupted_driver_resumes_from_what_it_stored(monkeypatch, capsys, 
     assert code == 0 and "resumed" in out, err
     code, _, err = run(monkeypatch, capsys, *args[:-2], "--db", str(single))
     assert code == 0, err
-    assert_same_stats(single, db, N * 2 * 4)
+    assert_same_rows(single, db, "head_stats", STATS, N * 2 * 4)
 
 
 def _units_and_spec(tiny_model_dir, tmp_path):
@@ -304,10 +291,7 @@ def test_study_runs_ingest_compare_and_the_sweep_on_ray(monkeypatch, capsys, tmp
     assert code == 0, err
     kinds = "SELECT kind, task, status FROM runs ORDER BY kind, task"
     assert fetch(local, kinds) == fetch(on_ray, kinds)
-    assert_same_stats(local, on_ray, 2 * 12 * 2 * 4)  # base and tuned, 12 examples, 2 layers × 4 heads
-    a = keyed(local, "attention_change", "example_id, layer, head", "cosine")
-    b = keyed(on_ray, "attention_change", "example_id, layer, head", "cosine")
-    assert len(a) == 12 * 2 * 4 and a.keys() == b.keys()
-    np.testing.assert_allclose(np.array([b[k] for k in a]), np.array(list(a.values())), atol=1e-6, rtol=0)
+    assert_same_rows(local, on_ray, "head_stats", STATS, 2 * 12 * 2 * 4)  # base and tuned, 12 examples, 2 × 4 heads
+    assert_same_rows(local, on_ray, "attention_change", "cosine", 12 * 2 * 4)
     predictions = "SELECT config_id, example_id, prediction FROM ablation_predictions ORDER BY ALL"
     assert fetch(local, predictions) == fetch(on_ray, predictions)

@@ -36,6 +36,28 @@ def keyed(db: Path, table: str, key: str, values: str) -> dict[tuple, tuple]:
     return {tuple(r[: 1 + width]): tuple(r[1 + width :]) for r in rows}
 
 
+def assert_same_rows(a_db: Path, b_db: Path, table: str, values: str, n_rows: int) -> None:
+    """`table` holds the same per (example, layer, head) rows in both warehouses, within
+    1e-6, `n_rows` of them and no duplicates."""
+    a = keyed(a_db, table, "example_id, layer, head", values)
+    b = keyed(b_db, table, "example_id, layer, head", values)
+    assert len(a) == n_rows and a.keys() == b.keys()
+    np.testing.assert_allclose(np.array([b[k] for k in a]), np.array(list(a.values())), atol=1e-6, rtol=0)
+    assert fetch(b_db, f"SELECT count(*) FROM {table}") == [(n_rows,)]
+
+
+def single_and_sharded(monkeypatch, capsys, args: list[str], tmp_path: Path, n: int) -> tuple[Path, Path]:
+    """Warehouses written by `args` in one process and by n static shards merged."""
+    single, merged, shard_dir = tmp_path / "single.duckdb", tmp_path / "merged.duckdb", tmp_path / "shards"
+    code, _, err = run(monkeypatch, capsys, *args, "--db", str(single))
+    assert code == 0, err
+    sharded(monkeypatch, capsys, args, shard_dir, n)
+    assert not merged.exists()  # shards touch no warehouse
+    code, out, err = merge(monkeypatch, capsys, shard_dir, merged)
+    assert code == 0, err
+    return single, merged
+
+
 def sharded(monkeypatch, capsys, args: list[str], shard_dir: Path, n: int) -> None:
     for i in range(1, n + 1):
         code, out, err = run(monkeypatch, capsys, *args, "--shard", f"{i}/{n}", "--shard-dir", str(shard_dir))
@@ -54,26 +76,10 @@ STATS = (
 
 def test_sharded_statistics_merge_to_the_single_process_rows(monkeypatch, capsys, tiny_model_dir, tmp_path):
     data = write_pairs(tmp_path / "pairs.tsv", N)
-    args = ["ingest", "--model", str(tiny_model_dir("bert")), *pair_args(data, tmp_path / "x.duckdb", batch_size=4)]
-    single, merged, shard_dir = tmp_path / "single.duckdb", tmp_path / "merged.duckdb", tmp_path / "shards"
-    code, _, err = run(monkeypatch, capsys, *args, "--db", str(single), "--thumbnails", "5")
-    assert code == 0, err
-    sharded(monkeypatch, capsys, [*args, "--thumbnails", "5"], shard_dir, 3)
-    assert not merged.exists()  # shards touch no warehouse
-    code, out, err = merge(monkeypatch, capsys, shard_dir, merged)
-    assert code == 0, err
-    assert "complete" in out
-
-    a, b = (
-        keyed(single, "head_stats", "example_id, layer, head", STATS),
-        keyed(merged, "head_stats", "example_id, layer, head", STATS),
-    )
-    assert len(a) == N * 2 * 4 and a.keys() == b.keys()
-    np.testing.assert_allclose(np.array([b[k] for k in a]), np.array(list(a.values())), atol=1e-6, rtol=0)
-    ta = keyed(single, "pattern_thumbnails", "example_id, layer, head", "thumbnail")
-    tb = keyed(merged, "pattern_thumbnails", "example_id, layer, head", "thumbnail")
-    assert len(ta) == 5 * 2 * 4 and ta.keys() == tb.keys()
-    np.testing.assert_allclose(np.array([tb[k][0] for k in ta]), np.array([v[0] for v in ta.values()]), atol=1e-6)
+    args = ["ingest", "--model", str(tiny_model_dir("bert")), *pair_args(data, tmp_path / "x", 4), "--thumbnails", "5"]
+    single, merged = single_and_sharded(monkeypatch, capsys, args, tmp_path, 3)
+    assert_same_rows(single, merged, "head_stats", STATS, N * 2 * 4)
+    assert_same_rows(single, merged, "pattern_thumbnails", "thumbnail", 5 * 2 * 4)
     columns = "dataset, task, split, n_examples, n_truncated, max_length, status, batch_size"
     assert fetch(single, f"SELECT run_key, {columns} FROM runs") == fetch(
         merged, f"SELECT run_key, {columns} FROM runs"
@@ -85,7 +91,7 @@ def test_sharded_statistics_merge_to_the_single_process_rows(monkeypatch, capsys
 
     # Merging again (all of it, or one shard twice) adds nothing.
     before = fetch(merged, "SELECT count(*) FROM head_stats")
-    code, _, err = merge(monkeypatch, capsys, shard_dir, merged)
+    code, _, err = merge(monkeypatch, capsys, tmp_path / "shards", merged)
     assert code == 0, err
     assert fetch(merged, "SELECT count(*) FROM head_stats") == before == [(N * 2 * 4,)]
 
@@ -231,17 +237,9 @@ def test_sharded_compare_merges_to_the_single_process_cosines(monkeypatch, capsy
     base = tiny_model_dir("bert")
     tuned = perturb_last_layer(base, tmp_path / "tuned")
     data = write_pairs(tmp_path / "pairs.tsv", N)
-    args = ["ingest", "compare", "--base", str(base), "--tuned", str(tuned), *pair_args(data, tmp_path / "x.duckdb", 4)]
-    single, merged, shard_dir = tmp_path / "single.duckdb", tmp_path / "merged.duckdb", tmp_path / "shards"
-    code, _, err = run(monkeypatch, capsys, *args, "--db", str(single))
-    assert code == 0, err
-    sharded(monkeypatch, capsys, args, shard_dir, 2)
-    code, _, err = merge(monkeypatch, capsys, shard_dir, merged)
-    assert code == 0, err
-    a = keyed(single, "attention_change", "example_id, layer, head", "cosine")
-    b = keyed(merged, "attention_change", "example_id, layer, head", "cosine")
-    assert len(a) == N * 2 * 4 and a.keys() == b.keys()
-    np.testing.assert_allclose(np.array([b[k] for k in a]), np.array(list(a.values())), atol=1e-6, rtol=0)
+    args = ["ingest", "compare", "--base", str(base), "--tuned", str(tuned), *pair_args(data, tmp_path / "x", 4)]
+    single, merged = single_and_sharded(monkeypatch, capsys, args, tmp_path, 2)
+    assert_same_rows(single, merged, "attention_change", "cosine", N * 2 * 4)
     lineage = "SELECT m.name, b.name FROM runs JOIN models AS m USING (model_id) JOIN models AS b ON b.model_id = runs.base_model_id"
     assert fetch(single, lineage) == fetch(merged, lineage)
 
@@ -293,13 +291,5 @@ def test_sharded_ablation_merges_and_finishes_to_the_single_process_results(
 @pytest.mark.e2e
 def test_sharded_statistics_equal_the_single_process_on_the_bundled_minilm(monkeypatch, capsys, tmp_path):
     args = ["ingest", "--limit", "12", "--batch-size", "4"]
-    single, merged, shard_dir = tmp_path / "single.duckdb", tmp_path / "merged.duckdb", tmp_path / "shards"
-    code, _, err = run(monkeypatch, capsys, *args, "--db", str(single))
-    assert code == 0, err
-    sharded(monkeypatch, capsys, args, shard_dir, 2)
-    code, _, err = merge(monkeypatch, capsys, shard_dir, merged)
-    assert code == 0, err
-    a = keyed(single, "head_stats", "example_id, layer, head", STATS)
-    b = keyed(merged, "head_stats", "example_id, layer, head", STATS)
-    assert len(a) == 2 * 12 * 6 * 12 and a.keys() == b.keys()  # two sample tasks, 6 layers × 12 heads
-    np.testing.assert_allclose(np.array([b[k] for k in a]), np.array(list(a.values())), atol=1e-6, rtol=0)
+    single, merged = single_and_sharded(monkeypatch, capsys, args, tmp_path, 2)
+    assert_same_rows(single, merged, "head_stats", STATS, 2 * 12 * 6 * 12)  # two sample tasks, 6 layers × 12 heads
