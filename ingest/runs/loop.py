@@ -205,7 +205,8 @@ def ingest_runs(
                 )
                 continue
             run = next(o for o in opened if o.run_id == state.run_id)
-            runs.finish_run(con, state.run_id, check_whole(con, state.run_id, len(data.examples)))
+            with runs.marking_failure(con, state.run_id):
+                runs.finish_run(con, state.run_id, check_whole(con, state.run_id, len(data.examples)))
             summaries.append(
                 RunSummary(
                     data.task,
