@@ -217,8 +217,9 @@ def test_more_gpus_than_the_cluster_has_fail_at_once_with_one_line(monkeypatch, 
         "1",
     )
     lines = err.strip().splitlines()
-    assert code == 2 and "need 2 GPUs, the cluster has 1" in lines[-1], err
+    assert code == 2 and lines[-1].startswith("attnwh: error: 2 Ray workers × 1 GPU need 2 GPUs"), err
     assert "Traceback" not in err
+    assert not db.exists()  # refused before anything was written
 
 
 def test_device_cuda_without_cuda_fails_with_one_line_on_ray_too(monkeypatch, capsys, pairs, tmp_path):
@@ -234,6 +235,24 @@ def test_without_the_ray_extra_one_line_says_how_to_install_it(monkeypatch, caps
     code, _, err = run(monkeypatch, capsys, "ingest", *pair_args(pairs, db), "--engine", "ray")
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "pip install 'attnwh[ray]'" in lines[0], err
+    assert not db.exists()
+
+
+def test_a_cluster_that_is_not_there_is_one_line_and_nothing_written(tiny_model_dir, pairs, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    db = tmp_path / "w.duckdb"
+    done = subprocess.run(
+        [sys.executable, "-m", "attnwh", "ingest", *pair_args(pairs, db), "--model", str(tiny_model_dir("bert"))]
+        + ["--engine", "ray", "--ray-address", "auto"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("attnwh: error: cannot start or reach the Ray cluster at auto"), done.stderr
+    assert "Traceback" not in done.stderr
     assert not db.exists()
 
 

@@ -119,13 +119,15 @@ class RayExecutor:
     """Computes units on a pool of `engine.workers` Ray actors (see the module's docstring)."""
 
     def __init__(self, engine: EngineOptions, spec: WorkerSpec, shard_dir: Path) -> None:
+        """Connects to Ray and checks the GPU request now, before the caller writes anything."""
         self.engine = engine
         self.spec = spec
         self.shard_dir = Path(shard_dir)
-        self.seen_meta: list[dict[str, Any]] = []  # what each part's worker reported (GPU ids, pid)
+        self.ray = connect(engine.ray_address)
+        self.gpus = self._gpus_per_worker(self.ray)
 
     def map(self, units: Sequence[WorkUnit]) -> Iterator[Part]:
-        ray = connect(self.engine.ray_address)
+        ray = self.ray
         self.shard_dir.mkdir(parents=True, exist_ok=True)
         todo = []
         for unit in units:
@@ -137,7 +139,6 @@ class RayExecutor:
                 shutil.rmtree(shards.part_path(self.shard_dir, unit.run_key, unit.name), ignore_errors=True)
         if not todo:
             return
-        gpus = self._gpus_per_worker(ray)
         context = ray.data.DataContext.get_current()
         # Parts come back in the units' order (still streamed): the driver's bars go task by
         # task, and an interrupted driver has stored a prefix.
@@ -153,7 +154,7 @@ class RayExecutor:
             compute=ray.data.ActorPoolStrategy(size=min(self.engine.workers, len(todo))),
             fn_constructor_kwargs={"spec": self.spec, "device": self.engine.device, "shard_dir": str(self.shard_dir)},
             num_cpus=1,
-            num_gpus=gpus,
+            num_gpus=self.gpus,
         )
         wanted = {(u.run_key, u.name) for u in todo}
         try:
@@ -164,7 +165,6 @@ class RayExecutor:
                 if key not in wanted:
                     continue  # already stored: Ray hands each unit back once, but be sure
                 wanted.discard(key)
-                self.seen_meta.append(part.meta)
                 yield part
                 shutil.rmtree(folder, ignore_errors=True)
         except ray.exceptions.RayError as exc:
