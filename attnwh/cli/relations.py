@@ -72,7 +72,6 @@ def relations(
         from attnwh.ingest.encoder.loading import load_encoder
         from attnwh.ingest.measures import dependencies as rel
         from attnwh.ingest.measures import frames as fn
-        from attnwh.ingest.measures.wordlevel import check_supported
         from attnwh.ingest.runs import relations as relation_runs
         from attnwh.ingest.sources.examples import seeded_sample
 
@@ -83,7 +82,6 @@ def relations(
             frame_data = fn.subset(frame_data, seeded_sample(frame_data.links, limit, seed))
         warehouse.check_writable(db)
         encoder = load_encoder(model, device.value, "float32")
-        check_supported(encoder)  # before the database is opened
 
     inputs = []
     if conllu is not None and sentences is not None:

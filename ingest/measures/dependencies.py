@@ -25,7 +25,7 @@ import numpy as np
 from attnwh.errors import DataError
 from attnwh.ingest.encoder.loading import EncoderModel
 from attnwh.ingest.measures.features import FeatureCounts, feature_words, received_attention
-from attnwh.ingest.measures.wordlevel import check_supported, fitting, most_attended, word_batches
+from attnwh.ingest.measures.wordlevel import fitting, most_attended, word_batches
 
 OFFSETS = tuple(k for k in range(-5, 6) if k != 0)
 DIRECTIONS = ("dep_to_head", "head_to_dep")
@@ -148,7 +148,6 @@ def measure(
 ) -> RelationsResult:
     """Dependency accuracy and feature-word attention of every head over `sentences`;
     over-long ones are skipped."""
-    check_supported(encoder)
     started = time.perf_counter()
     fits, n_skipped = fitting(encoder, [s.words for s in sentences])
     counts = RelationCounts(encoder.num_layers, encoder.num_heads)

@@ -1,7 +1,7 @@
 """Word-level attention maps for pre-split sentences (Clark et al. 2019, §4).
 
-Each sentence is a list of words (CoNLL-U or FrameNet CoNLL). The words are tokenized with
-`is_split_into_words`, and each layer's attention maps come through attnwh's registered
+Each sentence is a list of words (CoNLL-U or FrameNet CoNLL). The words are tokenized as
+running text with each piece's word known (:func:`encode_words`), and each layer's attention maps come through attnwh's registered
 attention function (one batch's maps per layer are kept on the device). Word-piece attention
 becomes word-level attention as in Clark et al.: attention TO a split word is the sum over
 its pieces, attention FROM a split word is the mean over its pieces; special tokens ([CLS],
@@ -12,27 +12,64 @@ feature words) all read the `WordBatch`es of :func:`word_batches`.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+import transformers
 
-from attnwh.errors import UsageError
 from attnwh.ingest.encoder import capture
 from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs
 
-# Byte-level BPE marks a word's start inside the token ("Ġdog"), so pre-split words need the
-# tokenizer rebuilt with add_prefix_space, which attnwh does not do yet.
-UNSUPPORTED_FAMILIES = ("roberta",)
+
+def byte_level(tokenizer: transformers.PreTrainedTokenizerBase) -> bool:
+    """Whether the tokenizer is byte-level BPE (RoBERTa, ModernBERT), whose pieces carry the
+    space before a word ("Ġdog")."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return backend is not None and "ByteLevel" in repr(backend.pre_tokenizer)
 
 
-def check_supported(encoder: EncoderModel) -> None:
-    """Refuse models whose tokenizer cannot be aligned to pre-split words yet."""
-    if encoder.family in UNSUPPORTED_FAMILIES:
-        raise UsageError(
-            f"{encoder.name} is a {encoder.family} model: aligning its byte-level BPE pieces to CoNLL-U words "
-            "is not supported yet (WordPiece and SentencePiece models are)"
-        )
+def encode_words(
+    tokenizer: transformers.PreTrainedTokenizerBase, sentences: Sequence[Sequence[str]], **options: Any
+) -> tuple[transformers.BatchEncoding, list[list[int | None]]]:
+    """Tokenize pre-split sentences as the model sees running text, with each piece's word.
+
+    WordPiece and SentencePiece tokenizers take the words as they are (`is_split_into_words`:
+    the same pieces as the text with spaces). A byte-level BPE tokenizer would then see each
+    word without the space before it ("dog", not "Ġdog": other pieces than in any sentence it
+    was trained on), so it gets the words joined by spaces, and each piece goes to the word
+    its last character falls in (a piece that is only the space, to the next word)."""
+    if not byte_level(tokenizer):
+        enc = tokenizer([list(s) for s in sentences], is_split_into_words=True, **options)
+        return enc, [enc.word_ids(b) for b in range(len(sentences))]
+    texts, ends = [], []
+    for words in sentences:
+        spans, at = [], 0
+        for word in words:
+            at += len(word)
+            spans.append(at)
+            at += 1  # the space
+        texts.append(" ".join(words))
+        ends.append(spans)
+    enc = tokenizer(texts, return_offsets_mapping=True, return_special_tokens_mask=True, **options)
+    word_ids = []
+    for b in range(len(texts)):
+        ids: list[int | None] = []
+        offsets, specials = enc["offset_mapping"][b], enc["special_tokens_mask"][b]
+        offsets = offsets.tolist() if hasattr(offsets, "tolist") else offsets  # a tensor with return_tensors
+        specials = specials.tolist() if hasattr(specials, "tolist") else specials
+        for (start, end), special in zip(offsets, specials):
+            if special:
+                ids.append(None)
+                continue
+            last = end - 1 if end > start else start
+            ids.append(min(bisect.bisect_right(ends[b], last), len(ends[b]) - 1))
+        word_ids.append(ids)
+    for key in ("offset_mapping", "special_tokens_mask"):
+        del enc[key]
+    return enc, word_ids
 
 
 def piece_matrix(word_ids: Sequence[int | None], n_words: int, length: int | None = None) -> torch.Tensor:
@@ -81,9 +118,7 @@ def fitting(encoder: EncoderModel, sentences: Sequence[Sequence[str]]) -> tuple[
     batch together: less padding), and how many do not."""
     if not sentences:
         return [], 0
-    lengths = [
-        len(ids) for ids in encoder.tokenizer([list(s) for s in sentences], is_split_into_words=True)["input_ids"]
-    ]
+    lengths = [len(ids) for ids in encode_words(encoder.tokenizer, sentences)[0]["input_ids"]]
     fits = [i for i, n in enumerate(lengths) if n <= encoder.max_length]
     fits.sort(key=lambda i: lengths[i])
     return fits, len(sentences) - len(fits)
@@ -93,7 +128,6 @@ def word_batches(
     encoder: EncoderModel, sentences: Sequence[Sequence[str]], order: Sequence[int], batch_size: int
 ) -> Iterator[WordBatch]:
     """Word-level maps of `sentences[i]` for i in `order`, `batch_size` sentences at a time."""
-    check_supported(encoder)
     for start in range(0, len(order), batch_size):
         indices = list(order[start : start + batch_size])
         yield _word_batch(encoder, [list(sentences[i]) for i in indices], indices)
@@ -101,10 +135,10 @@ def word_batches(
 
 @torch.inference_mode()
 def _word_batch(encoder: EncoderModel, batch: list[list[str]], indices: list[int]) -> WordBatch:
-    enc = encoder.tokenizer(batch, is_split_into_words=True, truncation=False, padding=True, return_tensors="pt")
+    enc, word_ids = encode_words(encoder.tokenizer, batch, truncation=False, padding=True, return_tensors="pt")
     length = enc["input_ids"].shape[1]
     n_words = max(len(words) for words in batch)
-    pieces = torch.stack([piece_matrix(enc.word_ids(b), n_words, length) for b in range(len(batch))])  # (B, S, W)
+    pieces = torch.stack([piece_matrix(word_ids[b], n_words, length) for b in range(len(batch))])  # (B, S, W)
     observer = capture.KeepMaps()
     inputs = forward_inputs(encoder.model, {k: v.to(encoder.device) for k, v in enc.items()})
     with capture.observing(observer):
