@@ -26,10 +26,13 @@ LAYERS, HEADS = 3, 4
 def classifier_dir(tmp_path_factory):
     from tiny_models import make_sharp_classifier
 
-    return {
+    found = {
         family: make_sharp_classifier(family, tmp_path_factory.mktemp(f"abl-{family}"), LAYERS, HEADS)
         for family in ("bert", "roberta", "distilbert", "electra", "albert")
     }
+    # Shaped like BERT-large (24 layers × 16 heads): deeper, more and narrower heads.
+    found["bert-large-shape"] = make_sharp_classifier("bert", tmp_path_factory.mktemp("abl-large"), 5, 8)
+    return found
 
 
 def batch_for(encoder, n: int = 6, pairs: bool = True) -> dict[str, torch.Tensor]:
@@ -85,13 +88,13 @@ def test_nothing_disabled_reproduces_the_baseline_bit_for_bit(classifier_dir):
         assert np.array_equal(out[0], plain)
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.mark.parametrize("family", ["bert", "roberta", "bert-large-shape"])
 @pytest.mark.parametrize("mode", ["uniform", "zero"])
 def test_disabled_head_equals_a_hand_replaced_forward_pass(classifier_dir, family, mode):
     path = classifier_dir[family]
     encoder = load_encoder(str(path), "cpu")
     batch = batch_for(encoder)  # padded pairs
-    configs = sweep_configurations(LAYERS, HEADS)
+    configs = sweep_configurations(encoder.num_layers, encoder.num_heads)
     out = AblationSweep(encoder, mode).logits(batch, configs)
     for i, config in enumerate(configs):
         reference = hand_disabled_logits(path, batch, set(config.heads), mode)
@@ -111,14 +114,16 @@ def test_all_heads_of_a_layer_equal_the_layer_configuration(classifier_dir):
 
 @pytest.mark.parametrize(
     ("family", "mode"),
-    [(f, "uniform") for f in ("bert", "roberta", "distilbert", "electra", "albert")]
+    [(f, "uniform") for f in ("bert", "roberta", "distilbert", "electra", "albert", "bert-large-shape")]
     + [("bert", "zero"), ("distilbert", "zero")],
 )
 @pytest.mark.parametrize("per_pass", [1, 5])
 def test_cached_prefix_path_equals_the_full_path(classifier_dir, family, per_pass, mode):
     encoder = load_encoder(str(classifier_dir[family]), "cpu")
     batch = batch_for(encoder)
-    configs = sweep_configurations(LAYERS, HEADS) + [combination("top_k", [(2, 1), (1, 3)], k=2)]
+    configs = sweep_configurations(encoder.num_layers, encoder.num_heads) + [
+        combination("top_k", [(2, 1), (1, 3)], k=2)
+    ]
     full = AblationSweep(encoder, mode, prefix_cache=False).logits(batch, configs)
     cached = AblationSweep(encoder, mode, prefix_cache=True, configs_per_pass=per_pass).logits(batch, configs)
     if per_pass == 1:

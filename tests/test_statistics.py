@@ -125,10 +125,18 @@ def reference(model, tokenizer, ids: list[int], types: list[int] | None) -> np.n
     return np.array(result)
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.fixture(scope="module")
+def large_shape(tmp_path_factory):
+    """A BERT shaped like BERT-large (24 layers × 16 heads): deeper, more and narrower heads."""
+    from tiny_models import make_tiny
+
+    return make_tiny("bert", tmp_path_factory.mktemp("bert-large-shape"), layers=5, heads=8)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "bert-large-shape"])
 @pytest.mark.parametrize("pair", [False, True])
-def test_statistics_match_eager_output_attentions(tiny_model_dir, family, pair):
-    path = tiny_model_dir(family)
+def test_statistics_match_eager_output_attentions(tiny_model_dir, large_shape, family, pair):
+    path = large_shape if family == "bert-large-shape" else tiny_model_dir(family)
     encoder = load_encoder(str(path), device="cpu")
     eager = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
     data = task(pair)
@@ -145,7 +153,7 @@ def test_statistics_match_eager_output_attentions(tiny_model_dir, family, pair):
         np.testing.assert_allclose(batched[i], expected, atol=1e-5, rtol=0)
         alone = capture.run(collate(encoded, [i], encoder.tokenizer.pad_token_id, encoder.device))
         np.testing.assert_allclose(alone[0], batched[i], atol=1e-5, rtol=0)
-    if pair and family == "bert":  # segment ids reach the model and the reference alike
+    if pair and family.startswith("bert"):  # segment ids reach the model and the reference alike
         assert encoded.token_type_ids is not None and max(t.max() for t in encoded.token_type_ids) == 1
     # The statistics must vary, or the comparison above would prove little.
     assert batched[..., STAT_COLUMNS.index("to_cls")].std() > 1e-3
