@@ -7,6 +7,8 @@ any code that assumes BERT's ids.
 
 from __future__ import annotations
 
+import inspect
+import json
 from pathlib import Path
 
 import torch
@@ -15,10 +17,16 @@ from transformers import (
     AlbertConfig,
     AutoModel,
     AutoModelForSequenceClassification,
+    AutoTokenizer,
     BertConfig,
+    DebertaV2Config,
+    DebertaV2Tokenizer,
     DistilBertConfig,
     ElectraConfig,
     GPT2Config,
+    ModernBertConfig,
+    MPNetConfig,
+    MPNetTokenizer,
     PreTrainedTokenizerFast,
     RobertaConfig,
 )
@@ -34,7 +42,7 @@ CORPUS = [
     "The museum opened a new wing for modern painting.",
 ] * 4
 
-FAMILIES = ("bert", "roberta", "distilbert", "electra", "albert")
+FAMILIES = ("bert", "roberta", "distilbert", "electra", "albert", "modernbert", "deberta-v2", "mpnet")
 
 
 def _bert_tokenizer() -> PreTrainedTokenizerFast:
@@ -110,9 +118,71 @@ def _albert_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
+def _modernbert_tokenizer() -> PreTrainedTokenizerFast:
+    """Byte-level BPE like ModernBERT's, its special tokens after the learned pieces (the real
+    ones sit at 50280-50284); [CLS] A [SEP] B [SEP], no token type ids."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=420, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS, trainer)
+    tok.add_special_tokens(["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"])
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0",
+        pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        mask_token="[MASK]",
+        model_max_length=64,
+        model_input_names=["input_ids", "attention_mask"],
+    )
+
+
+def _deberta_tokenizer() -> DebertaV2Tokenizer:
+    """A Unigram (SentencePiece-style, ▁) tokenizer with DeBERTa-v3's ids: [PAD] 0, [CLS] 1,
+    [SEP] 2, [UNK] 3."""
+    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.train_from_iterator(CORPUS, trainers.UnigramTrainer(vocab_size=150, special_tokens=specials, unk_token="[UNK]"))
+    vocab = [tuple(piece) for piece in json.loads(tok.to_str())["model"]["vocab"]]
+    return DebertaV2Tokenizer(vocab=vocab, do_lower_case=False, model_max_length=64)
+
+
+def _mpnet_tokenizer() -> MPNetTokenizer:
+    """WordPiece in MPNet's layout: <s> A </s></s> B </s>; <pad> is id 1 (MPNet's position
+    ids count from it)."""
+    specials = ["<s>", "<pad>", "</s>", "[UNK]", "<mask>"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(CORPUS, trainers.WordPieceTrainer(vocab_size=200, special_tokens=specials))
+    return MPNetTokenizer(vocab=tok.get_vocab(), do_lower_case=True, model_max_length=62)
+
+
+TOKENIZERS = {
+    "roberta": _roberta_tokenizer,
+    "albert": _albert_tokenizer,
+    "modernbert": _modernbert_tokenizer,
+    "deberta-v2": _deberta_tokenizer,
+    "mpnet": _mpnet_tokenizer,
+}
+# Scaled up so the random maps are peaked and the statistics differ clearly between heads.
+QUERY_KEY = ("query.weight", "key.weight", "q_lin.weight", "k_lin.weight", "Wqkv.weight", "query_proj.weight")
+QUERY_KEY += ("key_proj.weight", "attn.q.weight", "attn.k.weight")
+
+
 def make_tiny(family: str, out: Path, classifier: bool = False, layers: int = 2, heads: int = 4, seed: int = 0) -> Path:
     """Save a seeded random-weight model of `family` with its tokenizer into `out`."""
-    tokenizer = {"roberta": _roberta_tokenizer, "albert": _albert_tokenizer}.get(family, _bert_tokenizer)()
+    tokenizer = TOKENIZERS.get(family, _bert_tokenizer)()
     vocab = len(tokenizer)
     common = dict(vocab_size=vocab, pad_token_id=tokenizer.pad_token_id)
     if family == "bert":
@@ -160,6 +230,49 @@ def make_tiny(family: str, out: Path, classifier: bool = False, layers: int = 2,
             max_position_embeddings=64,
             **common,
         )
+    elif family == "modernbert":
+        config = ModernBertConfig(
+            hidden_size=32,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=37,
+            max_position_embeddings=64,
+            local_attention=4,  # local layers see |i - j| <= 2
+            global_attn_every_n_layers=2,  # layers 0, 2, … global; 1, 3, … local
+            cls_token_id=tokenizer.cls_token_id,
+            sep_token_id=tokenizer.sep_token_id,
+            bos_token_id=tokenizer.cls_token_id,
+            eos_token_id=tokenizer.sep_token_id,
+            **common,
+        )
+    elif family == "deberta-v2":  # DeBERTa-v3 style: relative attention, shared keys, log buckets
+        config = DebertaV2Config(
+            hidden_size=32,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=37,
+            max_position_embeddings=64,
+            type_vocab_size=0,
+            relative_attention=True,
+            pos_att_type=["p2c", "c2p"],
+            position_biased_input=False,
+            position_buckets=16,
+            max_relative_positions=-1,
+            share_att_key=True,
+            norm_rel_ebd="layer_norm",
+            **common,
+        )
+    elif family == "mpnet":
+        config = MPNetConfig(
+            hidden_size=32,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=37,
+            max_position_embeddings=64,
+            bos_token_id=tokenizer.cls_token_id,
+            eos_token_id=tokenizer.sep_token_id,
+            **common,
+        )
     else:
         raise ValueError(family)
     if classifier:
@@ -171,7 +284,7 @@ def make_tiny(family: str, out: Path, classifier: bool = False, layers: int = 2,
     # the statistics differ clearly between heads and examples.
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if any(k in name for k in ("query.weight", "key.weight", "q_lin.weight", "k_lin.weight")):
+            if any(name.endswith(k) for k in QUERY_KEY):
                 param.mul_(12.0)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -192,7 +305,7 @@ def make_sharp_classifier(family: str, out: Path, layers: int = 2, heads: int = 
     tolerances of the ablation tests."""
     make_tiny(family, out, classifier=True, layers=layers, heads=heads, seed=seed)
     model = AutoModelForSequenceClassification.from_pretrained(out).eval()
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(out)
+    tokenizer = AutoTokenizer.from_pretrained(out)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "classifier" in name or "pooler" in name:
@@ -209,7 +322,7 @@ def make_sharp_classifier(family: str, out: Path, layers: int = 2, heads: int = 
             max_length=48,
             return_tensors="pt",
         )
-        if family == "distilbert":
+        if "token_type_ids" not in inspect.signature(model.forward).parameters:  # DistilBERT, ModernBERT
             batch.pop("token_type_ids", None)
         logits = model(**batch).logits
         last_bias = [p for name, p in model.named_parameters() if name.endswith("bias")][-1]

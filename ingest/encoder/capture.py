@@ -65,6 +65,21 @@ def observing(observer: AttentionObserver) -> Iterator[AttentionObserver]:
         _active = None
 
 
+def active() -> AttentionObserver | None:
+    """The observer of the current `observing` block, if any."""
+    return _active
+
+
+_mask: torch.Tensor | None = None
+
+
+def observed_mask() -> torch.Tensor | None:
+    """During an observer's `observe` called from attnwh's attention function: the additive
+    mask of that layer (batch, 1, query, key), which holds what the layer may see beyond the
+    padding (ModernBERT's sliding window on its local layers); None elsewhere."""
+    return _mask
+
+
 def attnwh_attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -83,7 +98,12 @@ def attnwh_attention(
         scores = scores + attention_mask
     probs = nn.functional.softmax(scores, dim=-1)
     if _active is not None:
-        probs = _active.observe(module, probs, value)
+        global _mask
+        _mask = attention_mask
+        try:
+            probs = _active.observe(module, probs, value)
+        finally:
+            _mask = None
     probs = nn.functional.dropout(probs, p=dropout, training=module.training)
     output = torch.matmul(probs, value).transpose(1, 2).contiguous()
     return output, None

@@ -18,12 +18,24 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from attnwh.errors import ModelError, UsageError
-from attnwh.ingest.encoder import capture
+from attnwh.ingest.encoder import capture, inline
 from attnwh.ingest.encoder.available import check_model, looks_like_path
 
-# Families whose self-attention goes through transformers' AttentionInterface and whose
-# output projection attnwh knows how to find (see `output_projections`).
-ENCODER_FAMILIES = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra", "albert")
+# Families whose self-attention attnwh observes (through transformers' AttentionInterface,
+# or inline: `inline.py`) and whose output projection it knows how to find (see
+# `output_projections`).
+ENCODER_FAMILIES = (
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "camembert",
+    "distilbert",
+    "electra",
+    "albert",
+    "modernbert",
+    "deberta-v2",
+    "mpnet",
+)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -135,6 +147,14 @@ def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32")
     tokenizer.padding_side = "right"  # the statistics assume real tokens come first
     weights_hash = parameters_hash(model)
     model = model.to(device=torch_device, dtype=DTYPES[dtype]).eval()
+    inline.install(model)  # DeBERTa, MPNet: attention computed in the module, not the interface
+    probe = tokenizer("a b", return_tensors="pt")
+    inline.check_coverage(
+        model,
+        forward_inputs(model, {k: v.to(torch_device) for k, v in probe.items()}),
+        model.config.num_hidden_layers,
+        shown,
+    )
     encoder_config = model.config
     return EncoderModel(
         name=shown,
@@ -171,7 +191,7 @@ def model_max_length(tokenizer: transformers.PreTrainedTokenizerBase, config: tr
     """The longest input in tokens: the tokenizer's limit, capped by the position table
     (RoBERTa-style models reserve padding_idx + 1 positions)."""
     positions = getattr(config, "max_position_embeddings", None)
-    if positions is not None and config.model_type in ("roberta", "xlm-roberta", "camembert"):
+    if positions is not None and config.model_type in ("roberta", "xlm-roberta", "camembert", "mpnet"):
         positions -= config.pad_token_id + 1
     limit = tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else None
     candidates = [x for x in (limit, positions) if x]
@@ -210,6 +230,15 @@ def output_projections(model: nn.Module) -> dict[nn.Module, nn.Linear]:
     for name, module in model.named_modules():
         if isinstance(getattr(module, "q_lin", None), nn.Linear):  # DistilBERT
             found[module] = module.out_lin
+        elif isinstance(getattr(module, "Wqkv", None), nn.Linear):  # ModernBERT: fused Q, K, V beside W_O
+            found[module] = module.Wo
+        elif isinstance(getattr(module, "q", None), nn.Linear) and isinstance(getattr(module, "o", None), nn.Linear):
+            found[module] = module.o  # MPNet
+        elif isinstance(
+            getattr(module, "query_proj", None), nn.Linear
+        ):  # DeBERTa: <layer>.attention.{self, output.dense}
+            deberta: Any = model.get_submodule(name.rsplit(".", 1)[0])
+            found[module] = deberta.output.dense
         elif isinstance(getattr(module, "query", None), nn.Linear):
             if isinstance(getattr(module, "dense", None), nn.Linear):  # ALBERT keeps W_O beside Q, K, V
                 found[module] = module.dense

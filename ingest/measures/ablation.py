@@ -105,8 +105,23 @@ class HeadDisabler:
         disabled, uniform = self._disabled, self._uniform
         assert disabled is not None and uniform is not None
         off = disabled[layer]
-        replacement = uniform.to(probs.dtype) if self.mode == "uniform" else probs.new_zeros(())
+        if self.mode == "zero":
+            replacement = probs.new_zeros(())
+        elif getattr(module, "sliding_window", None) is not None:
+            replacement = _window_uniform(probs)
+        else:
+            replacement = uniform.to(probs.dtype)
         return torch.where(off, replacement, probs)
+
+
+def _window_uniform(probs: torch.Tensor) -> torch.Tensor:
+    """Uniform weights over the keys each query of a sliding-window layer (ModernBERT's local
+    layers) may see: its window's real tokens, read from the layer's mask."""
+    mask = capture.observed_mask()
+    if mask is None:
+        raise RuntimeError("a sliding-window layer reached the observer without its mask")
+    allowed = (mask > torch.finfo(mask.dtype).min / 2).to(probs.dtype)  # (R, 1, S, S)
+    return allowed / allowed.sum(-1, keepdim=True).clamp(min=1)
 
 
 class HeadGates:
@@ -126,14 +141,18 @@ class HeadGates:
 def encoder_layers(model: nn.Module) -> nn.ModuleList | None:
     """The model's list of layer modules, one per depth; None where depths share modules."""
     base = model.base_model
-    for parent in ("encoder", "transformer"):  # BERT, RoBERTa, ELECTRA / DistilBERT
+    for parent in ("encoder", "transformer"):  # BERT, RoBERTa, ELECTRA, DeBERTa, MPNet / DistilBERT
         layers = getattr(getattr(base, parent, None), "layer", None)
         if isinstance(layers, nn.ModuleList):
             return layers
-    return None
+    layers = getattr(base, "layers", None)  # ModernBERT
+    return layers if isinstance(layers, nn.ModuleList) else None
 
 
-_PROJECTIONS = (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"))  # BERT-like / DistilBERT
+# BERT-like, DistilBERT, MPNet, ModernBERT (fused). DeBERTa only its values: with shared
+# attention keys (v3) its query and key projections also run on the relative position
+# embeddings, twice per forward, so one stored output cannot stand for both calls.
+_PROJECTIONS = (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"), ("q", "k", "v"), ("Wqkv",), ("value_proj",))
 
 
 def qkv_projections(layers: nn.ModuleList) -> list[tuple[nn.Linear, ...]] | None:
@@ -180,7 +199,7 @@ class _Reference:
     and, where found, every layer's query, key and value projections with their outputs."""
 
     layers: nn.ModuleList
-    outputs: list[torch.Tensor]
+    outputs: list[object]  # what each layer returned: a tensor, or a tuple holding it
     projections: list[list[tuple[nn.Linear, torch.Tensor]]] | None
 
 
@@ -219,7 +238,7 @@ class AblationSweep:
                     disabled[layer, j, head] = True
             stubs: list[tuple[nn.Module, object]] = []
             if reference is not None and start > 0:  # start > 0 only with a reference
-                hidden = reference.outputs[start - 1].repeat(k, 1, 1)
+                hidden = _repeated(reference.outputs[start - 1], k)
                 stubs += [(layer, hidden) for layer in reference.layers[:start]]
             if reference is not None and reference.projections is not None and start < L:
                 stubs += [(linear, stored.repeat(k, 1, 1)) for linear, stored in reference.projections[start]]
@@ -235,7 +254,7 @@ class AblationSweep:
         return out
 
     def _reference(self, inputs: dict[str, torch.Tensor], layers: nn.ModuleList) -> _Reference:
-        outputs: list[torch.Tensor] = []
+        outputs: list[object] = []
         hooks = [layer.register_forward_hook(lambda m, a, out: outputs.append(out)) for layer in layers]
         projections: dict[nn.Module, torch.Tensor] = {}
         if self.projections is not None:
@@ -253,6 +272,17 @@ class AblationSweep:
             return _Reference(layers, outputs, None)
         stored = [[(linear, projections[linear]) for linear in linears] for linears in self.projections]
         return _Reference(layers, outputs, stored)
+
+
+def _repeated(output: object, k: int) -> object:
+    """A layer's output for k copies of the batch, in the same structure: a tensor
+    (ModernBERT) or a tuple whose tensors are repeated (DeBERTa's (hidden, None), MPNet's
+    (hidden,))."""
+    if isinstance(output, torch.Tensor):
+        return output.repeat(k, *[1] * (output.dim() - 1))
+    if isinstance(output, tuple):
+        return tuple(_repeated(item, k) if item is not None else None for item in output)
+    raise TypeError(f"cannot replay a layer output of type {type(output).__name__}")
 
 
 def _split_by(group: list[int], starts: list[int]) -> Iterator[list[int]]:
