@@ -215,3 +215,14 @@ def test_cli_run_spans_training_and_scoring(monkeypatch, capsys, tiny_model_dir,
         ).fetchone()
     assert train_seconds > 0
     assert (finished - started).total_seconds() >= train_seconds - 0.01
+
+
+@pytest.mark.parametrize("family", ["deberta-v2", "mpnet", "modernbert"])
+def test_families_without_fused_attention_train_on_eager(tiny_model_dir, tmp_path, family):
+    """DeBERTa and MPNet have no sdpa path: fine-tuning falls back to eager, and the saved
+    model loads for capture."""
+    out = tmp_path / "tuned"
+    result = finetune(str(tiny_model_dir(family)), task(16), task(8, split="dev"), out, OPTIONS, device="cpu")
+    tuned = load_encoder(str(out), device="cpu")
+    assert tuned.family == family and tuned.architecture.endswith("ForSequenceClassification")
+    assert tuned.weights_hash == result.tuned_weights_hash != result.base_weights_hash

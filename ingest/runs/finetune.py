@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -76,6 +77,22 @@ StepCallback = Callable[[int, int, float], None]
 LineageExtra = Callable[[FinetuneResult], dict[str, object]]
 
 
+def _for_training(source: str, config: Any, from_scratch: bool) -> Any:  # a PreTrainedModel
+    """The classifier to train, on PyTorch's fused attention (sdpa) where the family has it;
+    DeBERTa and MPNet compute their attention in the module and train on eager."""
+    for implementation in ("sdpa", "eager"):
+        try:
+            if from_scratch:
+                return AutoModelForSequenceClassification.from_config(config, attn_implementation=implementation)
+            return AutoModelForSequenceClassification.from_pretrained(
+                source, config=config, attn_implementation=implementation
+            )
+        except ValueError as exc:
+            if implementation != "sdpa" or "attention implementation" not in str(exc):
+                raise
+    raise AssertionError("unreachable: eager is always supported")
+
+
 def _labels(data: TaskData) -> np.ndarray:
     golds = [e.label for e in data.examples if e.label is not None]
     if len(golds) != len(data.examples):
@@ -115,10 +132,7 @@ def finetune(
         config.id2label = dict(enumerate(label_names))
         config.label2id = {name: i for i, name in enumerate(label_names)}
     _seed(options.seed)
-    if options.from_scratch:
-        model = AutoModelForSequenceClassification.from_config(config, attn_implementation="sdpa")
-    else:
-        model = AutoModelForSequenceClassification.from_pretrained(source, config=config, attn_implementation="sdpa")
+    model = _for_training(source, config, options.from_scratch)
     model.to(base.device)
     tokenizer = AutoTokenizer.from_pretrained(source)
     max_length = min(options.max_length, base.max_length)
