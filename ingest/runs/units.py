@@ -19,13 +19,18 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+import pyarrow as pa
+import torch
 
 from attnwh.ingest.encoder.encoding import EncodedTask, collate, length_buckets
 from attnwh.ingest.runs import rows
 from attnwh.ingest.runs.shards import Part
+
+if TYPE_CHECKING:
+    from attnwh.ingest.runs.loop import BatchCapture
 
 
 @dataclass(frozen=True)
@@ -52,11 +57,12 @@ class WorkUnit:
     def n_tokens(self) -> np.ndarray:
         return self.encoded.n_tokens
 
-    def collate(self, pad_token_id: int, device: object) -> dict:
+    def collate(self, pad_token_id: int, device: torch.device) -> dict[str, torch.Tensor]:
         """The unit's padded batch on `device` (see `encoding.collate`)."""
-        return collate(self.encoded, range(len(self.input_ids)), pad_token_id, device)  # type: ignore[arg-type]
+        return collate(self.encoded, range(len(self.input_ids)), pad_token_id, device)
 
-    def done_rows(self):  # -> pa.Table
+    def done_rows(self) -> pa.Table:
+        """run_examples rows marking the unit's examples done."""
         return rows.done_rows(self.example_ids, self.n_tokens, self.n_tokens_full)
 
 
@@ -121,7 +127,7 @@ def shard_slice(units: Sequence[WorkUnit], shard: tuple[int, int]) -> list[WorkU
 class CaptureWorker:
     """Computes units of a statistics or compare run with its :class:`BatchCapture`."""
 
-    def __init__(self, capture) -> None:  # a loop.BatchCapture
+    def __init__(self, capture: BatchCapture) -> None:
         self.capture = capture
 
     def compute(self, unit: WorkUnit) -> Part:
