@@ -105,22 +105,22 @@ class HeadDisabler:
         disabled, uniform = self._disabled, self._uniform
         assert disabled is not None and uniform is not None
         off = disabled[layer]
+        mask = capture.observed_mask() if getattr(module, "sliding_window", None) is not None else None
         if self.mode == "zero":
             replacement = probs.new_zeros(())
-        elif getattr(module, "sliding_window", None) is not None:
-            replacement = _window_uniform(probs)
+        elif mask is not None:
+            replacement = _window_uniform(mask, probs.dtype)
         else:
+            # Also a sliding-window layer without a mask: transformers leaves it out when
+            # nothing is padded and the whole input fits in the window.
             replacement = uniform.to(probs.dtype)
         return torch.where(off, replacement, probs)
 
 
-def _window_uniform(probs: torch.Tensor) -> torch.Tensor:
+def _window_uniform(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Uniform weights over the keys each query of a sliding-window layer (ModernBERT's local
-    layers) may see: its window's real tokens, read from the layer's mask."""
-    mask = capture.observed_mask()
-    if mask is None:
-        raise RuntimeError("a sliding-window layer reached the observer without its mask")
-    allowed = (mask > torch.finfo(mask.dtype).min / 2).to(probs.dtype)  # (R, 1, S, S)
+    layers) may see: the real tokens of its window, read from the layer's additive mask."""
+    allowed = (mask > torch.finfo(mask.dtype).min / 2).to(dtype)  # (R, 1, S, S)
     return allowed / allowed.sum(-1, keepdim=True).clamp(min=1)
 
 
