@@ -238,24 +238,6 @@ def test_without_the_ray_extra_one_line_says_how_to_install_it(monkeypatch, caps
     assert not db.exists()
 
 
-def test_a_cluster_that_is_not_there_is_one_line_and_nothing_written(tiny_model_dir, pairs, tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    db = tmp_path / "w.duckdb"
-    done = subprocess.run(
-        [sys.executable, "-m", "attnwh", "ingest", *pair_args(pairs, db), "--model", str(tiny_model_dir("bert"))]
-        + ["--engine", "ray", "--ray-address", "auto"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 1, done.stderr
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("attnwh: error: cannot start or reach the Ray cluster at auto"), done.stderr
-    assert "Traceback" not in done.stderr
-    assert not db.exists()
-
-
 LISTENING = """
 import os, sys
 def listening():
