@@ -41,7 +41,7 @@ from attnwh.ingest.sources.examples import Example, TaskData
 from helpers import SENTENCES, counts, ingest_args, run, write_pairs
 from test_compare import compare_in_db, eager_maps
 from test_relations import CONLLU, EXPECTED_TOTALS
-from test_statistics import pattern_reference, task
+from test_statistics import head_row, task
 from tiny_models import make_sharp_classifier, make_tiny
 
 FAMILIES = ("modernbert", "deberta-v2", "mpnet")
@@ -125,7 +125,6 @@ def reference(model: nn.Module, tokenizer, ids: list[int]) -> np.ndarray:
     cls = np.array([i == tokenizer.cls_token_id for i in ids], float)
     sep = np.array([i == tokenizer.sep_token_id for i in ids], float)
     punct = np.array([is_punct(t) and i not in special for t, i in zip(tokens, ids)], float)
-    n = len(ids)
     result = []
     for maps, v, (_, wo, _) in zip(out.attentions, values, parts):
         a = maps[0].double().numpy()  # (H, n, n)
@@ -137,29 +136,7 @@ def reference(model: nn.Module, tokenizer, ids: list[int]) -> np.ndarray:
         for h in range(heads):
             f = v[:, h * d : (h + 1) * d] @ wo[:, h * d : (h + 1) * d].T  # (n, hidden)
             norms = np.linalg.norm(f, axis=1)
-            A = a[h]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ent = -np.where(A > 0, A * np.log(A), 0).sum(1)
-            prev = np.array([A[i, i - 1] if i > 0 else 0 for i in range(n)])
-            nxt = np.array([A[i, i + 1] if i < n - 1 else 0 for i in range(n)])
-            W = A * norms[None, :]
-            W = W / W.sum(1, keepdims=True)
-            per_head.append(
-                [
-                    (A @ cls).mean(),
-                    (A @ sep).mean(),
-                    (A @ punct).mean(),
-                    np.diag(A).mean(),
-                    prev.mean(),
-                    nxt.mean(),
-                    ent.mean(),
-                    A.max(1).mean(),
-                    (W @ cls).mean(),
-                    (W @ sep).mean(),
-                    (W @ punct).mean(),
-                    *pattern_reference(A, cls, sep, punct),
-                ]
-            )
+            per_head.append(head_row(a[h], norms, cls, sep, punct))
         result.append(per_head)
     return np.array(result)
 

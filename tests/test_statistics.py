@@ -64,6 +64,32 @@ def pattern_reference(A: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np
     return [column[cls].sum(), column[sep].sum(), column[punct].sum(), col_other, band, block, code]
 
 
+def head_row(A: np.ndarray, norms: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np.ndarray) -> list[float]:
+    """One head's observed columns from its (n, n) map A and the norms ||f_h(x_j)|| of its
+    value vectors through its slice of W_O, computed directly with numpy."""
+    n = len(A)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ent = -np.where(A > 0, A * np.log(A), 0).sum(1)
+    prev = np.array([A[i, i - 1] if i > 0 else 0 for i in range(n)])
+    nxt = np.array([A[i, i + 1] if i < n - 1 else 0 for i in range(n)])
+    W = A * norms[None, :]
+    W = W / W.sum(1, keepdims=True)
+    return [
+        (A @ cls).mean(),
+        (A @ sep).mean(),
+        (A @ punct).mean(),
+        np.diag(A).mean(),
+        prev.mean(),
+        nxt.mean(),
+        ent.mean(),
+        A.max(1).mean(),
+        (W @ cls).mean(),
+        (W @ sep).mean(),
+        (W @ punct).mean(),
+        *pattern_reference(A, cls, sep, punct),
+    ]
+
+
 def reference(model, tokenizer, ids: list[int], types: list[int] | None) -> np.ndarray:
     """(layer, head, column) for one unpadded example, from eager output_attentions maps:
     the statistics, then the pattern features and type."""
@@ -84,7 +110,6 @@ def reference(model, tokenizer, ids: list[int], types: list[int] | None) -> np.n
         ],
         float,
     )
-    n = len(ids)
     result = []
     for layer, maps in enumerate(out.attentions):
         a = maps[0].double().numpy()  # (H, n, n)
@@ -98,29 +123,7 @@ def reference(model, tokenizer, ids: list[int], types: list[int] | None) -> np.n
         for h in range(heads):
             f = v[:, h * d : (h + 1) * d] @ wo[:, h * d : (h + 1) * d].T  # (n, hidden)
             norms = np.linalg.norm(f, axis=1)
-            A = a[h]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ent = -np.where(A > 0, A * np.log(A), 0).sum(1)
-            prev = np.array([A[i, i - 1] if i > 0 else 0 for i in range(n)])
-            nxt = np.array([A[i, i + 1] if i < n - 1 else 0 for i in range(n)])
-            W = A * norms[None, :]
-            W = W / W.sum(1, keepdims=True)
-            per_head.append(
-                [
-                    (A @ cls).mean(),
-                    (A @ sep).mean(),
-                    (A @ punct).mean(),
-                    np.diag(A).mean(),
-                    prev.mean(),
-                    nxt.mean(),
-                    ent.mean(),
-                    A.max(1).mean(),
-                    (W @ cls).mean(),
-                    (W @ sep).mean(),
-                    (W @ punct).mean(),
-                    *pattern_reference(A, cls, sep, punct),
-                ]
-            )
+            per_head.append(head_row(a[h], norms, cls, sep, punct))
         result.append(per_head)
     return np.array(result)
 
