@@ -243,6 +243,8 @@ import os, sys
 def listening():
     found = {}
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(name):  # no IPv6 on this machine
+            continue
         for line in open(name).read().splitlines()[1:]:
             fields = line.split()
             if fields[3] == "0A":  # LISTEN
