@@ -18,7 +18,9 @@ from attnwh.cli.summaries import print_merge
 
 
 def merge(
-    folder: Annotated[Path, typer.Argument(help="The --shard-dir the shards were written to.", show_default=False)],
+    folder: Annotated[
+        Path, typer.Argument(metavar="DIR", help="The --shard-dir the shards were written to.", show_default=False)
+    ],
     db: DbOpt = DEFAULT_DB,
 ) -> None:
     """Merge the shards of `--shard I/N` runs (ingest, compare, ablation) into the warehouse.
