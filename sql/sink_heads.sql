@@ -1,5 +1,5 @@
 -- name: sink_heads
--- title: Attention sinks per model, task, layer and token kind: the heads whose mean attention to the token exceeds eps (default 0.3), and the layer's share of them
+-- title: Attention sinks per layer and token kind: heads whose mean attention to it exceeds eps (default 0.3), and their share
 -- params: model, task, eps
 -- Gu et al. (2025): a head is a sink head for a token kind ([CLS], [SEP], punctuation) when
 -- its attention to that kind, averaged over query rows (docs/metrics.md) and over the run's
