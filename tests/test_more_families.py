@@ -41,7 +41,7 @@ from attnwh.ingest.sources.examples import Example, TaskData
 from helpers import SENTENCES, counts, ingest_args, run, write_pairs
 from test_compare import compare_in_db, eager_maps
 from test_relations import CONLLU, EXPECTED_TOTALS
-from test_statistics import head_row, task
+from test_statistics import layer_rows, task
 from tiny_models import make_sharp_classifier, make_tiny
 
 FAMILIES = ("modernbert", "deberta-v2", "mpnet")
@@ -128,16 +128,9 @@ def reference(model: nn.Module, tokenizer, ids: list[int]) -> np.ndarray:
     result = []
     for maps, v, (_, wo, _) in zip(out.attentions, values, parts):
         a = maps[0].double().numpy()  # (H, n, n)
-        heads = a.shape[0]
         v = v[0].double().numpy()  # (n, H * d)
         wo = wo.weight.detach().double().numpy()
-        d = v.shape[1] // heads
-        per_head = []
-        for h in range(heads):
-            f = v[:, h * d : (h + 1) * d] @ wo[:, h * d : (h + 1) * d].T  # (n, hidden)
-            norms = np.linalg.norm(f, axis=1)
-            per_head.append(head_row(a[h], norms, cls, sep, punct))
-        result.append(per_head)
+        result.append(layer_rows(a, v, wo, cls, sep, punct))
     return np.array(result)
 
 

@@ -64,6 +64,19 @@ def pattern_reference(A: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np
     return [column[cls].sum(), column[sep].sum(), column[punct].sum(), col_other, band, block, code]
 
 
+def layer_rows(
+    a: np.ndarray, v: np.ndarray, wo: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np.ndarray
+) -> list[list[float]]:
+    """Every head's observed columns of one layer from its maps a (H, n, n), its value
+    vectors v (n, H * d) and W_O (hidden, H * d): ||f_h(x_j)|| through the head's slice of W_O."""
+    d = v.shape[1] // a.shape[0]
+    rows = []
+    for h in range(a.shape[0]):
+        f = v[:, h * d : (h + 1) * d] @ wo[:, h * d : (h + 1) * d].T  # (n, hidden)
+        rows.append(head_row(a[h], np.linalg.norm(f, axis=1), cls, sep, punct))
+    return rows
+
+
 def head_row(A: np.ndarray, norms: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np.ndarray) -> list[float]:
     """One head's observed columns from its (n, n) map A and the norms ||f_h(x_j)|| of its
     value vectors through its slice of W_O, computed directly with numpy."""
@@ -113,18 +126,11 @@ def reference(model, tokenizer, ids: list[int], types: list[int] | None) -> np.n
     result = []
     for layer, maps in enumerate(out.attentions):
         a = maps[0].double().numpy()  # (H, n, n)
-        heads = a.shape[0]
         attn = model.encoder.layer[layer].attention
         x = out.hidden_states[layer][0].double().numpy()
         v = x @ attn.self.value.weight.detach().double().numpy().T + attn.self.value.bias.detach().double().numpy()
         wo = attn.output.dense.weight.detach().double().numpy()
-        d = v.shape[1] // heads
-        per_head = []
-        for h in range(heads):
-            f = v[:, h * d : (h + 1) * d] @ wo[:, h * d : (h + 1) * d].T  # (n, hidden)
-            norms = np.linalg.norm(f, axis=1)
-            per_head.append(head_row(a[h], norms, cls, sep, punct))
-        result.append(per_head)
+        result.append(layer_rows(a, v, wo, cls, sep, punct))
     return np.array(result)
 
 
