@@ -82,6 +82,7 @@ class StudyOptions:
     resamples: int = 1000
     top_k: int = 10
     importance: bool = True
+    value_zeroing: str | None = None  # "layer" or "head": value zeroing in the statistics ingests
     configs_per_pass: int | None = None  # None: 8 on a GPU, 1 on a CPU
     thumbnails: int = 20
     device: str = "auto"
@@ -155,6 +156,8 @@ class TaskSummary:
     score: float | None
     changed_layer: tuple[int, float] | None  # layer, mean cosine
     helpful_head: tuple[int, int, float, float | None] | None  # layer, head, delta, adjusted p
+    sinks: tuple[int, float, float | None] | None = None  # sink heads disabled together: count, delta, p
+    sinks_note: str | None = None  # why there is no sinks combination (AblationSummary.sinks_note)
 
 
 class StudyHooks(Protocol):
@@ -375,6 +378,7 @@ class Study:
             batch_size=options.batch_size,
             command=options.command,
             thumbnails=options.thumbnails,
+            value_zeroing=options.value_zeroing,
         )
         # Fail on lengths now rather than after fine-tuning.
         prepare_tasks(
@@ -382,6 +386,7 @@ class Study:
         )
         self._tuned: dict[str, EncoderModel] = {}
         self.run_ids: dict[tuple[str, str], int] = {}  # (stage, task) -> run id of this study's run
+        self.sinks_notes: dict[tuple[str, str], str | None] = {}  # (ablation stage, task) -> why no sinks
         self.trained: dict[str, FinetuneResult] = {}
         self.wrote_anything = False
 
@@ -408,6 +413,8 @@ class Study:
             wrote = s.outcome != "already complete"
             self.wrote_anything |= wrote
             mode = f" · {s.mode}" if isinstance(s, AblationSummary) else ""
+            if isinstance(s, AblationSummary):
+                self.sinks_notes[(stage, s.task)] = s.sinks_note
             result.add(f"{s.task}{mode}", f"run {s.run_id} {s.outcome}", wrote)
 
     # -- stages ----------------------------------------------------------------------------
@@ -623,8 +630,8 @@ class Study:
 
     def summary(self) -> list[TaskSummary]:
         """Per task: the tuned model's score, the layer that changed most, the head whose
-        disabling helped most (first mode), read back from the warehouse by the named query
-        study_summary for this study's runs."""
+        disabling helped most and the sink heads disabled together (first mode), read back
+        from the warehouse by the named query study_summary for this study's runs."""
         from attnwh.sql.queries import get_query, run_query
 
         query = get_query("study_summary")
@@ -643,7 +650,8 @@ class Study:
                     )
                 }
                 rows = run_query(con, query, {"metric": task.metric, **runs}).to_pylist()
-                out.append(_task_summary(task, rows[0] if rows else {}))
+                note = self.sinks_notes.get((first_mode, task.name))
+                out.append(_task_summary(task, rows[0] if rows else {}, note))
             return out
         finally:
             con.close()
@@ -670,7 +678,7 @@ STAGES: tuple[str, ...] = tuple(stage.name for stage in STAGE_TABLE)
 STAGE_HELP: dict[str, str] = {stage.name: stage.help for stage in STAGE_TABLE}
 
 
-def _task_summary(task: StudyTask, row: dict) -> TaskSummary:
+def _task_summary(task: StudyTask, row: dict, sinks_note: str | None = None) -> TaskSummary:
     """A study_summary row as a TaskSummary ({}: nothing found)."""
     changed = None if row.get("changed_layer") is None else (row["changed_layer"], row["mean_cosine"])
     helpful = (
@@ -678,7 +686,8 @@ def _task_summary(task: StudyTask, row: dict) -> TaskSummary:
         if row.get("helpful_layer") is None
         else (row["helpful_layer"], row["helpful_head"], row["helpful_delta"], row["helpful_p_adjusted"])
     )
-    return TaskSummary(task.name, task.metric, row.get("score"), changed, helpful)
+    sinks = None if row.get("sink_heads") is None else (row["sink_heads"], row["sinks_delta"], row["sinks_p_value"])
+    return TaskSummary(task.name, task.metric, row.get("score"), changed, helpful, sinks, sinks_note)
 
 
 def _study_lineage(study_part: dict) -> LineageExtra:

@@ -305,6 +305,49 @@ def special_tokens_layers(frame: pl.DataFrame) -> alt.FacetChart:
     )
 
 
+# Token kinds of attention sinks (sink_heads), in the order of the [CLS]/[SEP] charts.
+SINK_TOKENS: tuple[str, ...] = ("[CLS]", "[SEP]", "punctuation")
+
+
+def attention_sinks(frame: pl.DataFrame) -> alt.FacetChart:
+    """Heatmaps layer × token kind of Sink^eps (Gu et al. 2025): the share of the layer's heads
+    whose mean attention to that kind exceeds eps, with their count written in the cell, one
+    panel per run. `frame` is the `sink_heads` query."""
+    data = frame.with_columns(
+        panel=panel_label(frame),
+        count=pl.format("{}/{}", pl.col("sink_heads"), pl.col("heads")),
+        which_heads=pl.col("which_heads").fill_null("–"),
+    )
+    base = alt.Chart().encode(
+        x=alt.X("token:N", title=None, sort=list(SINK_TOKENS), axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("layer:O", title="layer (from 0)"),
+    )
+    cells = base.mark_rect().encode(
+        # Fixed 0 to 1, so that panels of different models compare by colour.
+        color=alt.Color(
+            "sink_share:Q",
+            title=["Sink^ε: share of", "the layer's heads"],
+            scale=alt.Scale(scheme="oranges", domain=[0, 1]),
+        ),
+        tooltip=[
+            alt.Tooltip("panel:N", title="run"),
+            alt.Tooltip("layer:O"),
+            alt.Tooltip("token:N", title="token kind"),
+            alt.Tooltip("count:N", title="sink heads"),
+            alt.Tooltip("which_heads:N", title="which"),
+            alt.Tooltip("max_share:Q", title="largest mean share", format=".3f"),
+            alt.Tooltip("max_norm_share_of_sinks:Q", title="largest norm-weighted share of a sink", format=".3f"),
+            alt.Tooltip("eps:Q", title="ε"),
+        ],
+    )
+    counts = base.mark_text(fontSize=10).encode(
+        text="count:N",
+        color=alt.condition(alt.datum.sink_share > 0.6, alt.value("white"), alt.value("#111")),
+    )
+    layered = _layer(cells, counts, data=data).properties(width=alt.Step(56), height=alt.Step(18))
+    return _styled(_panels(layered, 4, 18, labelLimit=300), view_stroke=None)
+
+
 def pair_label(frame: pl.DataFrame) -> pl.Expr:
     """'run 4 · sst2 (dev)', 'minilm → minilm-sst2' (pre-trained → fine-tuned) on two lines:
     one label per compare run."""
@@ -689,6 +732,72 @@ def pattern_gallery(frame: pl.DataFrame) -> alt.FacetChart:
     return _styled(maps, view_stroke="#ddd")
 
 
+# Token kinds of massive activations, in the order of attnwh.ingest.measures.massive, with
+# the letter a cell shows for the kind that holds most of its entries.
+MASSIVE_KINDS: tuple[tuple[str, str], ...] = (("[CLS]", "C"), ("[SEP]", "S"), ("punctuation", "P"), ("other", "O"))
+
+
+def massive_cells(frame: pl.DataFrame) -> pl.DataFrame:
+    """One row per run, layer and dimension of the `massive_activations` query (which has one
+    per token kind besides): the dimension's share of the run's examples, the entries and
+    their token kinds ("[SEP] 40 · [CLS] 2", most first), the largest magnitude, the mean
+    magnitude / median and the letter of the kind with most entries."""
+    order = {kind: k for k, (kind, _) in enumerate(MASSIVE_KINDS)}
+    letters = dict(MASSIVE_KINDS)
+    keys = ["model", "task", "split", "run_id", *(["lineage"] if "lineage" in frame.columns else []), "layer", "dim"]
+    ranked = frame.with_columns(kind_order=pl.col("token_kind").replace_strict(order, default=len(order))).sort(
+        [*keys, "massive", "kind_order"], descending=[*(False,) * len(keys), True, False]
+    )
+    cells = ranked.group_by(keys, maintain_order=True).agg(
+        dim_example_share=pl.col("dim_example_share").first(),
+        run_examples=pl.col("run_examples").first(),
+        massive=pl.col("massive").sum(),
+        max_magnitude=pl.col("max_magnitude").max(),
+        mean_ratio=(pl.col("mean_ratio") * pl.col("massive")).sum() / pl.col("massive").sum(),
+        kinds=pl.format("{} {}", pl.col("token_kind"), pl.col("massive")).str.join(" · "),
+        letter=pl.col("token_kind").first().replace_strict(letters, default="?"),
+    )
+    return cells.with_columns(panel=panel_label(cells))
+
+
+def massive_activations(frame: pl.DataFrame) -> alt.FacetChart:
+    """Heatmaps layer × hidden dimension of the share of a run's examples whose layer output
+    has a massive activation in that dimension (Sun et al. 2024), one panel per statistics
+    run, each with only its own dimensions that are ever massive; a letter names the token
+    kind with most entries, the tooltip all of them. `frame` is `massive_activations`."""
+    data = massive_cells(frame)
+    base = alt.Chart().encode(
+        x=alt.X("dim:O", title="hidden dimension", axis=alt.Axis(labelAngle=-90, labelFontSize=9)),
+        y=alt.Y("layer:O", title="layer (from 0)", axis=alt.Axis(labelFontSize=9)),
+    )
+    cells = base.mark_rect().encode(
+        color=alt.Color(
+            "dim_example_share:Q",
+            title="share of examples",
+            scale=alt.Scale(scheme="viridis", domain=[0, 1]),
+            legend=alt.Legend(format="%"),
+        ),
+        tooltip=[
+            alt.Tooltip("panel:N", title="run"),
+            alt.Tooltip("layer:O"),
+            alt.Tooltip("dim:O", title="dimension"),
+            alt.Tooltip("dim_example_share:Q", title="share of examples", format=".1%"),
+            alt.Tooltip("run_examples:Q", title="examples scanned"),
+            alt.Tooltip("massive:Q", title="massive entries"),
+            alt.Tooltip("kinds:N", title="on token kinds"),
+            alt.Tooltip("max_magnitude:Q", title="max |h|", format=".1f"),
+            alt.Tooltip("mean_ratio:Q", title="mean |h| / median", format=",.0f"),
+        ],
+    )
+    # Dark text on the bright (frequent) end of viridis, light text on the dark end.
+    letters = base.mark_text(fontSize=9).encode(
+        text="letter:N",
+        color=alt.condition("datum.dim_example_share > 0.6", alt.value("#111"), alt.value("#fff")),
+    )
+    layered = _layer(cells, letters, data=data).properties(width=alt.Step(18), height=alt.Step(18))
+    return _styled(_panels(layered, 3, 16, labelLimit=320).resolve_scale(x="independent"), view_stroke=None)
+
+
 # One convention on the whole page: Δ = score with the head (or layer) disabled minus the
 # score with nothing disabled; negative = disabling hurt.
 _DELTA_TITLE = "Δ score (disabled − baseline)"
@@ -854,3 +963,65 @@ def importance_scatter(frame: pl.DataFrame, correlations: pl.DataFrame) -> alt.F
         .properties(width=300, height=220)
     )
     return _styled(_selectable(_panels(points, 2, 24, labelLimit=300)))
+
+
+def sink_label(frame: pl.DataFrame) -> pl.Expr:
+    """The ablation run's label (`ablation_label`) and a last line with Spearman's rho between
+    sink score and Δ and its bootstrap interval: 'Spearman ρ -0.18 [-0.39, 0.05]'."""
+
+    def number(column: str) -> pl.Expr:
+        return pl.col(column).round(2).cast(pl.String).fill_null("–")
+
+    return pl.concat_str(
+        [
+            ablation_label(frame),
+            pl.lit(NEWLINE),
+            pl.format("Spearman ρ {} [{}, {}]", number("spearman"), number("spearman_low"), number("spearman_high")),
+        ]
+    )
+
+
+def sinks_vs_ablation(frame: pl.DataFrame) -> alt.FacetChart:
+    """Per head, its sink score (the largest of its mean attention to [CLS], [SEP] and
+    punctuation) against Δ, the change in score when it alone is disabled, sink heads
+    highlighted, a dotted rule at eps; one panel per ablation run, titled with Spearman's rho
+    and its bootstrap interval. `frame` is `sink_vs_ablation`."""
+    data = frame.with_columns(
+        panel=sink_label(frame),
+        kind=pl.when(pl.col("sink")).then(pl.lit("sink head")).otherwise(pl.lit("other head")),
+    )
+    eps = float(cast(float, frame["eps"][0])) if frame.height else 0.3
+    points = (
+        alt.Chart()
+        .mark_point(filled=True, size=40, opacity=0.8)
+        .encode(
+            x=alt.X("sink_score:Q", title="sink score (largest mean share: [CLS], [SEP], punctuation)"),
+            y=alt.Y("delta:Q", title=_DELTA_TITLE),
+            color=alt.Color(
+                "kind:N",
+                title=None,
+                scale=alt.Scale(domain=["sink head", "other head"], range=["#e6550d", "#9e9e9e"]),
+                legend=alt.Legend(orient="bottom", direction="horizontal"),
+            ),
+            shape=alt.Shape("sink_kind:N", title="largest share to", sort=list(SINK_TOKENS)),
+            tooltip=[
+                alt.Tooltip("panel:N", title="run"),
+                alt.Tooltip("layer:O"),
+                alt.Tooltip("head:O"),
+                alt.Tooltip("sink_score:Q", title="sink score", format=".3f"),
+                alt.Tooltip("sink_kind:N", title="to"),
+                alt.Tooltip("to_cls:Q", title="[CLS]", format=".3f"),
+                alt.Tooltip("to_sep:Q", title="[SEP]", format=".3f"),
+                alt.Tooltip("to_punct:Q", title="punctuation", format=".3f"),
+                alt.Tooltip("delta:Q", title="Δ", format="+.4f"),
+                alt.Tooltip("ci_low:Q", title="95 % CI low", format="+.4f"),
+                alt.Tooltip("ci_high:Q", title="95 % CI high", format="+.4f"),
+                alt.Tooltip("p_adjusted:Q", title="p adjusted (BH)", format=".3g"),
+            ],
+            **_selected_outline(),
+        )
+    )
+    threshold = alt.Chart().mark_rule(color="#e6550d", strokeDash=[2, 3]).encode(x=alt.datum(eps))
+    zero = alt.Chart().mark_rule(color="#888", strokeDash=[4, 3]).encode(y=alt.datum(0))
+    layered = _layer(zero, threshold, points, data=data).properties(width=300, height=220)
+    return _styled(_selectable(_panels(layered, 2, 24, labelLimit=300)))

@@ -2,8 +2,8 @@
 link to the section that shows where it comes from.
 
 Every number is computed by a named query (findings_finetune, findings_ablation,
-findings_change, findings_patterns); this module only groups their rows by model and task
-and words them. A finding whose query returns nothing (for the report's filters) is left
+findings_change, findings_patterns, and sink_vs_ablation's per-run columns); this module only
+groups their rows by model and task and words them. A finding whose query returns nothing (for the report's filters) is left
 out, and one line names what is missing and the command that adds it.
 """
 
@@ -56,16 +56,27 @@ class Findings:
 
 @dataclass(frozen=True)
 class _Source:
-    """A named query, the section its numbers link to, and what it gives, for the note."""
+    """A named query, the section its numbers link to, and what it gives, for the note.
+    `needs`: a source without whose rows this one's absence goes unsaid (the note already
+    names that command); `command`: what adds the rows, when not the section's command."""
 
     query: str
     section: str
     what: str
+    needs: str | None = None
+    command: str | None = None
 
 
 _SOURCES = (
     _Source("findings_finetune", "finetuning", "the fine-tuned scores"),
     _Source("findings_ablation", "ablation", "the ablation baselines and significant heads and layers"),
+    _Source(
+        "sink_vs_ablation",
+        "sinks-vs-ablation",
+        "the sink heads against the effect of disabling them",
+        needs="findings_ablation",
+        command="attnwh ingest --model FINETUNED on the ablation's examples",
+    ),
     _Source("findings_change", "finetuning-change", "the layers that changed most through fine-tuning"),
     _Source("findings_patterns", "pattern-types", "the pattern shares"),
 )
@@ -120,10 +131,13 @@ def build_findings(ctx: ReportContext, sections: tuple[Section, ...] = SECTIONS)
     on_page = {s.id for s in sections}
     by_key: dict[tuple[str, str], list[tuple[int, Finding]]] = {}
     missing = []
+    empty = set()
     for order, source in enumerate(_SOURCES):
         rows = ctx.query(source.query).to_dicts()
         if not rows:
-            missing.append(source)
+            empty.add(source.query)
+            if source.needs not in empty:
+                missing.append(source)
             continue
         href = f"#section-{source.section}" if source.section in on_page else None
         for key, finding in _WORDING[source.query](rows, href):
@@ -139,7 +153,7 @@ def _missing_line(missing: list[_Source]) -> str | None:
     if not missing:
         return None
     commands = {s.id: s.produced_by for s in SECTIONS}
-    parts = [f"{s.what} (run `{commands[s.section]}`)" for s in missing]
+    parts = [f"{s.what} (run `{s.command or commands[s.section]}`)" for s in missing]
     return "No data yet for " + _join(parts) + "."
 
 
@@ -245,6 +259,34 @@ def _detectable(r: dict, metric: str, href: str | None) -> Finding:
     return s.text(f"The smallest detectable change of {metric} is not known for the test {r['test']!r}.").done()
 
 
+def _sinks(rows: list[dict], href: str | None) -> Iterable[tuple[tuple[str, str], Finding]]:
+    """One sentence per ablation run from its first sink_vs_ablation row (the per-run columns
+    repeat on every head's row)."""
+    seen = set()
+    for r in rows:
+        if r["run_id"] in seen:
+            continue
+        seen.add(r["run_id"])
+        metric = _metric(r["metric"])
+        s = _Sentence(href).number(f"{r['sink_heads']:,}").text(" of ").count(r["heads"], "head")
+        s.text(" are sink heads (mean attention to [CLS], [SEP] or punctuation above ").number(f"{r['eps']:g}")
+        s.text(" on the ablation's examples, statistics run ").number(str(r["statistics_run"])).text("). ")
+        if r["spearman"] is None:
+            s.text(f"Sink score and the change in {metric} when a head is disabled cannot be correlated: every ")
+            s.text("head has the same score or the same change")
+        else:
+            s.text(f"Across the heads, Spearman's ρ between sink score and the change in {metric} when the head is ")
+            s.text("disabled is ").number(f"{r['spearman']:.3f}")
+            if r["spearman_low"] is not None:
+                s.text(" (percentile bootstrap interval over the heads ").number(f"{r['spearman_low']:.3f}")
+                s.text(" to ").number(f"{r['spearman_high']:.3f}").text(")")
+        if r["sinks_delta"] is not None:
+            s.text(f"; disabling all of them together changed {metric} by ").number(f"{r['sinks_delta']:.4f}")
+            s.text(" (p ").number(f"{r['sinks_p_value']:.3g}").text(", unadjusted)")
+        s.text(" (ablation run ").number(str(r["run_id"])).text(").")
+        yield (r["model"], r["task"]), s.done()
+
+
 def _change(rows: list[dict], href: str | None) -> Iterable[tuple[tuple[str, str], Finding]]:
     for r in rows:
         s = _Sentence(href).text(f"Through fine-tuning from {r['base']}, attention changed most in layer ")
@@ -267,6 +309,7 @@ def _patterns(rows: list[dict], href: str | None) -> Iterable[tuple[tuple[str, s
 _WORDING = {
     "findings_finetune": _finetune,
     "findings_ablation": _ablation,
+    "sink_vs_ablation": _sinks,
     "findings_change": _change,
     "findings_patterns": _patterns,
 }

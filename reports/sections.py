@@ -15,7 +15,7 @@ import altair as alt
 import duckdb
 import polars as pl
 
-from attnwh.reports import charts
+from attnwh.reports import charts, mixing_charts
 from attnwh.sql import queries as named
 
 
@@ -107,6 +107,66 @@ def _special_tokens(ctx: ReportContext) -> list[Block]:
             "examples and the layer's heads.",
             charts.special_tokens_layers(layers),
         ),
+    ]
+
+
+def _sinks(ctx: ReportContext) -> list[Block]:
+    return [
+        ChartBlock(
+            "chart-attention-sinks",
+            "Attention sinks (Gu et al. 2025): per layer (rows) and token kind (columns), Sink^ε = the share of the "
+            "layer's heads whose mean attention to [CLS], [SEP] or punctuation exceeds ε = 0.3 (the mean over query "
+            "rows and the run's examples, as in the heatmap above), with their count in the cell and, in the "
+            "tooltip, which heads and the largest norm-weighted share among them (Kobayashi et al.: how much of that "
+            "attention carries anything); query sink_heads.",
+            charts.attention_sinks(_lineage(ctx, ctx.query("sink_heads"))),
+        )
+    ]
+
+
+def sinks_text(frame: pl.DataFrame) -> str:
+    """'Run 9: 15 of 72 heads are sinks; ρ = -0.18 (bootstrap interval -0.39 to 0.05).', one
+    sentence per ablation run of a `sink_vs_ablation` frame."""
+    sentences = []
+    for r in frame.unique("run_id", keep="first", maintain_order=True).iter_rows(named=True):
+        rho = "undefined (every head has the same Δ or score)"
+        if r["spearman"] is not None:
+            rho = f"{r['spearman']:.2f}"
+            if r["spearman_low"] is not None:
+                rho += f" (bootstrap interval {r['spearman_low']:.2f} to {r['spearman_high']:.2f})"
+        together = ""
+        if r["sinks_delta"] is not None:
+            together = (
+                f"; all {r['sinks_disabled']} disabled together: Δ {r['sinks_delta']:+.4f}, p {r['sinks_p_value']:.3g}"
+            )
+        sentences.append(
+            f"Run {r['run_id']} ({r['metric']}): {r['sink_heads']} of {r['heads']} heads are sinks; Spearman ρ (sink score, Δ) = "
+            f"{rho}{together}."
+        )
+    return " ".join(sentences)
+
+
+def _sinks_vs_ablation(ctx: ReportContext) -> list[Block]:
+    frame = _lineage(ctx, ctx.query("sink_vs_ablation"))
+    found = (
+        " " + sinks_text(frame)
+        if frame.height
+        else " No ablation run has a statistics run of its model on its examples, so the chart is empty: "
+        "`attnwh ingest --model FINETUNED` on the sweep's examples (the same data, seed and a --limit at least the "
+        "sweep's) adds one."
+    )
+    return [
+        ChartBlock(
+            "chart-sinks-vs-ablation",
+            "Are the sink heads the ones that can be removed? Per head of a fine-tuned model, its sink score (the "
+            "largest of its mean attention to [CLS], [SEP] and punctuation, from a statistics run of the same "
+            "weights averaged over exactly the ablation run's examples) against Δ, the change in score when it alone "
+            "is disabled (disabled − baseline, as in the ablation heatmap), sink heads (score > ε = 0.3, dotted "
+            "line) in orange; each panel's title gives Spearman's ρ across the heads (average ranks for ties) and "
+            "its 95 % percentile bootstrap interval over resampled heads. A sink head that matters sits low on "
+            "the right; query sink_vs_ablation." + found,
+            charts.sinks_vs_ablation(frame),
+        )
     ]
 
 
@@ -335,6 +395,53 @@ def _pattern_gallery(ctx: ReportContext) -> list[Block]:
     ]
 
 
+def _massive(ctx: ReportContext) -> list[Block]:
+    frame = _lineage(ctx, ctx.query("massive_activations"))
+    empty = (
+        ""
+        if frame.height
+        else " No stored entry of these runs passes the thresholds, so the chart is empty (a model with random or "
+        "small weights has none)."
+    )
+    return [
+        ChartBlock(
+            "chart-massive-activations",
+            "Massive activations (Sun et al. 2024): per layer and hidden dimension, the share of the run's examples "
+            "in which the layer's output has an entry with |h| > 100 and > 1000 × the median |h| of that output over "
+            "the example's real tokens, counted among the 8 largest entries stored per example and layer; only "
+            "dimensions that are ever massive get a column, and only layers that ever have one a row. The letter "
+            "names the token kind holding most of the cell's entries (C [CLS], S [SEP], P punctuation, O other), the "
+            "tooltip every kind; query massive_activations." + empty,
+            charts.massive_activations(frame),
+        )
+    ]
+
+
+def _context_mixing(ctx: ReportContext) -> list[Block]:
+    frame = _lineage(ctx, ctx.query("mixing_by_layer"))
+    return [
+        ChartBlock(
+            "chart-context-mixing",
+            "How much of each layer's attention output comes from [CLS], [SEP] and punctuation, through four lenses: "
+            "the attention weight, the weight scaled by the norm of the head's transformed value (Kobayashi et al. "
+            "2020), the share of the heads' terms once the residual and the LayerNorm are counted (Kobayashi et al. "
+            "2021; 'whole block' includes every head and the residual, so [CLS] also counts the [CLS] row's own "
+            "residual), and value zeroing (Mohebbi et al. 2023; runs ingested with --value-zeroing layer only). Means "
+            "over the run's examples and the layer's heads; pre-LN models have no LayerNorm lenses; query "
+            "mixing_by_layer, per head head_lenses.",
+            mixing_charts.context_mixing(frame),
+        ),
+        ChartBlock(
+            "chart-mixing-ratio",
+            "Mixing ratio per layer (solid): the share of each token's post-LayerNorm attention output that comes "
+            "from other tokens, Σ_{j≠i} c_ij / Σ_j c_ij; and the residual's share of the terms' norms (dashed). "
+            "Kobayashi et al. (2021) found that the residual dominates in BERT, so each layer mixes little; query "
+            "mixing_by_layer.",
+            mixing_charts.mixing_ratio(frame),
+        ),
+    ]
+
+
 # Order of the page. Sections without `build` wait for the command that writes their tables;
 # their table names are placeholders for that command to settle, not a schema.
 SECTIONS: tuple[Section, ...] = (
@@ -345,6 +452,14 @@ SECTIONS: tuple[Section, ...] = (
         "attnwh ingest",
         _special_tokens,
     ),
+    Section("attention-sinks", "Attention sinks", ("head_stats", "runs", "models"), "attnwh ingest", _sinks),
+    Section(
+        "context-mixing",
+        "Context mixing: beyond attention weights",
+        ("head_stats", "layer_mixing"),
+        "attnwh ingest",
+        _context_mixing,
+    ),
     Section("pattern-types", "Pattern types per task", ("head_patterns",), "attnwh ingest", _pattern_types),
     Section(
         "pattern-gallery",
@@ -353,6 +468,7 @@ SECTIONS: tuple[Section, ...] = (
         "attnwh ingest --thumbnails N",
         _pattern_gallery,
     ),
+    Section("massive-activations", "Massive activations", ("massive_activations",), "attnwh ingest", _massive),
     Section("finetuning", "Fine-tuning runs", ("finetunes", "runs", "models"), "attnwh finetune", _finetunes),
     Section(
         "finetuning-change",
@@ -395,6 +511,13 @@ SECTIONS: tuple[Section, ...] = (
         ("ablations", "head_importance"),
         "attnwh ingest ablation --model FINETUNED",
         _importance,
+    ),
+    Section(
+        "sinks-vs-ablation",
+        "Sink heads against the effect of disabling them",
+        ("ablations", "ablation_configs", "head_stats"),
+        "attnwh ingest ablation --model FINETUNED",
+        _sinks_vs_ablation,
     ),
     Section("provenance", "Provenance", ("runs", "models"), "attnwh ingest", _provenance),
 )

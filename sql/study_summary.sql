@@ -7,9 +7,11 @@
 -- base and tuned maps in the compare run (as in finetune_change_by_layer; ties: the lower
 -- layer); helpful_* = the head whose disabling raised the score most in the ablation run
 -- (largest delta, then lowest adjusted p, then the lower layer and head), NULL when no head's
--- disabling raised it. A part whose run is missing is NULL. model is the tuned model's name as
--- stored; mode uniform or zero; finetune_run, compare_run and ablation_run are run_ids; NULL =
--- all.
+-- disabling raised it; sink_heads, sinks_delta, sinks_p_value = the ablation run's sinks
+-- combination (every sink head of the tuned model disabled together: how many, the delta and
+-- its unadjusted p), NULL when the run has none. A part whose run is missing is NULL. model is
+-- the tuned model's name as stored; mode uniform or zero; finetune_run, compare_run and
+-- ablation_run are run_ids; NULL = all.
 WITH finetune_scores AS (
     SELECT r.run_id, r.model_id, r.task, s.metric, s.value
     FROM scores AS s
@@ -41,6 +43,13 @@ ablation_heads AS (
       AND ($mode IS NULL OR c.mode = $mode)
       AND ($metric IS NULL OR a.metric = $metric)
 ),
+sinks AS (
+    SELECT a.run_id, a.metric, c.n_disabled, a.delta, a.p_value
+    FROM ablations AS a
+    JOIN ablation_configs AS c USING (run_id, config_id)
+    WHERE c.kind = 'sinks'
+      AND ($ablation_run IS NULL OR a.run_id = $ablation_run)
+),
 most_helpful AS (
     SELECT *
     FROM ablation_heads
@@ -71,12 +80,16 @@ SELECT
     CASE WHEN h.delta > 0 THEN h.layer END      AS helpful_layer,
     CASE WHEN h.delta > 0 THEN h.head END       AS helpful_head,
     CASE WHEN h.delta > 0 THEN h.delta END      AS helpful_delta,
-    CASE WHEN h.delta > 0 THEN h.p_adjusted END AS helpful_p_adjusted
+    CASE WHEN h.delta > 0 THEN h.p_adjusted END AS helpful_p_adjusted,
+    s.n_disabled        AS sink_heads,
+    s.delta             AS sinks_delta,
+    s.p_value           AS sinks_p_value
 FROM keys AS k
 JOIN models AS m USING (model_id)
 LEFT JOIN finetune_scores AS f ON f.model_id = k.model_id AND f.task = k.task AND f.metric = k.metric
 LEFT JOIN most_changed AS ch ON ch.model_id = k.model_id AND ch.task = k.task
 LEFT JOIN most_helpful AS h ON h.model_id = k.model_id AND h.task = k.task AND h.metric = k.metric
+LEFT JOIN sinks AS s ON s.run_id = h.run_id AND s.metric = h.metric
 WHERE ($model IS NULL OR m.name = $model)
   AND ($task IS NULL OR k.task = $task)
 ORDER BY model, k.task, k.metric, finetune_run, compare_run, ablation_run;

@@ -55,6 +55,11 @@ ROWS: dict[int, list[str]] = {
     8: [],  # views only (0008_readable_views.sql): no new table
     9: [],  # a column of finetunes (0009_finetune_eval_split.sql): no new table
     10: [],  # a comment (0010_shards.sql): no new table
+    11: [
+        "INSERT INTO head_mixing (run_id, example_id, layer, head, rn_to_cls) VALUES ({run}, 7, 0, 0, 0.2)",
+        "INSERT INTO layer_mixing (run_id, example_id, layer, mixing_ratio) VALUES ({run}, 7, 0, 0.3)",
+        "INSERT INTO massive_activations VALUES ({run}, 7, 0, 1, 120.5, 3, 0, '[CLS]', 0.1)",
+    ],
 }
 
 

@@ -18,8 +18,13 @@ from helpers import ingest_args, run, write_pairs
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 GOLDEN = Path(__file__).parent / "golden"
 CHART_IDS = ("chart-special-tokens-heads", "chart-special-tokens-layers")
+SINK_CHART_IDS = ("chart-attention-sinks",)  # right after the special tokens, from the same statistics
+SINK_ABLATION_CHART_IDS = ("chart-sinks-vs-ablation",)  # right after importance
+MIXING_CHART_IDS = ("chart-context-mixing", "chart-mixing-ratio")  # after the sinks, from the same ingest
 COMPARE_CHART_IDS = ("chart-finetune-change-heads", "chart-finetune-change-layers")
 PATTERN_CHART_IDS = ("chart-pattern-types", "chart-pattern-layers", "chart-pattern-gallery")
+# Drawn for every statistics run, but empty for a tiny random model: nothing is massive.
+MASSIVE_CHART_IDS = ("chart-massive-activations",)
 RELATIONS_CHART_IDS = ("chart-relations-dependencies", "chart-relations-frames", "chart-relations-features")
 ABLATION_CHART_IDS = ("chart-ablation-heads", "chart-ablation-layers", "chart-ablation-curve", "chart-importance")
 # Sections this warehouse (statistics only) has no data for, and the command each names.
@@ -27,6 +32,7 @@ ABSENT = {
     "finetuning-change": "attnwh ingest compare",
     "ablation": "attnwh ingest ablation --model FINETUNED",
     "importance": "attnwh ingest ablation --model FINETUNED",
+    "sinks-vs-ablation": "attnwh ingest ablation --model FINETUNED",
 }
 HOSTILE = "<script>alert(1)</script>"
 
@@ -98,10 +104,19 @@ def _report(db: Path, out: Path, *extra: str) -> str:
 def test_page_has_every_section_and_chart(page):
     html = page.read_text(encoding="utf-8")
     assert "<title>attnwh report</title>" in html and str(page.parent) not in html
-    for chart_id in (*CHART_IDS, *PATTERN_CHART_IDS):
+    for chart_id in (*CHART_IDS, *SINK_CHART_IDS, *MIXING_CHART_IDS, *PATTERN_CHART_IDS, *MASSIVE_CHART_IDS):
         assert html.count(f'id="{chart_id}"') == 1 and f'data-chart="{chart_id}"' in html
     assert 'id="table-provenance"' in html and "rte-like" in html and "mrpc-like" in html
-    for section in ("special-tokens", "pattern-types", "pattern-gallery", "provenance", *ABSENT):
+    for section in (
+        "special-tokens",
+        "attention-sinks",
+        "context-mixing",
+        "pattern-types",
+        "pattern-gallery",
+        "massive-activations",
+        "provenance",
+        *ABSENT,
+    ):
         assert f'id="section-{section}"' in html and f'href="#section-{section}"' in html
     # Sections without data say which command adds them.
     for section, command in ABSENT.items():
@@ -118,11 +133,37 @@ def test_page_has_every_section_and_chart(page):
 def test_page_specs_are_parsable_json(page):
     html = page.read_text(encoding="utf-8")
     holders = re.findall(r'<script type="application/json" data-chart="([^"]+)">(.*?)</script>', html, re.S)
-    assert [h[0] for h in holders] == [*CHART_IDS, *PATTERN_CHART_IDS]
+    assert [h[0] for h in holders] == [
+        *CHART_IDS,
+        *SINK_CHART_IDS,
+        *MIXING_CHART_IDS,
+        *PATTERN_CHART_IDS,
+        *MASSIVE_CHART_IDS,
+    ]
     for chart_id, text in holders:
         spec = json.loads(text)
         assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
         values = next(iter(spec["datasets"].values()))
+        if chart_id in MASSIVE_CHART_IDS:
+            assert values == []  # hidden states of a tiny random model stay far below 100
+            continue
+        if chart_id in SINK_CHART_IDS:
+            assert values and {"layer", "token", "sink_share", "sink_heads", "panel"} <= set(values[0])
+            continue
+        if chart_id in MIXING_CHART_IDS:
+            # Every lens of a post-LN model but value zeroing, which this ingest did not run.
+            keys = (
+                {"layer", "lens", "share", "panel"} if chart_id == "chart-context-mixing" else {"layer", "value", "run"}
+            )
+            assert values and keys <= set(values[0])
+            if chart_id == "chart-context-mixing":
+                assert {v["lens"] for v in values} == {
+                    "attention weight",
+                    "weight × value norm",
+                    "after residual + LayerNorm (heads)",
+                    "after residual + LayerNorm (whole block)",
+                }
+            continue
         expected = (
             {"pattern", "share", "panel"}
             if chart_id in PATTERN_CHART_IDS[:2]
@@ -211,10 +252,14 @@ def test_golden_vega_lite_specs(tmp_path):
     charts = build_report(db).charts()
     assert [c.id for c in charts] == [
         *CHART_IDS,
+        *SINK_CHART_IDS,
+        *MIXING_CHART_IDS,
         *PATTERN_CHART_IDS,
+        *MASSIVE_CHART_IDS,
         *COMPARE_CHART_IDS,
         *RELATIONS_CHART_IDS,
         *ABLATION_CHART_IDS,
+        *SINK_ABLATION_CHART_IDS,
     ]
     update = os.environ.get("ATTNWH_UPDATE_GOLDEN") == "1"
     for chart in charts:
@@ -243,7 +288,13 @@ def test_png_and_svg_export(warehouse, tmp_path, monkeypatch, capsys):
         )
         assert code == 0, err
         assert sorted(p.name for p in folder.iterdir()) == sorted(
-            [*(f"{c}.{fmt}" for c in (*CHART_IDS, *PATTERN_CHART_IDS)), "report.html"]
+            [
+                *(
+                    f"{c}.{fmt}"
+                    for c in (*CHART_IDS, *SINK_CHART_IDS, *MIXING_CHART_IDS, *PATTERN_CHART_IDS, *MASSIVE_CHART_IDS)
+                ),
+                "report.html",
+            ]
         )
     assert (tmp_path / "png" / f"{CHART_IDS[0]}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "<svg" in (tmp_path / "svg" / f"{CHART_IDS[1]}.svg").read_text(encoding="utf-8")

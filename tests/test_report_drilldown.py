@@ -209,8 +209,8 @@ def _selected(tab) -> list[list[int]]:
 def test_click_a_cell_shows_that_head_everywhere(browser, report_page, synthetic):  # noqa: F811
     tab, log = open_offline(browser, report_page, width=1400)
     _wait_drawn(tab)
-    # Every layer × head chart takes part: the six heatmaps and the importance scatter.
-    assert len(_selected(tab)) == 6
+    # Every layer × head chart takes part: the heatmaps, and the importance and sink scatters.
+    assert len(_selected(tab)) == 7
 
     cell = tab.locator("#chart-special-tokens-heads svg .mark-rect path").nth(2 * HEADS + 3)
     cell.scroll_into_view_if_needed()
@@ -218,7 +218,7 @@ def test_click_a_cell_shows_that_head_everywhere(browser, report_page, synthetic
     tab.wait_for_selector("#head-panel:not([hidden])")
     layer, head = (int(tab.get_attribute("#head-panel", f"data-{k}")) for k in ("layer", "head"))
     assert tab.inner_text("#head-panel-title") == f"Layer {layer}, head {head}"
-    assert _selected(tab) == [[layer, head]] * 6
+    assert _selected(tab) == [[layer, head]] * 7
     assert tab.evaluate("location.hash") == f"#head-{layer}-{head}"
     # The outline is drawn in the other charts too (the ablation heatmap's selected cell).
     tab.wait_for_function("document.querySelectorAll('#chart-ablation-heads svg path[stroke=\"#111\"]').length > 0")
@@ -277,11 +277,11 @@ def test_click_a_cell_shows_that_head_everywhere(browser, report_page, synthetic
         f" || document.getElementById('head-panel').dataset.head !== '{head}'"
     )
     now = [int(tab.get_attribute("#head-panel", f"data-{k}")) for k in ("layer", "head")]
-    assert _selected(tab) == [now] * 6
+    assert _selected(tab) == [now] * 7
 
     tab.keyboard.press("Escape")
     assert tab.locator("#head-panel").is_hidden()
-    assert _selected(tab) == [[-1, -1]] * 6
+    assert _selected(tab) == [[-1, -1]] * 7
     assert log["errors"] == [], log["errors"]
     assert log["requests"] == [], f"requests left the page: {log['requests']}"
 
@@ -296,7 +296,7 @@ def test_head_address_opens_the_panel_at_800_px(browser, report_page):  # noqa: 
     tab.goto(own + "#head-1-4")
     _wait_drawn(tab)
     assert tab.inner_text("#head-panel-title") == "Layer 1, head 4"
-    assert _selected(tab) == [[1, 4]] * 6
+    assert _selected(tab) == [[1, 4]] * 7
     box = tab.locator("#head-panel").bounding_box()
     assert box and box["x"] >= 0 and box["x"] + box["width"] <= 800
     assert tab.evaluate("document.documentElement.scrollWidth") <= 800

@@ -497,7 +497,13 @@ def test_links_land_on_sections_and_names_are_text(report, tmp_path):
     assert html.index('id="conventions"') < start < end
     block = html[start:end]
     targets = set(re.findall(r'<a href="#([^"]+)">', block))
-    assert targets == {"section-finetuning", "section-ablation", "section-finetuning-change", "section-pattern-types"}
+    assert targets == {
+        "section-finetuning",
+        "section-ablation",
+        "section-sinks-vs-ablation",
+        "section-finetuning-change",
+        "section-pattern-types",
+    }
     for target in targets:
         assert html.count(f'id="{target}"') == 1, target
     # Every number from the warehouse is a link; the unlinked text holds only the fixed 0.05

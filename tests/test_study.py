@@ -201,8 +201,11 @@ def test_rerun_skips_every_stage(monkeypatch, capsys, studied):
     assert runs(tmp / "w.duckdb") == before
     assert {p: p.stat().st_mtime_ns for p in (tmp / "models").rglob("*")} == weights
     assert (tmp / "report.html").stat().st_mtime_ns == report
-    # The summary: per task its score, most changed layer and most helpful head; then the paths.
+    # The summary: per task its score, most changed layer and most helpful head, its sink heads
+    # disabled together (or why not); then the paths.
     assert "pearson" in out and "accuracy" in out and "rte" in out and "stsb" in out
+    assert "sink heads together (Δ, p)" in out
+    assert "statistics run of this model" not in out  # the tuned model's statistics hold the sweep's examples
     assert str((tmp / "report.html").resolve()) in out and str((tmp / "w.duckdb").resolve()) in out
 
 
@@ -313,6 +316,30 @@ def test_summary_is_the_warehouse_read_as_before(studied):
             expected.append((task.name, task.metric, score, (best_layer["layer"], best_layer["mean_cosine"]), helpful))
     found = [(s.task, s.metric, s.score, s.changed_layer, s.helpful_head) for s in runner.summary()]
     assert found == expected
+    _check_sinks(runner, tmp / "w.duckdb")
+
+
+def _check_sinks(runner, db: Path) -> None:
+    """The summary's sink heads: the tuned model's statistics run (ingest-tuned, on a sample
+    that holds the sweep's) is found, and the count, delta and p are the sinks combination's,
+    or the note says there was no sink head."""
+    from attnwh.ingest.runs.ablation import NO_SINKS
+    from attnwh.sql.queries import get_query, run_query
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        for s, task in zip(runner.summary(), runner.tasks, strict=True):
+            run_id = runner.run_ids[("ablation:uniform", task.name)]
+            heads = run_query(con, get_query("sink_heads_of_run"), {"run": run_id}).to_pylist()
+            assert heads and {h["statistics_run"] for h in heads} == {runner.run_ids[("ingest-tuned", task.name)]}
+            sinks = [h for h in heads if h["sink"]]
+            stored = con.execute(
+                "SELECT n_disabled, delta, p_value FROM ablation_results WHERE run_id = ? AND kind = 'sinks' AND metric = ?",
+                [run_id, task.metric],
+            ).fetchall()
+            if sinks:
+                assert s.sinks == stored[0] and s.sinks[0] == len(sinks) and s.sinks_note is None
+            else:
+                assert s.sinks is None and stored == [] and s.sinks_note == NO_SINKS
 
 
 def test_stage_table_names_help_and_methods():
@@ -358,6 +385,34 @@ def test_force_redoes_only_that_stage(monkeypatch, capsys, studied):
         assert f"{stage} skipped" in err
     assert "ablation done" in err and "report done" in err  # new rows: the report is rewritten
     assert all(counts(tmp / "w.duckdb")[t] > 0 for t in TABLES)
+
+
+def test_summary_reports_the_sink_heads_disabled_together(monkeypatch, capsys, studied):
+    """A tiny random model has no sink head (the note says so, checked above); with one made
+    by hand in the tuned model's statistics, a redone sweep disables it and the summary shows
+    how many, the delta and p, as stored."""
+    import re
+
+    model, glue, tmp = studied
+    db = tmp / "w.duckdb"
+    with duckdb.connect(str(db)) as con:
+        con.execute(
+            "UPDATE head_stats SET to_sep = 0.6 WHERE layer = 0 AND head = 1 AND run_id IN (SELECT r.run_id FROM runs r "
+            "JOIN models m USING (model_id) WHERE r.kind = 'statistics' AND r.task = 'rte' AND m.finetuned_task = 'rte')"
+        )
+    args = study_args(model, glue, tmp, "--force", "ablation")
+    args[args.index("--tasks") + 1] = "rte"
+    code, out, err = run(monkeypatch, capsys, *args)
+    assert code == 0, err
+    with duckdb.connect(str(db), read_only=True) as con:
+        ((disabled, delta, p),) = con.execute(
+            "SELECT disabled, delta, p_value FROM ablation_results WHERE kind = 'sinks' AND metric = 'accuracy' "
+            "AND run_id = (SELECT max(run_id) FROM runs WHERE kind = 'ablation' AND task = 'rte')"
+        ).fetchall()
+    assert disabled == "0-1"
+    significant = "yes" if p < 0.05 else "no"
+    assert re.search(re.escape(f"1: accuracy {delta:+.4f}, p {p:.2g}") + rf"\s+{significant}\b", out), out
+    assert "no sinks combination" not in out
 
 
 def test_other_sweep_settings_add_only_an_ablation_run(monkeypatch, capsys, studied):

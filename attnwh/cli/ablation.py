@@ -79,7 +79,7 @@ def ablation(
 ) -> None:
     """Disable each head (L×H configurations) and each whole layer (L) of a fine-tuned classifier, score every configuration with the task's metric, and store the scores with every per-example prediction in ablation_configs, ablation_predictions and ablations.
 
-    Each configuration is compared with the baseline on the same examples: exact McNemar test (accuracy) or paired permutation test (F1, MCC, correlations), a paired bootstrap interval of the delta, and Benjamini–Hochberg adjustment across the sweep. Then all individually helpful heads are disabled together, a top-k curve is scored, and gradient importance per head goes into head_importance. Rerunning resumes an interrupted run and skips a complete one (--replace redoes it).
+    Each configuration is compared with the baseline on the same examples: exact McNemar test (accuracy) or paired permutation test (F1, MCC, correlations), a paired bootstrap interval of the delta, and Benjamini–Hochberg adjustment across the sweep. Then all individually helpful heads are disabled together, a top-k curve is scored, every sink head is disabled together (mean attention to [CLS], [SEP] or punctuation above 0.3, read from a statistics run of the same model that holds these examples: run `attnwh ingest` on them first), and gradient importance per head goes into head_importance. Rerunning resumes an interrupted run and skips a complete one (--replace redoes it).
     """
     console = Console(stderr=True)
     modes = list(dict.fromkeys(m.value for m in mode or [Mode.uniform]))

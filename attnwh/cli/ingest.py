@@ -27,6 +27,7 @@ from attnwh.cli.options import (
     Engine,
     Reading,
     ReplaceOpt,
+    ValueZeroingOpt,
     with_option_groups,
 )
 from attnwh.cli.progress import loading, run_resumable
@@ -69,6 +70,7 @@ def ingest(
             "the pattern gallery and `attnwh patterns train`; 0 keeps none.",
         ),
     ] = 20,
+    value_zeroing: ValueZeroingOpt = None,
     compute: Engine,
 ) -> None:
     """Run an encoder over a dataset and write per-example, per-layer, per-head attention statistics into the DuckDB warehouse.
@@ -86,7 +88,11 @@ def ingest(
         from attnwh.ingest.runs.loop import StatisticsCapture, ingest_statistics, prepare_tasks, shard_runs
 
         encoder = load_encoder(model, device.value, dtype.value)
-        options = dataclasses.replace(reading.ingest_options(replace), thumbnails=thumbnails)
+        options = dataclasses.replace(
+            reading.ingest_options(replace),
+            thumbnails=thumbnails,
+            value_zeroing=value_zeroing.value if value_zeroing else None,
+        )
         prepared = prepare_tasks(encoder, loaded, options)
 
     console.print(f"{describe(encoder)}, {options.max_length or encoder.max_length} tokens max", highlight=False)
@@ -94,7 +100,14 @@ def ingest(
         shards, seconds = run_resumable(
             console,
             run_on.shard_dir or db,
-            lambda bars: shard_runs(StatisticsCapture(encoder), prepared, options, run_on, bars.start, bars.advance),
+            lambda bars: shard_runs(
+                StatisticsCapture(encoder, value_zeroing=options.value_zeroing),
+                prepared,
+                options,
+                run_on,
+                bars.start,
+                bars.advance,
+            ),
         )
         print_shards(shards, seconds)
         return

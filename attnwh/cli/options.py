@@ -48,6 +48,22 @@ class Dtype(str, enum.Enum):
     float16 = "float16"
 
 
+class Zeroing(str, enum.Enum):
+    layer = "layer"
+    head = "head"
+
+
+ValueZeroingOpt = Annotated[
+    Zeroing | None,
+    typer.Option(
+        "--value-zeroing",
+        help="Also measure context mixing by value zeroing (Mohebbi et al. 2023) into layer_mixing (layer: each "
+        "token's value zeroed in all heads) or head_mixing (head: in one head at a time). Costs one recomputation "
+        "of every layer per token (per token and head); off by default.",
+    ),
+]
+
+
 # --db: one name, one default (DEFAULT_DB), one environment variable; the help says what the
 # command does with the file.
 DbOpt = Annotated[Path, typer.Option("--db", help="Warehouse file (created if missing).", envvar=DB_ENVVAR)]

@@ -28,6 +28,7 @@ from attnwh.cli.options import (
     PairColumnOpt,
     RayAddressOpt,
     TextColumnOpt,
+    ValueZeroingOpt,
     WorkersOpt,
     command_line,
 )
@@ -113,6 +114,7 @@ def study(
         int, typer.Option(min=100, help="Bootstrap resamples and permutations per configuration.")
     ] = 1000,
     importance: Annotated[bool, typer.Option(help="Also store gradient importance per head.")] = True,
+    value_zeroing: ValueZeroingOpt = None,
     out_dir: Annotated[
         Path | None,
         typer.Option(
@@ -185,6 +187,7 @@ def study(
         modes=tuple(dict.fromkeys(mode or ["uniform"])),
         resamples=resamples,
         importance=importance,
+        value_zeroing=value_zeroing.value if value_zeroing else None,
         device=device.value,
         db=db,
         report=report,

@@ -188,7 +188,15 @@ def print_ablation(summaries: Sequence[Any], db: Path, seconds: float) -> None:
         return f"{name} {delta:+.4f} (p adj {p_adjusted:.2g})" if p_adjusted is not None else f"{name} {delta:+.4f}"
 
     table = Table(
-        "task · mode", "run", "baseline", "best head", "best layer", "helpful (signif.)", "all helpful", box=None
+        "task · mode",
+        "run",
+        "baseline",
+        "best head",
+        "best layer",
+        "helpful (signif.)",
+        "all helpful",
+        "sink heads",
+        box=None,
     )
     for s in summaries:
         head, layer = s.best_head, s.best_layer
@@ -200,18 +208,33 @@ def print_ablation(summaries: Sequence[Any], db: Path, seconds: float) -> None:
             "–" if layer is None else effect(str(layer[0]), layer[1], layer[2]),
             f"{s.n_helpful} ({s.n_significant})",
             "–" if s.helpful_delta is None else f"{s.helpful_delta:+.4f}",
+            _sinks_cell(s.sink_heads, s.sinks_delta, s.sinks_p_value),
         )
     out = Console()
     out.print(table)
+    for s in summaries:
+        if s.sinks_note:
+            out.print(f"{s.task} · {s.mode}: {s.sinks_note}", highlight=False, soft_wrap=True)
     out.print(
         f"Δ: score with it disabled minus baseline; signif.: adjusted p < 0.05 (Benjamini–Hochberg over the "
-        f"run's heads and layers). Done in {seconds:.1f} s → {db.resolve()}",
+        f"run's heads and layers); sink heads: mean attention to [CLS], [SEP] or punctuation > 0.3, disabled "
+        f"together (Δ, unadjusted p). Done in {seconds:.1f} s → {db.resolve()}",
         highlight=False,
     )
 
 
+def _sinks_cell(n: int | None, delta: float | None, p_value: float | None) -> str:
+    """'6: -0.0312 (p 0.041)', '0', or '–' without the statistics to find them."""
+    if n is None:
+        return "–"
+    if delta is None:
+        return str(n)
+    return f"{n}: {delta:+.4f}" + ("" if p_value is None else f" (p {p_value:.2g})")
+
+
 def print_study(runner: Any, seconds: float) -> None:
-    """Per task of `attnwh study`: the tuned score, the most changed layer, the most helpful head."""
+    """Per task of `attnwh study`: the tuned score, the most changed layer, the most helpful
+    head, and the tuned model's sink heads disabled together."""
     from attnwh.study import is_significant
 
     table = Table(
@@ -220,9 +243,12 @@ def print_study(runner: Any, seconds: float) -> None:
         "most changed layer (mean cosine)",
         f"most helpful head ({runner.options.modes[0]}: Δ, adjusted p)",
         "significant",
+        "sink heads together (Δ, p)",
+        "significant",
         box=None,
     )
-    for s in runner.summary():
+    summaries = runner.summary()
+    for s in summaries:
         score = "–" if s.score is None else f"{s.metric} {s.score:.4f}"
         layer = "–" if s.changed_layer is None else f"{s.changed_layer[0]} ({s.changed_layer[1]:.3f})"
         if s.helpful_head is None:
@@ -231,9 +257,19 @@ def print_study(runner: Any, seconds: float) -> None:
             l, h, delta, p = s.helpful_head
             head = f"{l}-{h} {s.metric} {delta:+.4f}, p adj {p:.2g}" if p is not None else f"{l}-{h} {delta:+.4f}"
             significant = "yes" if is_significant(p) else "no"
-        table.add_row(s.task, score, layer, head, significant)
+        if s.sinks is None:
+            sinks, sinks_significant = "–", "–"
+        else:
+            n, delta, p_value = s.sinks
+            sinks = f"{n}: {s.metric} {delta:+.4f}" + ("" if p_value is None else f", p {p_value:.2g}")
+            # One test chosen from the attention statistics, not from the sweep: no correction.
+            sinks_significant = "yes" if is_significant(p_value) else "no"
+        table.add_row(s.task, score, layer, head, significant, sinks, sinks_significant)
     out = Console()
     out.print(table)
+    for s in summaries:
+        if s.sinks_note:
+            out.print(f"{s.task}: {s.sinks_note}", highlight=False, soft_wrap=True)
     out.print(f"report: {runner.options.report.resolve()}", highlight=False, soft_wrap=True)
     out.print(f"warehouse: {runner.options.db.resolve()}", highlight=False, soft_wrap=True)
     out.print(f"models: {runner.options.models_dir.resolve()}", highlight=False, soft_wrap=True)

@@ -223,32 +223,53 @@ def parameters_hash(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
-def output_projections(model: nn.Module) -> dict[nn.Module, nn.Linear]:
-    """Map each self-attention module (the one handed to the attention function) to the
-    linear layer that projects its heads back to the model width (W_O)."""
-    found: dict[nn.Module, nn.Linear] = {}
+@dataclass(frozen=True)
+class AttentionOutput:
+    """Where a self-attention module's heads go next: the linear layer that projects them
+    back to the model width (W_O), and the LayerNorm applied to the residual sum after it
+    (None where the block is pre-LN, as in ModernBERT: no norm follows the sum)."""
+
+    dense: nn.Linear
+    norm: nn.LayerNorm | None
+
+
+def attention_outputs(model: nn.Module) -> dict[nn.Module, AttentionOutput]:
+    """Map each self-attention module (the one handed to the attention function) to its
+    :class:`AttentionOutput`."""
+    found: dict[nn.Module, AttentionOutput] = {}
+
+    # Any: torch types a submodule reached by attribute as Tensor | Module.
+    def parent(name: str) -> Any:
+        return model.get_submodule(name.rsplit(".", 1)[0])
+
+    def norm(module: Any) -> nn.LayerNorm | None:
+        return module if isinstance(module, nn.LayerNorm) else None
+
     for name, module in model.named_modules():
-        if isinstance(getattr(module, "q_lin", None), nn.Linear):  # DistilBERT
-            found[module] = module.out_lin
-        elif isinstance(getattr(module, "Wqkv", None), nn.Linear):  # ModernBERT: fused Q, K, V beside W_O
-            found[module] = module.Wo
+        if isinstance(getattr(module, "q_lin", None), nn.Linear):  # DistilBERT: <block>.{attention, sa_layer_norm}
+            found[module] = AttentionOutput(module.out_lin, norm(getattr(parent(name), "sa_layer_norm", None)))
+        elif isinstance(getattr(module, "Wqkv", None), nn.Linear):  # ModernBERT: fused Q, K, V beside W_O; pre-LN
+            found[module] = AttentionOutput(module.Wo, None)
         elif isinstance(getattr(module, "q", None), nn.Linear) and isinstance(getattr(module, "o", None), nn.Linear):
-            found[module] = module.o  # MPNet
-        elif isinstance(
-            getattr(module, "query_proj", None), nn.Linear
-        ):  # DeBERTa: <layer>.attention.{self, output.dense}
-            deberta: Any = model.get_submodule(name.rsplit(".", 1)[0])
-            found[module] = deberta.output.dense
-        elif isinstance(getattr(module, "query", None), nn.Linear):
-            if isinstance(getattr(module, "dense", None), nn.Linear):  # ALBERT keeps W_O beside Q, K, V
-                found[module] = module.dense
-            else:  # BERT, RoBERTa, ELECTRA: <layer>.attention.{self, output.dense}
-                # Any: torch types a submodule reached by attribute as Tensor | Module.
-                parent: Any = model.get_submodule(name.rsplit(".", 1)[0])
-                found[module] = parent.output.dense
+            # MPNet: <layer>.attention.{attn, LayerNorm}
+            found[module] = AttentionOutput(module.o, norm(getattr(parent(name), "LayerNorm", None)))
+        elif isinstance(getattr(module, "query_proj", None), nn.Linear) or (
+            isinstance(getattr(module, "query", None), nn.Linear) and not hasattr(module, "dense")
+        ):
+            # DeBERTa, BERT, RoBERTa, ELECTRA: <layer>.attention.{self, output.{dense, LayerNorm}}
+            output = parent(name).output
+            found[module] = AttentionOutput(output.dense, norm(getattr(output, "LayerNorm", None)))
+        elif isinstance(getattr(module, "query", None), nn.Linear):  # ALBERT keeps W_O and the norm beside Q, K, V
+            found[module] = AttentionOutput(module.dense, norm(getattr(module, "LayerNorm", None)))
     if not found:
         raise ModelError(f"cannot find the attention output projections of {type(model).__name__}")
     return found
+
+
+def output_projections(model: nn.Module) -> dict[nn.Module, nn.Linear]:
+    """Map each self-attention module to the linear layer that projects its heads back to
+    the model width (W_O)."""
+    return {module: out.dense for module, out in attention_outputs(model).items()}
 
 
 def _first_line(exc: BaseException) -> str:

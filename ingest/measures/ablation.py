@@ -42,7 +42,8 @@ MODES = ("uniform", "zero")
 @dataclass(frozen=True)
 class Configuration:
     """A set of disabled heads. `kind` is baseline, head, layer, helpful (every head whose
-    own disabling helped) or top_k (the k heads whose own disabling helped most)."""
+    own disabling helped), top_k (the k heads whose own disabling helped most) or sinks
+    (every sink head of the model, from a statistics run on the same examples)."""
 
     kind: str
     heads: tuple[tuple[int, int], ...]  # (layer, head) pairs, sorted

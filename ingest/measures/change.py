@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -81,6 +82,9 @@ class ChangeCapture:
 
     def models(self) -> dict[str, EncoderModel]:
         return {"model_id": self.encoder, "base_model_id": self.base}
+
+    def settings(self) -> dict[str, Any]:
+        return {}
 
     def _forward(self, encoder: EncoderModel, batch: dict[str, torch.Tensor]) -> None:
         encoder.model(**forward_inputs(encoder.model, {k: v.to(encoder.device) for k, v in batch.items()}))

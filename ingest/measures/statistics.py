@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from attnwh.ingest.measures import patterns
+from attnwh.ingest.measures.mixing import ContextMixing
 
 STAT_COLUMNS: tuple[str, ...] = (
     "to_cls",
@@ -81,9 +82,16 @@ class HeadStatistics:
     """
 
     def __init__(
-        self, grams: dict[int, torch.Tensor], num_layers: int, thresholds: patterns.Thresholds = patterns.THRESHOLDS
+        self,
+        grams: dict[int, torch.Tensor],
+        num_layers: int,
+        thresholds: patterns.Thresholds = patterns.THRESHOLDS,
+        mixing: ContextMixing | None = None,
     ) -> None:
         self._grams = grams
+        self.mixing = mixing
+        self._mixing_heads: list[torch.Tensor] = []
+        self._mixing_layers: list[torch.Tensor] = []
         self._thresholds = thresholds
         self._thumb_rows: list[int] = []
         self._thumb_lengths: list[int] = []
@@ -114,6 +122,7 @@ class HeadStatistics:
             next_ok=real[:, 1:],  # row i has a real right neighbour
         )
         self._layers = []
+        self._mixing_heads, self._mixing_layers = [], []
 
     def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         batch = self._batch
@@ -148,6 +157,10 @@ class HeadStatistics:
         features = patterns.map_features(a, batch.masks)
         code = patterns.classify(features, self._thresholds).float()
         self._layers.append(torch.cat([stats, features, code[..., None]], dim=-1))
+        if self.mixing is not None:
+            per_head, per_layer = self.mixing.observe(module, a, v, batch.row_weight, batch.targets, batch.next_ok)
+            self._mixing_heads.append(per_head)
+            self._mixing_layers.append(per_layer)
         if self._thumb_rows:
             self._thumbs.append(patterns.thumbnails(a, self._thumb_rows, self._thumb_lengths))
         return probs
@@ -159,6 +172,16 @@ class HeadStatistics:
         out = torch.stack(self._layers, dim=1).cpu().numpy()
         self._layers = []
         return out
+
+    def collect_mixing(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The batch's context mixing (see `mixing.py`): per head (batch, layer, head,
+        len(HEAD_COLUMNS)) and per layer (batch, layer, len(LAYER_COLUMNS)); None without it."""
+        if self.mixing is None:
+            return None
+        heads = torch.stack(self._mixing_heads, dim=1).cpu().numpy()
+        layers = torch.stack(self._mixing_layers, dim=1).cpu().numpy()
+        self._mixing_heads, self._mixing_layers = [], []
+        return heads, layers
 
     def collect_thumbnails(self) -> tuple[list[int], list[int], np.ndarray]:
         """(rows, lengths, thumbnails (rows, layer, head, size²)) of the last batch."""

@@ -8,13 +8,21 @@ A run (runs.kind = 'ablation') is one model, task and mode, in two stages:
    with its run_examples marks, so an interrupted run resumes at the next batch;
 2. the finish, once every example is in: each configuration against the baseline on the
    same examples (:mod:`significance`), Benjamini–Hochberg across the head and layer
-   configurations per metric; the combinations (every head whose own disabling helped, and
-   the top-k curve: the k heads whose own disabling helped most, in that order); gradient
-   importance per head. All of it is written in one transaction that completes the run; an
-   interrupted finish is redone from the stored predictions.
+   configurations per metric; the combinations (every head whose own disabling helped, the
+   top-k curve: the k heads whose own disabling helped most, in that order, and every sink
+   head of the model, below); gradient importance per head. All of it is written in one
+   transaction that completes the run; an interrupted finish is redone from the stored
+   predictions.
 
-Combinations are chosen on the same examples they are scored on, so their p-values are
-optimistic; they are stored unadjusted and outside the correction.
+The helpful heads and the top-k curve are chosen on the same examples they are scored on,
+so their p-values are optimistic; they are stored unadjusted and outside the correction, as
+is the sinks combination (chosen from attention statistics, not from the scores).
+
+The sink heads (Gu et al. 2025: mean attention to [CLS], [SEP] or punctuation above
+`SINK_EPS`) are read from a statistics run of the same weights that holds every example of
+the sweep (named query sink_heads_of_run), averaged over exactly those examples: the sweep
+runs no statistics of its own. Without such a run, or without a sink head, there is no
+sinks combination, and the summary says why (`AblationSummary.sinks_note`).
 """
 
 from __future__ import annotations
@@ -96,6 +104,25 @@ class AblationSummary:
     n_significant: int  # of those, with adjusted p < 0.05
     helpful_delta: float | None  # all helpful heads disabled together
     seconds: float
+    sink_heads: int | None = None  # None: no statistics run of the model holds the sweep's examples
+    sinks_delta: float | None = None  # every sink head disabled together (None: no sinks combination)
+    sinks_p_value: float | None = None  # unadjusted, as for every combination
+    sinks_note: str | None = None  # why there is no sinks combination
+
+
+# Gu et al.'s threshold on a head's mean attention to a token kind (sink_heads, docs/metrics.md).
+SINK_EPS = 0.3
+NO_STATISTICS = (
+    "no statistics run of this model holds these examples: run `attnwh ingest` on them first for the sinks combination"
+)
+NO_SINKS = (
+    f"no head's mean attention to [CLS], [SEP] or punctuation exceeds {SINK_EPS} on these examples: "
+    "no sinks combination"
+)
+SINKS_LATER = (
+    "a statistics run holding these examples came after this run was finished: --replace redoes it "
+    "with the sinks combination"
+)
 
 
 ProgressStart = Callable[[str, int], None]
@@ -451,6 +478,10 @@ def _finish(
     ]
     if len(helpful) >= 2:
         combos.insert(0, combination("helpful", [singles[i].heads[0] for i in helpful], k=len(helpful)))
+    # Last, so that the other combinations keep the configuration ids they had before it.
+    sinks = sink_heads(con, run_id)
+    if sinks:
+        combos.append(combination("sinks", sinks, k=len(sinks)))
     batches = list(length_buckets(task.encoded.n_tokens, range(len(labels)), options.batch_size))
     combo_predictions = np.empty((len(combos), len(labels)))
     if combos:
@@ -519,6 +550,35 @@ def _finish(
         runs.finish_run(con, run_id, "complete", time.perf_counter() - started)
 
 
+def sink_heads(con: duckdb.DuckDBPyConnection, run_id: int) -> list[tuple[int, int]] | None:
+    """The (layer, head) pairs the named query sink_heads_of_run marks as sink heads of
+    ablation run `run_id` at `SINK_EPS`; None when no statistics run holds its examples."""
+    from attnwh.sql.queries import get_query, run_query
+
+    found = run_query(con, get_query("sink_heads_of_run"), {"run": run_id, "eps": SINK_EPS}).to_pylist()
+    if not found:
+        return None
+    return [(r["layer"], r["head"]) for r in found if r["sink"]]
+
+
+def _sinks_summary(
+    con: duckdb.DuckDBPyConnection, run_id: int, metric: str
+) -> tuple[int | None, float | None, float | None, str | None]:
+    """Sink heads, the stored sinks combination's delta and p on `metric`, and, without a
+    combination, why: read back, so a run found complete says the same as when it finished."""
+    stored = warehouse.first_row(
+        con,
+        "SELECT n_disabled, delta, p_value FROM ablation_results WHERE run_id = ? AND kind = 'sinks' AND metric = ?",
+        [run_id, metric],
+    )
+    if stored is not None:
+        return stored[0], stored[1], stored[2], None
+    heads = sink_heads(con, run_id)
+    if heads is None:
+        return None, None, None, NO_STATISTICS
+    return len(heads), None, None, NO_SINKS if not heads else SINKS_LATER
+
+
 def _summary(
     con: duckdb.DuckDBPyConnection,
     run_id: int,
@@ -545,6 +605,7 @@ def _summary(
         if row.get("best_layer") is None
         else (row["best_layer"], row["best_layer_delta"], row["best_layer_p_adjusted"])
     )
+    n_sinks, sinks_delta, sinks_p, sinks_note = _sinks_summary(con, run_id, metric)
     return AblationSummary(
         task=task.data.task,
         mode=ablation.mode,
@@ -560,4 +621,8 @@ def _summary(
         n_significant=row.get("n_significant", 0),
         helpful_delta=row.get("helpful_delta"),
         seconds=seconds,
+        sink_heads=n_sinks,
+        sinks_delta=sinks_delta,
+        sinks_p_value=sinks_p,
+        sinks_note=sinks_note,
     )

@@ -85,7 +85,9 @@ class WorkerSpec:
     models: Mapping[str, str | None]  # runs column (model_id, base_model_id) -> load_encoder name
     weights: Mapping[str, str]  # runs column -> weights hash the loaded model must have
     dtype: str
-    settings: Mapping[str, Any] = field(default_factory=dict)  # ablation: mode, prefix_cache, configs_per_pass
+    settings: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # the capture's settings(); ablation: mode, prefix_cache, …
 
 
 def capture_spec(capture: BatchCapture) -> WorkerSpec:
@@ -95,6 +97,7 @@ def capture_spec(capture: BatchCapture) -> WorkerSpec:
         models={column: e.source for column, e in models.items()},
         weights={column: e.weights_hash for column, e in models.items()},
         dtype=str(capture.encoder.dtype).removeprefix("torch."),
+        settings=capture.settings(),
     )
 
 
@@ -116,7 +119,7 @@ def build_worker(spec: WorkerSpec, device: str) -> Worker:
         from attnwh.ingest.runs.loop import StatisticsCapture
         from attnwh.ingest.runs.units import CaptureWorker
 
-        return CaptureWorker(StatisticsCapture(encoders["model_id"]))
+        return CaptureWorker(StatisticsCapture(encoders["model_id"], **spec.settings))
     if spec.kind == "compare":
         from attnwh.ingest.measures.change import ChangeCapture
         from attnwh.ingest.runs.units import CaptureWorker

@@ -9,13 +9,14 @@ warehouse is opened, so bad input leaves the file untouched.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 import numpy as np
@@ -25,7 +26,9 @@ import torch
 from attnwh.errors import AttnwhError, DataError, UsageError
 from attnwh.ingest.encoder import capture
 from attnwh.ingest.encoder.encoding import EncodedTask, TokenKinds, encode_task
-from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs, output_projections
+from attnwh.ingest.encoder.loading import EncoderModel, attention_outputs, forward_inputs
+from attnwh.ingest.measures.massive import scan
+from attnwh.ingest.measures.mixing import HEAD_COLUMNS, LAYER_COLUMNS, ContextMixing
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, HeadStatistics, value_norm_grams
 from attnwh.ingest.runs import rows
 from attnwh.ingest.runs.units import CaptureWorker, WorkUnit, plan_units
@@ -46,6 +49,7 @@ class IngestOptions:
     replace: bool = False  # redo a run that is already complete
     command: str | None = None  # recorded with the run
     thumbnails: int = 20  # examples per run whose maps are kept as 32 x 32 thumbnails (seeded)
+    value_zeroing: str | None = None  # statistics runs: "layer" or "head" (value_zeroing.py); None: off
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,9 @@ def prepare_tasks(
             "max_length": max_length,
             "dtype": str(encoder.dtype),
         }
+        if options.value_zeroing and run_identity["kind"] == "statistics":
+            # Only when on, so the keys of runs without it stay what they were.
+            run_identity["value_zeroing"] = options.value_zeroing
         prepared.append(PreparedTask(data, encoded, ids, max_length, run_identity))
     return prepared
 
@@ -136,6 +143,10 @@ class BatchCapture(Protocol):
 
     def models(self) -> dict[str, EncoderModel]:
         """The runs columns naming models (model_id, base_model_id) and their encoders."""
+        ...
+
+    def settings(self) -> dict[str, Any]:
+        """What a worker needs besides the models to build the same capture (JSON-able)."""
         ...
 
     def run(self, batch: dict[str, torch.Tensor], thumbnail_rows: Sequence[int] = ()) -> np.ndarray:
@@ -165,7 +176,8 @@ def ingest_statistics(
     `on_batch(n)` report progress. `engine` runs the batches on Ray, or writes one static
     shard of them (see :mod:`attnwh.ingest.runs.engine`); by default, here.
     """
-    return ingest_runs(db_path, StatisticsCapture(encoder), tasks, options, on_start, on_batch, engine)
+    capture = StatisticsCapture(encoder, value_zeroing=options.value_zeroing)
+    return ingest_runs(db_path, capture, tasks, options, on_start, on_batch, engine)
 
 
 def ingest_runs(
@@ -300,38 +312,83 @@ def _plan(task: PreparedTask, options: IngestOptions, done: frozenset[int] | dic
 class StatisticsCapture:
     """Runs batches through the model and returns their head statistics, pattern features
     and pattern types (batch, layer, head, column); the observer and token classifier are
-    set up once. Batch rows named in `run(..., thumbnail_rows)` also leave thumbnails of
-    their maps (:meth:`extra_rows`)."""
+    set up once. In the same pass it reduces the context mixing after residual and
+    LayerNorm (post-LN models, `mixing.py`) and scans each layer's output for massive
+    activations (`massive.py`); with `value_zeroing` ("layer" or "head") it also runs value
+    zeroing (`value_zeroing.py`, n recomputations of each layer). Batch rows named in
+    `run(..., thumbnail_rows)` also leave thumbnails of their maps. :meth:`extra_rows`
+    returns all those rows. `mixing=False` and `massive=False` leave them out, for
+    benchmarks."""
 
     kind = "statistics"
     table = "head_stats"
     columns = OBSERVED_COLUMNS
 
-    def __init__(self, encoder: EncoderModel) -> None:
+    def __init__(
+        self, encoder: EncoderModel, value_zeroing: str | None = None, mixing: bool = True, massive: bool = True
+    ) -> None:
         self.encoder = encoder
-        grams = value_norm_grams(output_projections(encoder.model), encoder.num_heads)
-        self.observer = HeadStatistics(grams, encoder.num_layers)
+        outputs = attention_outputs(encoder.model)
+        grams = value_norm_grams({m: o.dense for m, o in outputs.items()}, encoder.num_heads)
+        mixer = ContextMixing(outputs, encoder.num_heads) if mixing and ContextMixing.applies(outputs) else None
+        self.observer = HeadStatistics(grams, encoder.num_layers, mixing=mixer)
         self.kinds = TokenKinds(encoder.tokenizer)
+        self.massive = massive
+        self.value_zeroing = value_zeroing
+        self._zeroing = None
+        if value_zeroing is not None:
+            from attnwh.ingest.measures.value_zeroing import ValueZeroing
+
+            self._zeroing = ValueZeroing(encoder, value_zeroing)
+        self._massive: dict[str, np.ndarray] | None = None  # the last batch's scan
+        self._zeroed: np.ndarray | None = None  # the last batch's value-zeroing shares
 
     def models(self) -> dict[str, EncoderModel]:
         return {"model_id": self.encoder}
 
+    def settings(self) -> dict[str, Any]:
+        return {
+            "value_zeroing": self.value_zeroing,
+            "mixing": self.observer.mixing is not None,
+            "massive": self.massive,
+        }
+
     @torch.inference_mode()
     def run(self, batch: dict[str, torch.Tensor], thumbnail_rows: Sequence[int] = ()) -> np.ndarray:
         """Statistics of one collated batch (see `encoding.collate`)."""
-        self.observer.begin(
-            batch["attention_mask"].bool(), *self.kinds.masks(batch["input_ids"]), thumbnail_rows=list(thumbnail_rows)
-        )
-        with capture.observing(self.observer):
-            self.encoder.model(**forward_inputs(self.encoder.model, batch))
+        key_mask = batch["attention_mask"].bool()
+        masks = self.kinds.masks(batch["input_ids"])
+        self.observer.begin(key_mask, *masks, thumbnail_rows=list(thumbnail_rows))
+        mixing = self.observer.mixing
+        with capture.observing(self.observer), mixing.hooks() if mixing else contextlib.nullcontext():
+            out = self.encoder.model(**forward_inputs(self.encoder.model, batch), output_hidden_states=self.massive)
+        self._massive = scan(out.hidden_states[1:], key_mask, *masks) if self.massive else None
+        self._zeroed = self._zeroing.run(batch, key_mask, *masks) if self._zeroing is not None else None
         return self.observer.collect()
 
     def extra_rows(self, example_ids: np.ndarray) -> dict[str, pa.Table]:
-        """pattern_thumbnails rows of the last batch's thumbnail rows (none: {})."""
+        """The last batch's head_mixing and layer_mixing rows (post-LN models; value zeroing's
+        columns when on), massive_activations rows, and pattern_thumbnails rows of its
+        thumbnail rows."""
+        out: dict[str, pa.Table] = {}
+        mixed = self.observer.collect_mixing()
+        zeroed = self._zeroed
+        heads = rows.mixing_rows(
+            example_ids, mixed[0] if mixed else None, HEAD_COLUMNS, zeroed if self.value_zeroing == "head" else None
+        )
+        layers = rows.mixing_rows(
+            example_ids,
+            mixed[1] if mixed else None,
+            LAYER_COLUMNS,
+            zeroed[:, :, 0] if zeroed is not None and self.value_zeroing == "layer" else None,
+        )
+        out.update({name: t for name, t in (("head_mixing", heads), ("layer_mixing", layers)) if t is not None})
+        if self._massive is not None:
+            out["massive_activations"] = rows.massive_rows(example_ids, self._massive)
         chosen, lengths, thumbs = self.observer.collect_thumbnails()
-        if not chosen:
-            return {}
-        return {"pattern_thumbnails": rows.thumbnail_rows(example_ids[chosen], lengths, thumbs)}
+        if chosen:
+            out["pattern_thumbnails"] = rows.thumbnail_rows(example_ids[chosen], lengths, thumbs)
+        return out
 
 
 def run_fields(encoder: EncoderModel, task: PreparedTask, options: IngestOptions) -> dict[str, object]:

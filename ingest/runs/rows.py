@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import duckdb
 import numpy as np
@@ -76,19 +76,49 @@ def example_rows(data: TaskData, indices: Sequence[int], ids: Sequence[int]) -> 
 
 def grid_rows(example_ids: np.ndarray, values: np.ndarray, columns: Sequence[str]) -> pa.Table:
     """One row per (example, layer, head) from values shaped (batch, layer, head,
-    len(columns)), keyed by example_id, layer and head (a part's rows: no run_id)."""
-    batch, layers, heads, k = values.shape
+    len(columns)), or per (example, layer) from (batch, layer, len(columns)), keyed by
+    example_id, layer (and head) (a part's rows: no run_id)."""
+    *shape, k = values.shape
     if k != len(columns):
-        raise ValueError(f"{k} values per head but {len(columns)} column names")
-    grid = np.indices((batch, layers, heads)).reshape(3, -1)
+        raise ValueError(f"{k} values per row but {len(columns)} column names")
+    grid = np.indices(shape).reshape(len(shape), -1)
     flat = values.reshape(-1, k)
-    rows = {
-        "example_id": np.asarray(example_ids, dtype=np.int64)[grid[0]],
-        "layer": grid[1].astype(np.int16),
-        "head": grid[2].astype(np.int16),
-    }
+    rows = {"example_id": np.asarray(example_ids, dtype=np.int64)[grid[0]]}
+    rows.update({name: grid[1 + i].astype(np.int16) for i, name in enumerate(("layer", "head")[: len(shape) - 1])})
     rows.update({name: flat[:, j] for j, name in enumerate(columns)})
     return pa.table(rows)
+
+
+def mixing_rows(
+    example_ids: np.ndarray, mixed: np.ndarray | None, columns: Sequence[str], zeroed: np.ndarray | None
+) -> pa.Table | None:
+    """head_mixing rows from (batch, layer, head, k) or layer_mixing rows from (batch, layer,
+    k): the residual + LayerNorm shares `mixed` under `columns` and value zeroing's shares
+    `zeroed` (same grid, VZ_COLUMNS), either of which may be absent; None when both are."""
+    from attnwh.ingest.measures.value_zeroing import VZ_COLUMNS
+
+    if mixed is None and zeroed is None:
+        return None
+    parts = [(mixed, columns), (zeroed, VZ_COLUMNS)]
+    values = np.concatenate([v for v, _ in parts if v is not None], axis=-1)
+    return grid_rows(example_ids, values, [c for v, names in parts if v is not None for c in names])
+
+
+def massive_rows(example_ids: np.ndarray, found: Mapping[str, np.ndarray]) -> pa.Table:
+    """massive_activations rows (without run_id) from `massive.scan`'s columns, whose `row`
+    is the example's place in the batch."""
+    return pa.table(
+        {
+            "example_id": np.asarray(example_ids, dtype=np.int64)[found["row"]],
+            "layer": found["layer"].astype(np.int16),
+            "rank": found["rank"].astype(np.int16),
+            "magnitude": found["magnitude"].astype(np.float32),
+            "dim": found["dim"].astype(np.int32),
+            "position": found["position"].astype(np.int32),
+            "token_kind": pa.array(found["token_kind"], pa.string()),
+            "median": found["median"].astype(np.float32),
+        }
+    )
 
 
 def done_rows(example_ids: np.ndarray, n_tokens: np.ndarray, n_tokens_full: np.ndarray) -> pa.Table:

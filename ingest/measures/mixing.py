@@ -1,0 +1,205 @@
+"""Context mixing after the residual and the LayerNorm (Kobayashi et al. 2021), per head and
+per layer, reduced on the device in the same pass as the head statistics.
+
+For a post-LN layer with input x, heads h, f_h(x) = (x W_V^h + b_V^h) W_O^h, the attention
+block's LayerNorm input is z_i = x_i + Σ_h Σ_j A^h[i,j] f_h(x_j) + b_O and its output
+y_i = γ ⊙ (z_i − μ(z_i)) / σ(z_i) + β. Centring is linear, so y_i is exactly a sum of terms
+(:func:`ln_terms`):
+
+- one per head and key, t_h,ij = γ ⊙ c(A^h[i,j] f_h(x_j)) / σ_i, with c(u) = u − μ(u);
+- the residual's, r_i = γ ⊙ c(x_i) / σ_i;
+- the bias terms, γ ⊙ c(b_O) / σ_i + β.
+
+Per head, its shares (docs/metrics.md#context-mixing) are those of ||t_h,ij|| = A^h[i,j]
+||γ ⊙ c(f_h(x_j))|| / σ_i over the keys; σ_i is common to a row and cancels in every share,
+so neither it nor the layer's output is needed. Per layer, the full contribution of token j
+to token i is c_ij = ||Σ_h t_h,ij + [i = j] r_i||: its square is a quadratic form in the
+heads' weights with the (heads × heads) Gram matrix of γ ⊙ c(f_h(x_j)) per key, so no tensor
+of size keys × queries × model width is formed. The mixing ratio of row i is
+Σ_{j≠i} c_ij / Σ_j c_ij.
+
+The residual x is what the attention module is called with (true of every post-LN family
+attnwh reads); :meth:`ContextMixing.hooks` keeps it for the layer's observer call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnwh.ingest.encoder.loading import AttentionOutput
+
+HEAD_COLUMNS: tuple[str, ...] = (
+    "rn_to_cls",
+    "rn_to_sep",
+    "rn_to_punct",
+    "rn_to_self",
+    "rn_to_prev",
+    "rn_to_next",
+    "rn_residual",
+)
+LAYER_COLUMNS: tuple[str, ...] = (
+    "mixing_ratio",
+    "residual_share",
+    "rn_to_cls",
+    "rn_to_sep",
+    "rn_to_punct",
+    "rn_to_self",
+    "rn_to_prev",
+    "rn_to_next",
+)
+
+
+def _centred(u: torch.Tensor) -> torch.Tensor:
+    return u - u.mean(-1, keepdim=True)
+
+
+def _per_head_projection(dense: nn.Linear, num_heads: int) -> torch.Tensor:
+    """W_O as (heads, head_dim, width): y = x @ weight.T, so head h's rows of weight.T."""
+    weight = dense.weight.detach().float()  # (width, heads * head_dim)
+    return weight.view(weight.shape[0], num_heads, -1).permute(1, 2, 0)
+
+
+def ln_terms(
+    x: torch.Tensor, probs: torch.Tensor, value: torch.Tensor, output: AttentionOutput, num_heads: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The decomposition itself, at full size, in float32: per-head terms (B, H, S, S, width)
+    t_h,ij, residual terms (B, S, width) r_i and bias terms (B, S, width), which add up to the
+    LayerNorm's output y_i. For checks and single examples: it holds S² model-width vectors
+    per head."""
+    norm = output.norm
+    if norm is None:
+        raise ValueError("the attention block has no LayerNorm after its residual sum")
+    gamma = norm.weight.detach().float()
+    weight = _per_head_projection(output.dense, num_heads)
+    bias = output.dense.bias.detach().float() if output.dense.bias is not None else weight.new_zeros(weight.shape[-1])
+    a, v, x = probs.float(), value.float(), x.float()
+    f = torch.einsum("bhsd,hde->bhse", v, weight)  # f_h(x_j)
+    z = x + torch.einsum("bhij,bhje->bie", a, f) + bias
+    sigma = (z.var(-1, unbiased=False) + norm.eps).sqrt()[..., None]  # (B, S, 1)
+    heads = gamma * _centred(a[..., None] * f[:, :, None]) / sigma[:, None, :, None]
+    residual = gamma * _centred(x) / sigma
+    beta = norm.bias.detach().float() if norm.bias is not None else torch.zeros_like(gamma)
+    biases = gamma * _centred(bias) / sigma + beta
+    return heads, residual, biases
+
+
+class ContextMixing:
+    """Per-head and per-layer shares after residual and LayerNorm, for the attention modules
+    of one model. Use inside :meth:`hooks` (which keeps each module's input, the residual)
+    and call :meth:`observe` from the attention observer with the layer's weights."""
+
+    def __init__(self, outputs: Mapping[nn.Module, AttentionOutput], num_heads: int) -> None:
+        self._outputs = dict(outputs)
+        # W_O^h with the LayerNorm's centring and γ folded in: c(v W) ⊙ γ = v (c(W) ⊙ γ), so
+        # f below is already γ ⊙ c(f_h(x_j)).
+        self._projections: dict[int, torch.Tensor] = {}
+        self._gammas: dict[int, torch.Tensor] = {}
+        for module, output in outputs.items():
+            if output.norm is None:
+                continue
+            gamma = output.norm.weight.detach().float()
+            self._gammas[id(module)] = gamma
+            self._projections[id(module)] = gamma * _centred(_per_head_projection(output.dense, num_heads))
+        self._inputs: dict[int, torch.Tensor] = {}
+
+    @staticmethod
+    def applies(outputs: Mapping[nn.Module, AttentionOutput]) -> bool:
+        """Whether every attention block of the model is followed by a LayerNorm of its
+        residual sum (post-LN), the setting the decomposition is defined for."""
+        return all(o.norm is not None for o in outputs.values())
+
+    @contextlib.contextmanager
+    def hooks(self) -> Iterator[None]:
+        """Inside the block, each attention module's input hidden states are kept until the
+        module's next call; the hooks are always removed."""
+
+        def keep(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            # BERT-like, DeBERTa, MPNet, ALBERT take hidden_states first; DistilBERT query=x.
+            x = args[0] if args else kwargs.get("hidden_states", kwargs.get("query"))
+            if not isinstance(x, torch.Tensor):
+                raise RuntimeError(f"cannot find the input hidden states of {type(module).__name__}")
+            self._inputs[id(module)] = x
+
+        handles = [m.register_forward_pre_hook(keep, with_kwargs=True) for m in self._outputs]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+            self._inputs.clear()
+
+    def observe(
+        self,
+        module: nn.Module,
+        probs: torch.Tensor,
+        value: torch.Tensor,
+        row_weight: torch.Tensor,
+        targets: torch.Tensor,
+        next_ok: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, H, len(HEAD_COLUMNS)) and (B, len(LAYER_COLUMNS)) for one layer; `row_weight`
+        (B, S) is 1/n on real rows, `targets` (B, 1, S, 3) the [CLS], [SEP] and punctuation
+        columns, `next_ok` (B, S - 1) whether row i has a real right neighbour."""
+        x = self._inputs[id(module)].float()
+        a, v = probs.float(), value.float()
+        batch, heads, length, _ = v.shape
+        tiny = torch.finfo(torch.float32).tiny
+        # f[h, n] = γ ⊙ c(f_h(x_n)) for every token n of the batch: one matmul per head over
+        # all tokens (many small per-example products are several times slower on a CPU).
+        by_head = v.permute(1, 0, 2, 3).reshape(heads, batch * length, -1)
+        f = torch.bmm(by_head, self._projections[id(module)]).transpose(0, 1)  # (N, H, width)
+        xs = self._gammas[id(module)] * _centred(x)  # σ_i·r_i
+        x_norm = xs.norm(dim=-1)  # (B, S)
+        gram = torch.matmul(f, f.transpose(1, 2)).view(batch, length, heads, heads)  # K_j[h, g]
+        cross = torch.matmul(f, xs.reshape(-1, xs.shape[-1], 1)).view(batch, length, heads)  # <f_h(x_i), r_i>
+        norms = gram.diagonal(dim1=-2, dim2=-1).clamp_min(0).sqrt().transpose(1, 2)  # ||f_h(x_j)||: (B, H, S)
+
+        # Per head: ||t_h,ij|| up to σ_i, which every share divides out.
+        weighted = a * norms[:, :, None, :]  # (B, H, S, S)
+        head_total = weighted.sum(-1)  # (B, H, S)
+        head_rows = torch.cat(
+            [
+                _target_shares(weighted, targets, next_ok),
+                (x_norm[:, None] / (x_norm[:, None] + head_total).clamp_min(tiny))[..., None],
+            ],
+            dim=-1,
+        )
+        head_rows[..., :6] /= head_total[..., None].clamp_min(tiny)
+        per_head = torch.einsum("bhsk,bs->bhk", head_rows, row_weight)
+
+        # Per layer: c_ij² = a_ijᵀ K_j a_ij (+ the residual's terms on the diagonal), with
+        # K_j[h, g] = <f_h(x_j), f_g(x_j)> and a_ij the heads' weights A^h[i, j].
+        per_key = a.permute(0, 2, 3, 1)  # (B, i, j, H)
+        squared = (torch.einsum("bijh,bjhg->bijg", per_key, gram) * per_key).sum(-1)
+        diagonal = 2 * (a.diagonal(dim1=-2, dim2=-1) * cross.transpose(1, 2)).sum(1) + x_norm**2
+        squared = squared + torch.diag_embed(diagonal)
+        c = squared.clamp_min(0).sqrt()[:, None]  # (B, 1, S, S)
+        row_total = c.sum(-1)[:, 0]  # (B, S)
+        shares = _target_shares(c, targets, next_ok)[:, 0] / row_total[..., None].clamp_min(tiny)
+        layer_rows = torch.cat(
+            [
+                (1 - shares[..., 3:4]),  # mixing ratio: everything but j = i
+                (x_norm / (x_norm + head_total.sum(1)).clamp_min(tiny))[..., None],
+                shares,
+            ],
+            dim=-1,
+        )
+        per_layer = torch.einsum("bsk,bs->bk", layer_rows, row_weight)
+        return per_head, per_layer
+
+
+def _target_shares(weighted: torch.Tensor, targets: torch.Tensor, next_ok: torch.Tensor) -> torch.Tensor:
+    """Per row of (B, H, S, S) non-negative contributions: the sums over the [CLS], [SEP] and
+    punctuation columns, then j = i, i - 1 and i + 1 (0 where no real neighbour): (B, H, S, 6)."""
+    columns = weighted @ targets.expand(-1, weighted.shape[1], -1, -1).to(weighted.dtype)
+    prev = nn.functional.pad(weighted.diagonal(offset=-1, dim1=-2, dim2=-1), (1, 0))
+    nxt = nn.functional.pad(weighted.diagonal(offset=1, dim1=-2, dim2=-1) * next_ok[:, None], (0, 1))
+    return torch.cat(
+        [columns, torch.stack([weighted.diagonal(dim1=-2, dim2=-1), prev, nxt], dim=-1)],
+        dim=-1,
+    )
