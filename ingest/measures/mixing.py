@@ -99,12 +99,15 @@ class ContextMixing:
         # f below is already γ ⊙ c(f_h(x_j)).
         self._projections: dict[int, torch.Tensor] = {}
         self._gammas: dict[int, torch.Tensor] = {}
+        self._stacked: dict[int, torch.Tensor] = {}  # the same as (width, H·d), for r_i
         for module, output in outputs.items():
             if output.norm is None:
                 continue
             gamma = output.norm.weight.detach().float()
             self._gammas[id(module)] = gamma
-            self._projections[id(module)] = gamma * _centred(_per_head_projection(output.dense, num_heads))
+            projection = gamma * _centred(_per_head_projection(output.dense, num_heads))  # (H, d, width)
+            self._projections[id(module)] = projection
+            self._stacked[id(module)] = projection.permute(2, 0, 1).reshape(projection.shape[-1], -1)
         self._inputs: dict[int, torch.Tensor] = {}
 
     @staticmethod
@@ -156,7 +159,10 @@ class ContextMixing:
         xs = self._gammas[id(module)] * _centred(x)  # σ_i·r_i
         x_norm = xs.norm(dim=-1)  # (B, S)
         gram = torch.matmul(f, f.transpose(1, 2)).view(batch, length, heads, heads)  # K_j[h, g]
-        cross = torch.matmul(f, xs.reshape(-1, xs.shape[-1], 1)).view(batch, length, heads)  # <f_h(x_i), r_i>
+        # <f_h(x_i), r_i> = v_h,i · (P_h r_i): one (tokens × width) @ (width × heads·d) product
+        # instead of a pass over f.
+        projected = (xs.reshape(batch * length, -1) @ self._stacked[id(module)]).view(batch * length, heads, -1)
+        cross = (projected * by_head.transpose(0, 1)).sum(-1).view(batch, length, heads)
         norms = gram.diagonal(dim1=-2, dim2=-1).clamp_min(0).sqrt().transpose(1, 2)  # ||f_h(x_j)||: (B, H, S)
 
         # Per head: ||t_h,ij|| up to σ_i, which every share divides out.
