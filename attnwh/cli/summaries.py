@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 
 def describe(encoder: Any) -> str:
@@ -242,9 +242,10 @@ def print_study(runner: Any, seconds: float) -> None:
         "fine-tuned score",
         "most changed layer (mean cosine)",
         f"most helpful head ({runner.options.modes[0]}: Δ, adjusted p)",
-        "significant",
+        # Short headers that never shrink: at 80 columns the wide ones wrap instead.
+        Column("p < 0.05", min_width=len("p < 0.05")),
         "sink heads together (Δ, p)",
-        "significant",
+        Column("p < 0.05", min_width=len("p < 0.05")),
         box=None,
     )
     summaries = runner.summary()
