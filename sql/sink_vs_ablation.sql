@@ -3,8 +3,8 @@
 -- params: model, task, eps, metric, n_boot, seed
 -- One row per ablation run and head (docs/metrics.md#attention-sinks; Gu et al. 2025 against
 -- Kovaleva et al.'s Fig. 8). The sink scores come from a statistics run of the same weights
--- whose run_examples hold every example of the ablation run, chosen as in sink_heads_of_run
--- (the ablation run's max_length first, then a complete run, then the latest), averaged over
+-- whose run_examples hold every example of the ablation run (view ablation_sink_scores: the
+-- ablation run's max_length first, then a complete run, then the latest), averaged over
 -- exactly the ablation run's examples: to_cls, to_sep, to_punct, sink_score = the largest of
 -- the three, sink_kind = which (ties: [CLS], then [SEP]), sink = sink_score > eps (default
 -- 0.3). Beside them, the head's own ablation effect on `metric` (default: the run's main
@@ -27,53 +27,12 @@ WITH settings AS (
         coalesce(CAST($seed AS BIGINT), 42)      AS seed
 ),
 ablation AS (
-    SELECT r.run_id, r.max_length, m.weights_hash
+    SELECT r.run_id
     FROM runs AS r
     JOIN models AS m USING (model_id)
     WHERE r.kind = 'ablation'
       AND ($model IS NULL OR m.name = $model)
       AND ($task IS NULL OR r.task = $task)
-),
-wanted AS (
-    SELECT a.run_id, e.example_id
-    FROM ablation AS a
-    JOIN run_examples AS e USING (run_id)
-),
-sizes AS (
-    SELECT run_id, count(*) AS n FROM wanted GROUP BY run_id
-),
-candidates AS (
-    SELECT
-        a.run_id AS ablation_run,
-        s.run_id AS statistics_run,
-        row_number() OVER (
-            PARTITION BY a.run_id
-            ORDER BY (s.max_length = a.max_length) DESC, (s.status = 'complete') DESC, s.run_id DESC
-        ) AS preference
-    FROM ablation AS a
-    JOIN sizes AS z ON z.run_id = a.run_id
-    JOIN models AS m ON m.weights_hash = a.weights_hash
-    JOIN runs AS s ON s.model_id = m.model_id AND s.kind = 'statistics'
-    JOIN run_examples AS e ON e.run_id = s.run_id
-    JOIN wanted AS w ON w.run_id = a.run_id AND w.example_id = e.example_id
-    GROUP BY a.run_id, a.max_length, s.run_id, s.max_length, s.status, z.n
-    HAVING count(*) = z.n
-),
-means AS (
-    SELECT
-        c.ablation_run   AS run_id,
-        c.statistics_run,
-        h.layer,
-        h.head,
-        count(*)         AS examples,
-        avg(h.to_cls)    AS to_cls,
-        avg(h.to_sep)    AS to_sep,
-        avg(h.to_punct)  AS to_punct
-    FROM candidates AS c
-    JOIN head_stats AS h ON h.run_id = c.statistics_run
-    JOIN wanted AS w ON w.run_id = c.ablation_run AND w.example_id = h.example_id
-    WHERE c.preference = 1
-    GROUP BY c.ablation_run, c.statistics_run, h.layer, h.head
 ),
 main_metric AS (
     -- metrics_for(task)[0] read off the metrics a run stores: {mcc}, {f1, accuracy},
@@ -99,13 +58,12 @@ paired AS (
         m.to_cls,
         m.to_sep,
         m.to_punct,
-        greatest(m.to_cls, m.to_sep, m.to_punct) AS sink_score,
-        CASE greatest(m.to_cls, m.to_sep, m.to_punct)
-            WHEN m.to_cls THEN '[CLS]' WHEN m.to_sep THEN '[SEP]' ELSE 'punctuation' END AS sink_kind,
+        m.sink_score,
+        m.sink_kind,
         t.eps,
-        greatest(m.to_cls, m.to_sep, m.to_punct) > t.eps AS sink
+        m.sink_score > t.eps AS sink
     FROM effects AS e
-    JOIN means AS m ON m.run_id = e.run_id AND m.layer = e.layer AND m.head = e.head
+    JOIN ablation_sink_scores AS m ON m.ablation_run = e.run_id AND m.layer = e.layer AND m.head = e.head
     CROSS JOIN settings AS t
 ),
 ranked AS (

@@ -62,7 +62,14 @@ ABLATION_RESULTS_0006 = [
     "examples",
     "n_resamples",
 ]
-VIEWS = ("head_stats_named", "head_means", "attention_change_named", "head_patterns_named", "ablation_results")
+VIEWS = (
+    "head_stats_named",
+    "head_means",
+    "attention_change_named",
+    "head_patterns_named",
+    "ablation_results",
+    "ablation_sink_scores",
+)
 SIZE = {"examples": 5, "layers": 3, "heads": 4}
 
 

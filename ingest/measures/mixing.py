@@ -33,25 +33,10 @@ from torch import nn
 
 from attnwh.ingest.encoder.loading import AttentionOutput
 
-HEAD_COLUMNS: tuple[str, ...] = (
-    "rn_to_cls",
-    "rn_to_sep",
-    "rn_to_punct",
-    "rn_to_self",
-    "rn_to_prev",
-    "rn_to_next",
-    "rn_residual",
-)
-LAYER_COLUMNS: tuple[str, ...] = (
-    "mixing_ratio",
-    "residual_share",
-    "rn_to_cls",
-    "rn_to_sep",
-    "rn_to_punct",
-    "rn_to_self",
-    "rn_to_prev",
-    "rn_to_next",
-)
+# Shares of the post-LayerNorm contributions to the targets of head_stats' to_* columns.
+_TARGET_COLUMNS = ("rn_to_cls", "rn_to_sep", "rn_to_punct", "rn_to_self", "rn_to_prev", "rn_to_next")
+HEAD_COLUMNS: tuple[str, ...] = (*_TARGET_COLUMNS, "rn_residual")
+LAYER_COLUMNS: tuple[str, ...] = ("mixing_ratio", "residual_share", *_TARGET_COLUMNS)
 
 
 def _centred(u: torch.Tensor) -> torch.Tensor:
