@@ -187,6 +187,36 @@ def test_short_rows_ties_and_repeated_medians():
     assert massive.scan([], real, cls, sep, punct)["row"].shape == (0,)
 
 
+@pytest.mark.parametrize("kind", ["spread", "ties", "zeros", "straddling"])
+def test_exact_medians_equal_numpy_at_any_two_places(kind):
+    """The radix selection against np.sort, at the two middle places and at arbitrary ones:
+    values over many octaves, heavy ties, zeros (padding's value), and rows whose two places
+    fall in different buckets."""
+    rng = np.random.default_rng(1)
+    rows, width = 9, 301
+    if kind == "spread":
+        values = np.exp(rng.uniform(-30, 30, (rows, width)))
+    elif kind == "ties":
+        values = rng.integers(0, 4, (rows, width)).astype(np.float64) * 0.75
+    elif kind == "zeros":
+        values = np.where(rng.random((rows, width)) < 0.6, 0.0, rng.random((rows, width)))
+    else:  # the lower half 1.0 and the upper half 4.0: the middle places are octaves apart
+        values = np.sort(np.repeat([[1.0, 4.0]], rows, axis=0).repeat((width + 1) // 2, axis=1)[:, :width])
+        values = rng.permuted(values, axis=1)
+    values = values.astype(np.float32)
+    lower = torch.from_numpy(rng.integers(0, width, rows))
+    lower[:3] = torch.tensor([(width - 1) // 2, 0, width - 1])
+    upper = torch.clamp(lower + torch.from_numpy(rng.integers(0, 2, rows)), max=width - 1)
+    upper[0] = lower[0] + 1  # the places just below and above the middle
+    found = massive.exact_medians(torch.from_numpy(values), lower, upper).numpy()
+    ordered = np.sort(values, axis=1)
+    at = np.arange(rows)
+    want = (ordered[at, lower.numpy()] + ordered[at, upper.numpy()]) / 2
+    np.testing.assert_array_equal(found, want.astype(np.float32))
+    middle = massive.exact_medians(torch.from_numpy(values), *(torch.full((rows,), i) for i in (150, 150)))
+    np.testing.assert_array_equal(middle.numpy(), np.median(values, axis=1).astype(np.float32))
+
+
 def test_scan_works_in_float32_for_half_precision_inputs():
     hidden = [torch.tensor([[[1.0, -300.0], [0.5, 2.0]]], dtype=torch.bfloat16)]
     real = torch.ones(1, 2, dtype=torch.bool)

@@ -9,13 +9,11 @@ exceeds 100 and 1000 × that median; the threshold is applied by the query
 
 Everything is computed on the device, vectorised over the batch and in float32 whatever the
 model's dtype. The top entries come from ``torch.topk`` over the flattened S × D magnitudes
-with padding set to -inf; among equal magnitudes, which ranks first (and which is kept at
-the last place) is up to ``topk`` and may differ between devices. The median is exact, as
-``np.median`` gives it: ``torch.nanmedian`` over the magnitudes with padding set to NaN
-returns the lower of the two middle values when their count is even, and the upper one is
-the smallest value above it unless the lower one is repeated into the upper place; the
-median is their mean. Both are selections, linear in the number of entries, unlike a sort
-(or ``torch.nanquantile``, which sorts and refuses inputs over 2^24 entries).
+with padding below every real one; among equal magnitudes, which ranks first (and which is
+kept at the last place) is up to ``topk`` and may differ between devices. The median is
+exact, as ``np.median`` gives it (the mean of the two middle values), found by a radix
+selection (:func:`exact_medians`): linear like ``torch.nanmedian`` (which gives only the
+lower middle value) and, on a CPU, about twice as fast as it with a pass for the upper one.
 """
 
 from __future__ import annotations
@@ -66,21 +64,18 @@ def scan(
     padding = (~real)[..., None].expand(batch, seq, width).reshape(batch, seq * width)
     k = min(top_k, seq * width)
     entries = real.sum(-1) * width  # (B,) real magnitudes per row
-    # 0-based place of the upper middle value among a row's sorted real entries.
-    upper_place = (entries // 2)[:, None]
+    # Padding is set to 0, at or below every real magnitude, so it takes the first places of
+    # a row; the middle of the real entries is then at these places of the whole row.
+    lower_place = seq * width - entries + (entries - 1) // 2
+    upper_place = seq * width - entries + entries // 2
     tops, flat, medians = [], [], []
     for h in hidden_states:
         if h.shape != (batch, seq, width):
             raise ValueError(f"hidden states of shape {tuple(h.shape)}, expected {(batch, seq, width)}")
         # abs() makes a new tensor, so the fills below leave the model's output alone.
-        values = h.detach().float().abs().flatten(1).masked_fill_(padding, torch.nan)
-        lower = values.nanmedian(dim=-1).values[:, None]
-        # Entries ≤ the lower middle (NaN compares false) fill the places 0 … count - 1; the
-        # upper middle is the lower one again if that covers its place, else the next value up.
-        repeated = (values <= lower).sum(-1, keepdim=True) > upper_place
-        above = torch.where(values > lower, values, torch.inf).amin(-1, keepdim=True)
-        medians.append(((lower + torch.where(repeated, lower, above)) / 2)[:, 0])
-        top, index = values.masked_fill_(padding, -torch.inf).topk(k, dim=-1)
+        values = h.detach().float().abs().flatten(1).masked_fill_(padding, 0.0)
+        medians.append(exact_medians(values, lower_place, upper_place))
+        top, index = values.masked_fill_(padding, -1.0).topk(k, dim=-1)
         tops.append(top)
         flat.append(index)
     layers = len(hidden_states)
@@ -96,6 +91,41 @@ def scan(
     return _columns(
         [t[keep].cpu().numpy() for t in (row, layer, rank + 1, top, index % width, position, kinds, median)]
     )
+
+
+# Radix buckets of exact_medians: the high bits of a float32 read as an integer, here its
+# exponent and top four mantissa bits, so one bucket spans a sixteenth of an octave: few
+# values share the middle's bucket, and the histogram stays small (4096 counts per row).
+_SHIFT = 19
+_BUCKETS = (2**31 - 1 >> _SHIFT) + 1
+
+
+def exact_medians(values: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
+    """Per row of `values` (R, T), float32 and non-negative, the mean of its values at the
+    0-based places `lower` and `upper` (R,) of the row in ascending order: the median as
+    numpy defines it, for the two middle places (equal for an odd count). NaN counts as
+    larger than every number.
+
+    Exact and linear: non-negative floats order as their bit patterns read as integers, so
+    one histogram of the high bits per row (a single bincount over the batch) gives the
+    bucket holding each place and how many values lie below it; only the values in those
+    buckets, a small share of the row, are then sorted."""
+    rows, _ = values.shape
+    device = values.device
+    places = torch.stack([lower, upper], dim=-1).clamp(0, values.shape[1] - 1)  # (R, 2)
+    bits = values.contiguous().view(torch.int32)
+    offsets = torch.arange(0, rows * _BUCKETS, _BUCKETS, dtype=torch.int32, device=device)[:, None]
+    keys = (bits >> _SHIFT).add_(offsets)  # bucket numbers, each row in its own range
+    counts = torch.bincount(keys.flatten(), minlength=rows * _BUCKETS).view(rows, _BUCKETS).cumsum_(-1)
+    bucket = torch.searchsorted(counts, places, right=True)  # (R, 2): counts[bucket] > place
+    below = torch.where(bucket[:, :1] > 0, counts.gather(1, (bucket[:, :1] - 1).clamp_min(0)), 0)
+    first, last = (bucket + offsets).int().unbind(-1)
+    row, column = ((keys >= first[:, None]) & (keys <= last[:, None])).nonzero(as_tuple=True)
+    # The candidates sorted by (row, value) in one sort of int64 keys; row r's begin at start[r].
+    ordered = torch.sort((row << 32) | bits[row, column].long()).values
+    start = torch.searchsorted(ordered, torch.arange(rows, device=device, dtype=torch.long) << 32)
+    picked = (ordered[start[:, None] + places - below] & 0xFFFFFFFF).int().view(torch.float32)
+    return picked.sum(-1) / 2
 
 
 def _columns(values: list[np.ndarray]) -> dict[str, np.ndarray]:

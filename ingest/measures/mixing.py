@@ -80,19 +80,27 @@ class ContextMixing:
 
     def __init__(self, outputs: Mapping[nn.Module, AttentionOutput], num_heads: int) -> None:
         self._outputs = dict(outputs)
-        # W_O^h with the LayerNorm's centring and γ folded in: c(v W) ⊙ γ = v (c(W) ⊙ γ), so
-        # f below is already γ ⊙ c(f_h(x_j)).
-        self._projections: dict[int, torch.Tensor] = {}
+        # P_h = W_O^h with the LayerNorm's centring and γ folded in: c(v W) ⊙ γ = v (c(W) ⊙ γ),
+        # so v_h,j P_h is γ ⊙ c(f_h(x_j)), written f_h(x_j) below.
         self._gammas: dict[int, torch.Tensor] = {}
-        self._stacked: dict[int, torch.Tensor] = {}  # the same as (width, H·d), for r_i
+        self._stacked: dict[int, torch.Tensor] = {}  # P_h as one (width, H·d) matrix, for r_i
+        # K_j[h, g] = <f_h(x_j), f_g(x_j)> = v_h,j P_h P_gᵀ v_g,j: per head h the (d, (H - h)·d)
+        # matrix [P_h P_gᵀ for g ≥ h]. Working in head space (d ≪ width) and on one triangle of
+        # the symmetric K_j takes under half the multiplications of forming f_h(x_j) (width
+        # wide) and then their Gram matrix.
+        self._upper: dict[int, list[torch.Tensor]] = {}
         for module, output in outputs.items():
             if output.norm is None:
                 continue
             gamma = output.norm.weight.detach().float()
             self._gammas[id(module)] = gamma
             projection = gamma * _centred(_per_head_projection(output.dense, num_heads))  # (H, d, width)
-            self._projections[id(module)] = projection
-            self._stacked[id(module)] = projection.permute(2, 0, 1).reshape(projection.shape[-1], -1)
+            stacked = projection.permute(2, 0, 1).reshape(projection.shape[-1], -1)
+            self._stacked[id(module)] = stacked
+            wide = stacked.double()  # products of products: accumulate in float64 once
+            self._upper[id(module)] = [
+                (projection[h].double() @ wide[:, h * p.shape[0] :]).float() for h, p in enumerate(projection)
+            ]
         self._inputs: dict[int, torch.Tensor] = {}
 
     @staticmethod
@@ -137,41 +145,46 @@ class ContextMixing:
         a, v = probs.float(), value.float()
         batch, heads, length, _ = v.shape
         tiny = torch.finfo(torch.float32).tiny
-        # f[h, n] = γ ⊙ c(f_h(x_n)) for every token n of the batch: one matmul per head over
-        # all tokens (many small per-example products are several times slower on a CPU).
-        by_head = v.permute(1, 0, 2, 3).reshape(heads, batch * length, -1)
-        f = torch.bmm(by_head, self._projections[id(module)]).transpose(0, 1)  # (N, H, width)
+        # Every token n of the batch at once (many small per-example products are several
+        # times slower on a CPU): v_h,n by head, and by token.
+        by_head = v.permute(1, 0, 2, 3).reshape(heads, batch * length, -1)  # (H, N, d)
+        by_token = by_head.transpose(0, 1)  # (N, H, d)
+        gram = v.new_empty(batch * length, heads, heads)  # K_n[h, g] = <f_h(x_n), f_g(x_n)>
+        for h, upper in enumerate(self._upper[id(module)]):
+            k = ((by_head[h] @ upper).view(batch * length, heads - h, -1) * by_token[:, h:]).sum(-1)
+            gram[:, h, h:] = k
+            gram[:, h + 1 :, h] = k[:, 1:]
+        gram = gram.view(batch, length, heads, heads)
         xs = self._gammas[id(module)] * _centred(x)  # σ_i·r_i
         x_norm = xs.norm(dim=-1)  # (B, S)
-        gram = torch.matmul(f, f.transpose(1, 2)).view(batch, length, heads, heads)  # K_j[h, g]
-        # <f_h(x_i), r_i> = v_h,i · (P_h r_i): one (tokens × width) @ (width × heads·d) product
-        # instead of a pass over f.
+        # <f_h(x_i), r_i> = v_h,i · (P_h r_i): one (tokens × width) @ (width × heads·d) product.
         projected = (xs.reshape(batch * length, -1) @ self._stacked[id(module)]).view(batch * length, heads, -1)
-        cross = (projected * by_head.transpose(0, 1)).sum(-1).view(batch, length, heads)
+        cross = (projected * by_token).sum(-1).view(batch, length, heads)
         norms = gram.diagonal(dim1=-2, dim2=-1).clamp_min(0).sqrt().transpose(1, 2)  # ||f_h(x_j)||: (B, H, S)
 
-        # Per head: ||t_h,ij|| up to σ_i, which every share divides out.
-        weighted = a * norms[:, :, None, :]  # (B, H, S, S)
-        head_total = weighted.sum(-1)  # (B, H, S)
+        # Per head: ||t_h,ij|| = A^h[i,j] ||f_h(x_j)|| up to σ_i, which every share divides out.
+        head_sums = _target_sums(a, norms, targets, next_ok)  # (B, H, S, 7)
+        head_total = head_sums[..., 6]  # (B, H, S)
         head_rows = torch.cat(
             [
-                _target_shares(weighted, targets, next_ok),
+                head_sums[..., :6] / head_total[..., None].clamp_min(tiny),
                 (x_norm[:, None] / (x_norm[:, None] + head_total).clamp_min(tiny))[..., None],
             ],
             dim=-1,
         )
-        head_rows[..., :6] /= head_total[..., None].clamp_min(tiny)
         per_head = torch.einsum("bhsk,bs->bhk", head_rows, row_weight)
 
         # Per layer: c_ij² = a_ijᵀ K_j a_ij (+ the residual's terms on the diagonal), with
-        # K_j[h, g] = <f_h(x_j), f_g(x_j)> and a_ij the heads' weights A^h[i, j].
-        per_key = a.permute(0, 2, 3, 1)  # (B, i, j, H)
-        squared = (torch.einsum("bijh,bjhg->bijg", per_key, gram) * per_key).sum(-1)
+        # K_j[h, g] = <f_h(x_j), f_g(x_j)> and a_ij the heads' weights A^h[i, j]. Laid out
+        # key-major (B, j, h, i) so one batched product applies every K_j and the sum over
+        # heads runs along contiguous rows.
+        per_key = a.permute(0, 3, 1, 2).contiguous()  # (B, j, H, i)
+        squared = (torch.matmul(gram, per_key) * per_key).sum(-2).transpose(1, 2)  # (B, i, j)
         diagonal = 2 * (a.diagonal(dim1=-2, dim2=-1) * cross.transpose(1, 2)).sum(1) + x_norm**2
         squared = squared + torch.diag_embed(diagonal)
         c = squared.clamp_min(0).sqrt()[:, None]  # (B, 1, S, S)
-        row_total = c.sum(-1)[:, 0]  # (B, S)
-        shares = _target_shares(c, targets, next_ok)[:, 0] / row_total[..., None].clamp_min(tiny)
+        layer_sums = _target_sums(c, None, targets, next_ok)[:, 0]  # (B, S, 7)
+        shares = layer_sums[..., :6] / layer_sums[..., 6:].clamp_min(tiny)
         layer_rows = torch.cat(
             [
                 (1 - shares[..., 3:4]),  # mixing ratio: everything but j = i
@@ -184,13 +197,19 @@ class ContextMixing:
         return per_head, per_layer
 
 
-def _target_shares(weighted: torch.Tensor, targets: torch.Tensor, next_ok: torch.Tensor) -> torch.Tensor:
-    """Per row of (B, H, S, S) non-negative contributions: the sums over the [CLS], [SEP] and
-    punctuation columns, then j = i, i - 1 and i + 1 (0 where no real neighbour): (B, H, S, 6)."""
-    columns = weighted @ targets.expand(-1, weighted.shape[1], -1, -1).to(weighted.dtype)
-    prev = nn.functional.pad(weighted.diagonal(offset=-1, dim1=-2, dim2=-1), (1, 0))
-    nxt = nn.functional.pad(weighted.diagonal(offset=1, dim1=-2, dim2=-1) * next_ok[:, None], (0, 1))
-    return torch.cat(
-        [columns, torch.stack([weighted.diagonal(dim1=-2, dim2=-1), prev, nxt], dim=-1)],
-        dim=-1,
-    )
+def _target_sums(
+    weights: torch.Tensor, scale: torch.Tensor | None, targets: torch.Tensor, next_ok: torch.Tensor
+) -> torch.Tensor:
+    """Per row i of the non-negative contributions weights[..., i, j] · scale[..., j] ((B, H, S,
+    S) and (B, H, S), no scale meaning 1): the sums over the [CLS], [SEP] and punctuation
+    columns, over j = i, i - 1 and i + 1 (0 where no real neighbour), and over every j:
+    (B, H, S, 7). The scale multiplies the (S, 4) right-hand side, not the (S, S) weights."""
+    columns = torch.cat([targets, torch.ones_like(targets[..., :1])], dim=-1).expand(-1, weights.shape[1], -1, -1)
+    diagonals = [weights.diagonal(offset=k, dim1=-2, dim2=-1) for k in (0, -1, 1)]  # j = i, i - 1, i + 1
+    if scale is not None:
+        columns = scale[..., None] * columns
+        diagonals = [diagonals[0] * scale, diagonals[1] * scale[..., :-1], diagonals[2] * scale[..., 1:]]
+    sums = weights @ columns.to(weights.dtype)  # (B, H, S, 4)
+    prev = nn.functional.pad(diagonals[1], (1, 0))
+    nxt = nn.functional.pad(diagonals[2] * next_ok[:, None], (0, 1))
+    return torch.cat([sums[..., :3], torch.stack([diagonals[0], prev, nxt], dim=-1), sums[..., 3:]], dim=-1)
