@@ -60,6 +60,10 @@ ROWS: dict[int, list[str]] = {
         "INSERT INTO layer_mixing (run_id, example_id, layer, mixing_ratio) VALUES ({run}, 7, 0, 0.3)",
         "INSERT INTO massive_activations VALUES ({run}, 7, 0, 1, 120.5, 3, 0, '[CLS]', 0.1)",
     ],
+    12: [
+        "INSERT INTO pattern_maps VALUES ({run}, 7, 0, 0, 2, [0.5, 0.5, 0.1, 0.9]::FLOAT[])",
+        "INSERT INTO example_tokens VALUES ({run}, 7, ['[CLS]', '[SEP]'])",
+    ],
 }
 
 

@@ -140,6 +140,32 @@ def test_thumbnail_equals_pooled_eager_map(ingested):
     np.testing.assert_allclose(np.array(thumb), expected.numpy(), atol=1e-6)
 
 
+def test_whole_maps_and_tokens_equal_eager_ones(ingested):
+    """pattern_maps holds every head's map of each short thumbnail example exactly as HF's
+    eager `output_attentions` gives it, and example_tokens its tokens, in order."""
+    from transformers import AutoModel, AutoTokenizer
+
+    db, model_dir = ingested
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    eager = AutoModel.from_pretrained(model_dir, attn_implementation="eager").eval()
+    with duckdb.connect(str(db), read_only=True) as con:
+        thumbs = con.execute("SELECT DISTINCT example_id FROM pattern_thumbnails ORDER BY 1").fetchall()
+        stored = con.execute(
+            "SELECT m.example_id, m.layer, m.head, m.n_tokens, m.attention, t.tokens, e.text_a, e.text_b"
+            " FROM pattern_maps AS m JOIN example_tokens AS t USING (run_id, example_id)"
+            " JOIN examples AS e USING (example_id) ORDER BY ALL"
+        ).fetchall()
+    assert {r[0] for r in stored} == {r[0] for r in thumbs}  # every sampled example is short here
+    assert len(stored) == len(thumbs) * 2 * 4  # layers × heads
+    for _, layer, head, n, attention, tokens, text_a, text_b in stored:
+        inputs = tokenizer(text_a, text_b, return_tensors="pt")
+        assert tokens == tokenizer.convert_ids_to_tokens(inputs["input_ids"][0].tolist())
+        with torch.no_grad():
+            maps = eager(**inputs, output_attentions=True).attentions
+        assert n == inputs["input_ids"].shape[1]
+        np.testing.assert_allclose(np.array(attention).reshape(n, n), maps[layer][0, head].numpy(), atol=1e-6)
+
+
 def test_named_queries_on_patterns(ingested, monkeypatch, capsys):
     import json
 
@@ -260,3 +286,35 @@ def test_report_knows_the_same_pattern_types():
     from attnwh.reports import charts
 
     assert charts.PATTERN_TYPES == patterns.PATTERN_TYPES
+
+
+def test_label_page_choices_and_errors(ingested, tmp_path, monkeypatch, capsys):
+    """`patterns label`: filters and the uncertain order pick the maps the rules' margins say;
+    nothing to show, an unknown type or a missing warehouse is one line and no page."""
+    from attnwh.ingest.runs import patterns as pattern_store
+
+    db, _ = ingested
+    with duckdb.connect(str(db), read_only=True) as con:
+        everything = pattern_store.label_sample(con, limit=None)
+        uncertain = pattern_store.label_sample(con, order="uncertain", limit=5)
+        layer1 = pattern_store.label_sample(con, layer=1, limit=None)
+        features = con.execute(
+            "SELECT col_cls, col_sep, col_punct, col_other, band, block FROM head_stats AS s"
+            " JOIN pattern_thumbnails USING (run_id, example_id, layer, head)"
+        ).fetchall()
+    assert len(everything) == 3 * 2 * 4 and {m["layer"] for m in layer1} == {1} and len(layer1) == 12
+    margins = patterns.margins(torch.tensor(features)).numpy()
+    np.testing.assert_allclose([m["margin"] for m in uncertain], np.sort(margins)[:5], rtol=1e-6)
+    seeded = [pattern_store.label_sample(duckdb.connect(str(db), read_only=True), seed=s, limit=6) for s in (1, 1, 2)]
+    keys = [[(m["example"], m["layer"], m["head"]) for m in maps] for maps in seeded]
+    assert keys[0] == keys[1] != keys[2]
+
+    out = tmp_path / "page.html"
+    for args, message in [
+        (["--task", "nope"], "no stored maps match"),
+        (["--type", "diagonalish"], "unknown type 'diagonalish'"),
+        (["--db", str(tmp_path / "none.duckdb")], "no warehouse at"),
+    ]:
+        code, _, err = run(monkeypatch, capsys, "patterns", "label", str(out), "--db", str(db), *args)
+        assert code != 0 and message in err and len(err.strip().splitlines()) == 1, err
+        assert not out.exists()

@@ -35,6 +35,7 @@ def test_readme_lists_every_command():
         "ingest relations",
         "ingest ablation",
         "patterns reclassify",
+        "patterns label",
         "patterns import-labels",
         "patterns train",
     }

@@ -20,13 +20,18 @@ from attnwh.errors import UsageError
 
 patterns_app = typer.Typer(
     cls=HelpGroup,
-    help="Attention pattern types (Kovaleva et al.): re-label stored maps, import hand labels, train a CNN.",
+    help="Attention pattern types (Kovaleva et al.): label stored maps by eye, import the labels, re-label maps, train a CNN.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
 RunOpt = Annotated[list[int] | None, typer.Option("--run", help="Only this run (repeatable); default: every run.")]
+
+
+class Order(str, enum.Enum):
+    random = "random"
+    uncertain = "uncertain"
 
 
 class Classifier(str, enum.Enum):
@@ -100,6 +105,48 @@ def reclassify(
     total = sum(counts.values())
     shares = ", ".join(f"{name} {n / total:.1%}" if total else f"{name} 0" for name, n in counts.items())
     Console().print(f"{total:,} maps labelled by {source}: {shares}", highlight=False)
+
+
+@patterns_app.command(cls=HelpCommand)
+def label(
+    out: Annotated[Path, typer.Argument(metavar="HTML", help="The page to write, e.g. label.html.")],
+    run: RunOpt = None,
+    task: Annotated[str | None, typer.Option(help="Only maps of this task.")] = None,
+    layer: Annotated[int | None, typer.Option(min=0, help="Only maps of this layer (0-based).")] = None,
+    type_: Annotated[
+        str | None, typer.Option("--type", help="Only maps the rules gave this type, e.g. vertical.")
+    ] = None,
+    order: Annotated[
+        Order,
+        typer.Option(help="random: a seeded sample; uncertain: the maps nearest a threshold of the rules first."),
+    ] = Order.random,
+    limit: Annotated[int, typer.Option(min=1, help="Maps on the page.")] = 200,
+    seed: Annotated[int, typer.Option(help="Seed of the random order.")] = 0,
+    db: ReadDbOpt = DEFAULT_DB,
+) -> None:
+    """Write an offline HTML page for labelling stored maps by eye: each map drawn large with its tokens on the axes (the whole map for inputs of up to 64 tokens, else the 32 x 32 thumbnail), one key per type, labels saved as you go, and an export as the CSV that `attnwh patterns import-labels` reads. Maps come from each statistics run's thumbnail sample (`attnwh ingest --thumbnails N`)."""
+    from attnwh.ingest.runs import patterns as pattern_store
+    from attnwh.reports.labelling import label_page
+
+    con = _open(db)
+    try:
+        maps = pattern_store.label_sample(
+            con, runs=run, task=task, layer=layer, pattern=type_, order=order.value, limit=limit, seed=seed
+        )
+    finally:
+        con.close()
+    if not maps:
+        raise UsageError("no stored maps match; ingest with --thumbnails N (and check --run, --task, --layer, --type)")
+    whole = sum(bool(m["whole"]) for m in maps)
+    try:
+        out.write_text(label_page(maps, f"attnwh: label {len(maps)} attention maps"), encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    Console().print(
+        f"{len(maps)} maps ({whole} whole, {len(maps) - whole} thumbnails) written to {out}; "
+        f"label them in a browser, export, then `attnwh patterns import-labels labels.csv`",
+        highlight=False,
+    )
 
 
 @patterns_app.command("import-labels", cls=HelpCommand)

@@ -59,6 +59,10 @@ FEATURE_COLUMNS: tuple[str, ...] = ("col_cls", "col_sep", "col_punct", "col_othe
 PATTERN_COLUMNS: tuple[str, ...] = (*FEATURE_COLUMNS, "pattern")
 
 THUMBNAIL_SIZE = 32
+# Thumbnail-sample examples with at most this many real tokens also keep their whole maps
+# (pattern_maps), for labelling by eye: 64² weights per head is small, and a longer map drawn
+# at a readable size no longer fits a screen.
+MAP_MAX_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,23 @@ def classify(features: torch.Tensor, thresholds: Thresholds = THRESHOLDS) -> tor
     code = torch.where((b >= t.block) & (v < t.vertical) & (d < t.diagonal), BLOCK, code)
     code = torch.where((d >= t.diagonal) & (v < t.mixed_vertical), DIAGONAL, code)
     return torch.where((v >= t.vertical) & (d < t.mixed_diagonal), VERTICAL, code)
+
+
+def margins(features: torch.Tensor, thresholds: Thresholds = THRESHOLDS) -> torch.Tensor:
+    """How close each map (…) is to getting another type from the rules: the smallest
+    distance of its scores to a threshold they are compared with (V to ``vertical`` and
+    ``mixed_vertical``, D to ``diagonal`` and ``mixed_diagonal``, B to ``block`` for pairs,
+    where B > 0). Near 0 = borderline; a map far from every threshold is a typical one."""
+    s = scores(features)
+    t = thresholds
+    distances = [
+        (s[..., 0] - t.vertical).abs(),
+        (s[..., 0] - t.mixed_vertical).abs(),
+        (s[..., 1] - t.diagonal).abs(),
+        (s[..., 1] - t.mixed_diagonal).abs(),
+        torch.where(s[..., 2] > 0, (s[..., 2] - t.block).abs(), torch.inf),
+    ]
+    return torch.stack(distances, dim=-1).amin(-1)
 
 
 class PatternMasks:

@@ -96,6 +96,8 @@ class HeadStatistics:
         self._thumb_rows: list[int] = []
         self._thumb_lengths: list[int] = []
         self._thumbs: list[torch.Tensor] = []
+        self._map_rows: list[int] = []  # thumbnail rows short enough to keep whole
+        self._maps: list[list[torch.Tensor]] = []  # per layer, one (H, n, n) map per such row
         self._num_layers = num_layers
         self._layers: list[torch.Tensor] = []
         self._batch: _Batch | None = None  # set by `begin`
@@ -114,6 +116,8 @@ class HeadStatistics:
         lengths = key_mask.sum(-1)
         self._thumb_lengths = [int(lengths[r]) for r in self._thumb_rows]
         self._thumbs = []
+        self._map_rows = [r for r, n in zip(self._thumb_rows, self._thumb_lengths) if n <= patterns.MAP_MAX_TOKENS]
+        self._maps = []
         real = key_mask.float()
         self._batch = _Batch(
             masks=patterns.PatternMasks(key_mask, cls, sep, punct),
@@ -163,6 +167,9 @@ class HeadStatistics:
             self._mixing_layers.append(per_layer)
         if self._thumb_rows:
             self._thumbs.append(patterns.thumbnails(a, self._thumb_rows, self._thumb_lengths))
+        if self._map_rows:
+            lengths = dict(zip(self._thumb_rows, self._thumb_lengths))
+            self._maps.append([a[r, :, : lengths[r], : lengths[r]].cpu() for r in self._map_rows])
         return probs
 
     def collect(self) -> np.ndarray:
@@ -190,3 +197,11 @@ class HeadStatistics:
         out = torch.stack(self._thumbs, dim=1).cpu().numpy()
         self._thumbs = []
         return self._thumb_rows, self._thumb_lengths, out
+
+    def collect_maps(self) -> tuple[list[int], list[np.ndarray]]:
+        """(rows, maps) of the last batch: the thumbnail rows with at most
+        `patterns.MAP_MAX_TOKENS` real tokens, and per row its (layer, head, n, n) maps cropped
+        to the real tokens."""
+        maps = [torch.stack(per_row).numpy() for per_row in zip(*self._maps, strict=True)] if self._maps else []
+        self._maps = []
+        return list(self._map_rows) if maps else [], maps

@@ -341,6 +341,7 @@ class StatisticsCapture:
 
             self._zeroing = ValueZeroing(encoder, value_zeroing)
         self._massive: dict[str, np.ndarray] | None = None  # the last batch's scan
+        self._tokens: dict[int, list[str]] = {}  # the last batch's real tokens, by row
         self._zeroed: np.ndarray | None = None  # the last batch's value-zeroing shares
 
     def models(self) -> dict[str, EncoderModel]:
@@ -359,6 +360,10 @@ class StatisticsCapture:
         key_mask = batch["attention_mask"].bool()
         masks = self.kinds.masks(batch["input_ids"])
         self.observer.begin(key_mask, *masks, thumbnail_rows=list(thumbnail_rows))
+        ids = batch["input_ids"]
+        self._tokens = {
+            r: list(self.encoder.tokenizer.convert_ids_to_tokens(ids[r][key_mask[r]].tolist())) for r in thumbnail_rows
+        }
         mixing = self.observer.mixing
         with capture.observing(self.observer), mixing.hooks() if mixing else contextlib.nullcontext():
             out = self.encoder.model(**forward_inputs(self.encoder.model, batch), output_hidden_states=self.massive)
@@ -369,7 +374,7 @@ class StatisticsCapture:
     def extra_rows(self, example_ids: np.ndarray) -> dict[str, pa.Table]:
         """The last batch's head_mixing and layer_mixing rows (post-LN models; value zeroing's
         columns when on), massive_activations rows, and pattern_thumbnails rows of its
-        thumbnail rows."""
+        thumbnail rows, with pattern_maps and example_tokens rows for the short ones."""
         out: dict[str, pa.Table] = {}
         mixed = self.observer.collect_mixing()
         zeroed = self._zeroed
@@ -388,6 +393,10 @@ class StatisticsCapture:
         chosen, lengths, thumbs = self.observer.collect_thumbnails()
         if chosen:
             out["pattern_thumbnails"] = rows.thumbnail_rows(example_ids[chosen], lengths, thumbs)
+        whole, maps = self.observer.collect_maps()
+        if whole:
+            out["pattern_maps"] = rows.map_rows(example_ids[whole], maps)
+            out["example_tokens"] = rows.token_rows(example_ids[whole], [self._tokens[r] for r in whole])
         return out
 
 

@@ -268,3 +268,65 @@ def reclassify_cnn(
         )
     counts = {name: int((codes == k).sum()) for k, name in enumerate(patterns.PATTERN_TYPES)}
     return chosen, counts
+
+
+LABEL_ORDERS = ("random", "uncertain")
+
+
+def label_sample(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    runs: Sequence[int] | None = None,
+    task: str | None = None,
+    layer: int | None = None,
+    pattern: str | None = None,
+    order: str = "random",
+    limit: int | None = 200,
+    seed: int = 0,
+) -> list[dict[str, object]]:
+    """The stored maps a labelling page shows (named query `label_maps`), as plain records:
+    a seeded random sample, or with `order="uncertain"` the maps nearest a threshold of the
+    rules first (:func:`patterns.margins`). Each record has the map's keys, model, task, its
+    `n_tokens`, `tokens` (None where not stored), `cells` (the whole n × n map where kept,
+    else the 32 × 32 thumbnail), `whole` (which one) and `margin`."""
+    from attnwh.sql import queries
+
+    if order not in LABEL_ORDERS:
+        raise UsageError(f"order must be one of {', '.join(LABEL_ORDERS)}; got {order!r}")
+    code = None if pattern is None else pattern_code(pattern)
+    if pattern is not None and code is None:
+        raise UsageError(f"unknown type {pattern!r} (one of {', '.join(patterns.PATTERN_TYPES)})")
+    query = queries.get_query("label_maps")
+    params = {"task": task, "layer": layer, "pattern": None if code is None else patterns.PATTERN_TYPES[code]}
+    chosen_runs: list[int | None] = list(runs) if runs else [None]
+    tables = [queries.run_query(con, query, {**params, "run": run}) for run in chosen_runs]
+    records = [r for t in tables for r in t.to_pylist()]
+    if not records:
+        return []
+    features = torch.tensor([[float(r[c]) for c in patterns.FEATURE_COLUMNS] for r in records])
+    margin = patterns.margins(features).numpy()
+    if order == "uncertain":
+        # Ties (equal margins) in a fixed order: the query's.
+        chosen = np.argsort(margin, kind="stable")
+    else:
+        chosen = np.random.default_rng(seed).permutation(len(records))
+    out = []
+    for i in chosen[:limit]:
+        r = records[int(i)]
+        whole = r["attention"] is not None
+        out.append(
+            {
+                "run": r["run_id"],
+                "example": r["example_id"],
+                "layer": r["layer"],
+                "head": r["head"],
+                "model": r["model"],
+                "task": r["task"],
+                "n_tokens": r["n_tokens"],
+                "tokens": r["tokens"] if whole else None,
+                "whole": whole,
+                "cells": r["attention"] if whole else r["thumbnail"],
+                "margin": float(margin[int(i)]),
+            }
+        )
+    return out

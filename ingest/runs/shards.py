@@ -53,6 +53,8 @@ PART_TABLES = frozenset(
         "run_examples",
         "head_stats",
         "pattern_thumbnails",
+        "pattern_maps",
+        "example_tokens",
         "head_mixing",
         "layer_mixing",
         "massive_activations",
