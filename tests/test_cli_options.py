@@ -46,6 +46,8 @@ def test_every_db_option_reads_attnwh_db_with_one_default():
         "attnwh finetune",
         "attnwh study",
         "attnwh patterns reclassify",
+        "attnwh patterns label",
+        "attnwh patterns calibrate",
         "attnwh patterns import-labels",
         "attnwh patterns train",
     }

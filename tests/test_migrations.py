@@ -63,6 +63,8 @@ ROWS: dict[int, list[str]] = {
     12: [
         "INSERT INTO pattern_maps VALUES ({run}, 7, 0, 0, 2, [0.5, 0.5, 0.1, 0.9]::FLOAT[])",
         "INSERT INTO example_tokens VALUES ({run}, 7, ['[CLS]', '[SEP]'])",
+        "INSERT INTO pattern_thresholds (name, vertical, diagonal, mixed_vertical, mixed_diagonal, block,"
+        " n_labels, folds, seed, cv_macro_f1, cv_agreement) VALUES ('fit', 0.4, 0.3, 0.2, 0.2, 0.6, 10, 5, 0, 0.7, 0.8)",
     ],
 }
 

@@ -36,6 +36,7 @@ def test_readme_lists_every_command():
         "ingest ablation",
         "patterns reclassify",
         "patterns label",
+        "patterns calibrate",
         "patterns import-labels",
         "patterns train",
     }

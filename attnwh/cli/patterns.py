@@ -47,10 +47,10 @@ def _open(db: Path):
     return warehouse.connect(db)
 
 
-def _thresholds(settings: list[str] | None):
+def _thresholds(settings: list[str] | None, base=None):
     from attnwh.ingest.measures import patterns
 
-    values = patterns.THRESHOLDS.as_dict()
+    values = (base or patterns.THRESHOLDS).as_dict()
     for item in settings or []:
         name, _, value = item.partition("=")
         name = name.strip().replace("-", "_")
@@ -80,21 +80,30 @@ def reclassify(
             "(names: vertical, diagonal, mixed_vertical, mixed_diagonal, block).",
         ),
     ] = None,
+    thresholds_name: Annotated[
+        str | None,
+        typer.Option(
+            "--thresholds",
+            help="Rules only: a threshold set fitted by `attnwh patterns calibrate` (or 'default', the shipped one); "
+            "--set then overrides single thresholds of it.",
+        ),
+    ] = None,
     model_id: Annotated[int | None, typer.Option(help="CNN only: which trained model (default: the latest).")] = None,
     run: RunOpt = None,
     db: ReadDbOpt = DEFAULT_DB,
 ) -> None:
-    """Re-label stored maps without running the model: with the rules (after their thresholds changed) from the features stored in head_stats, or with a trained CNN from the stored thumbnails (into pattern_thumbnails.cnn_pattern; `attnwh query pattern_frequency -p classifier=cnn` reads them)."""
-    thresholds = _thresholds(set_) if classifier is Classifier.rules else None
-    if set_ and classifier is Classifier.cnn:
-        raise UsageError("--set changes the rules' thresholds; it does not apply to --classifier cnn")
+    """Re-label stored maps without running the model: with the rules (after their thresholds changed, or with a fitted threshold set) from the features stored in head_stats, or with a trained CNN from the stored thumbnails (into pattern_thumbnails.cnn_pattern; `attnwh query pattern_frequency -p classifier=cnn` reads them)."""
+    if (set_ or thresholds_name) and classifier is Classifier.cnn:
+        raise UsageError("--set and --thresholds change the rules' thresholds; they do not apply to --classifier cnn")
     if model_id is not None and classifier is Classifier.rules:
         raise UsageError("--model-id picks a trained CNN; it does not apply to --classifier rules")
     from attnwh.ingest.runs import patterns as pattern_store
 
     con = _open(db)
     try:
-        if thresholds is not None:
+        if classifier is Classifier.rules:
+            base = pattern_store.threshold_set(con, thresholds_name) if thresholds_name else None
+            thresholds = _thresholds(set_, base)
             counts = pattern_store.reclassify_rules(con, thresholds, run)
             source = "rules " + ", ".join(f"{k}={v:g}" for k, v in thresholds.as_dict().items())
         else:
@@ -163,6 +172,52 @@ def import_labels(
     finally:
         con.close()
     Console().print(f"{n} labels imported from {csv_file} into {db.resolve()}", highlight=False)
+
+
+@patterns_app.command(cls=HelpCommand)
+def calibrate(
+    name: Annotated[str, typer.Option(help="Name to store the fitted thresholds under.")] = "fitted",
+    folds: Annotated[int, typer.Option(min=2, help="k of the seeded stratified k-fold cross-validation.")] = 5,
+    seed: Annotated[int, typer.Option(help="Seed of the folds (and of the CNN).")] = 0,
+    cnn: Annotated[bool, typer.Option(help="Also cross-validate the CNN on the same folds.")] = True,
+    epochs: Annotated[int, typer.Option(min=1, help="CNN: passes over each fold's training maps.")] = 60,
+    db: ReadDbOpt = DEFAULT_DB,
+) -> None:
+    """Fit the rules' thresholds to the hand labels in the warehouse (`attnwh patterns import-labels`) by maximising macro-F1, report the cross-validated macro-F1 and agreement of the shipped rules, the fitted rules and the CNN on the same seeded folds, and store the thresholds fitted to all labels as a named set for `attnwh patterns reclassify --thresholds NAME`."""
+    from rich.table import Table
+
+    from attnwh.ingest.measures import patterns
+    from attnwh.ingest.runs import patterns as pattern_store
+
+    con = _open(db)
+    try:
+        result = pattern_store.calibrate(con, name, folds=folds, seed=seed, cnn=cnn, epochs=epochs)
+    finally:
+        con.close()
+    console = Console()
+    console.print(
+        f"{result.n_labels} labelled maps, {result.folds} stratified folds (seed {result.seed}); "
+        "every score is of held-out predictions",
+        highlight=False,
+    )
+    table = Table("classifier", "macro-F1", "agreement")
+    for s in result.scores:
+        table.add_row(s.name, f"{s.macro_f1:.3f}", f"{s.agreement:.3f}")
+    console.print(table)
+    best = max(result.scores, key=lambda s: s.macro_f1)
+    confusion = Table(
+        f"label \\ {best.name}", *(t[:12] for t in patterns.PATTERN_TYPES), title="held-out confusion of the best"
+    )
+    for code, row in enumerate(best.confusion):
+        if row.sum():
+            confusion.add_row(patterns.PATTERN_TYPES[code], *(str(int(v)) for v in row))
+    console.print(confusion)
+    fitted = ", ".join(f"{k}={v:g}" for k, v in result.thresholds.as_dict().items())
+    console.print(
+        f"thresholds fitted to all {result.n_labels} labels, stored as {result.name!r}: {fitted}; "
+        f"apply with `attnwh patterns reclassify --thresholds {result.name}`",
+        highlight=False,
+    )
 
 
 @patterns_app.command(cls=HelpCommand)

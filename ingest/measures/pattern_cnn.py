@@ -98,9 +98,25 @@ def train(
     batch_size: int = 64,
 ) -> Trained:
     """Fit the CNN on a seeded stratified split; CPU or GPU, the same result per seed on one device."""
+    train_idx, test_idx = split(labels, test_share, seed)
+    model = fit(thumbnails, labels, train_idx, seed, epochs, learning_rate, batch_size)
+    predictions = predict(model, thumbnails[test_idx]) if len(test_idx) else np.zeros(0, np.int64)
+    return Trained(model, train_idx, test_idx, macro_f1(labels[test_idx], predictions), predictions)
+
+
+def fit(
+    thumbnails: np.ndarray,
+    labels: np.ndarray,
+    train_idx: np.ndarray,
+    seed: int = 42,
+    epochs: int = 60,
+    learning_rate: float = 3e-3,
+    batch_size: int = 64,
+) -> nn.Module:
+    """The CNN fitted on the maps `train_idx` (seeded initialisation and batch order), in
+    eval mode on the CPU."""
     torch.manual_seed(seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    train_idx, test_idx = split(labels, test_share, seed)
     x = prepare(thumbnails).to(device)
     y = torch.as_tensor(labels, dtype=torch.long, device=device)
     model = make_model().to(device)
@@ -115,9 +131,7 @@ def train(
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
-    model.eval().cpu()
-    predictions = predict(model, thumbnails[test_idx]) if len(test_idx) else np.zeros(0, np.int64)
-    return Trained(model, train_idx, test_idx, macro_f1(labels[test_idx], predictions), predictions)
+    return model.eval().cpu()
 
 
 @torch.inference_mode()

@@ -330,3 +330,102 @@ def label_sample(
             }
         )
     return out
+
+
+RESERVED_THRESHOLDS = "default"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What `attnwh patterns calibrate` found: the thresholds fitted to every label, and the
+    cross-validated scores of the shipped rules, the fitted rules and (where run) the CNN."""
+
+    name: str
+    thresholds: patterns.Thresholds
+    n_labels: int
+    folds: int
+    seed: int
+    scores: list  # calibration.Scores, best first is not implied: shipped rules, fitted rules, CNN
+
+
+def calibrate(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    folds: int = 5,
+    seed: int = 0,
+    cnn: bool = True,
+    epochs: int = 60,
+) -> Calibration:
+    """Fit the rules' thresholds to the hand labels in pattern_labels, score the shipped
+    rules, the fitted rules and the CNN on the same seeded folds (`calibration.py`), and
+    store the thresholds fitted to all labels as threshold set `name` (replacing one of that
+    name)."""
+    from attnwh.ingest.measures import calibration
+
+    if not name or name.strip() != name or name == RESERVED_THRESHOLDS:
+        raise UsageError(f"a threshold set needs a name other than {RESERVED_THRESHOLDS!r}, without spaces at its ends")
+    if folds < 2:
+        raise UsageError(f"--folds must be at least 2, got {folds}")
+    feature_list = ", ".join(f"s.{c}" for c in patterns.FEATURE_COLUMNS)
+    data = con.sql(
+        f"SELECT l.pattern AS label, {feature_list}, t.thumbnail FROM pattern_labels AS l"
+        " JOIN head_stats AS s USING (run_id, example_id, layer, head)"
+        " LEFT JOIN pattern_thumbnails AS t USING (run_id, example_id, layer, head)"
+        " WHERE s.band IS NOT NULL ORDER BY l.run_id, l.example_id, l.layer, l.head"
+    ).to_arrow_table()
+    labels = data["label"].to_numpy().astype(np.int64)
+    counts = np.bincount(labels, minlength=len(patterns.PATTERN_TYPES))
+    if len(labels) < 2 * folds or counts.max(initial=0) == len(labels):
+        raise UsageError(
+            f"{len(labels)} labelled maps with features ({', '.join(f'{n} {t}' for n, t in zip(counts, patterns.PATTERN_TYPES, strict=True) if n)});"
+            f" calibrating needs at least {2 * folds} and two types (import labels with `attnwh patterns import-labels`)"
+        )
+    features = np.stack([data[c].to_numpy(zero_copy_only=False) for c in patterns.FEATURE_COLUMNS], -1).astype(
+        np.float32
+    )
+    split = calibration.folds(labels, folds, seed)
+    shipped = patterns.THRESHOLDS
+    scores = [
+        calibration.cross_validate("rules (shipped)", labels, split, calibration.fixed_rules(features, shipped)),
+        calibration.cross_validate(
+            "rules (fitted)", labels, split, calibration.fitted_rules(features, labels, shipped)
+        ),
+    ]
+    thumbs = data["thumbnail"].to_pylist()
+    if cnn and all(t is not None for t in thumbs):
+        stacked = np.asarray(thumbs, dtype=np.float32)
+        scores.append(
+            calibration.cross_validate("CNN", labels, split, calibration.fitted_cnn(stacked, labels, seed, epochs))
+        )
+    fitted = calibration.fit_thresholds(features, labels, shipped)
+    with transaction(con):
+        con.execute("DELETE FROM pattern_thresholds WHERE name = ?", [name])
+        insert_arrow(
+            con,
+            "pattern_thresholds",
+            {
+                "name": [name],
+                **{k: [v] for k, v in fitted.as_dict().items()},
+                "n_labels": pa.array([len(labels)], pa.int32()),
+                "folds": pa.array([folds], pa.int32()),
+                "seed": pa.array([seed], pa.int32()),
+                "cv_macro_f1": [scores[1].macro_f1],
+                "cv_agreement": [scores[1].agreement],
+            },
+        )
+    return Calibration(name, fitted, len(labels), folds, seed, scores)
+
+
+def threshold_set(con: duckdb.DuckDBPyConnection, name: str) -> patterns.Thresholds:
+    """A stored threshold set by name; 'default' is the shipped thresholds."""
+    if name == RESERVED_THRESHOLDS:
+        return patterns.THRESHOLDS
+    names = list(patterns.THRESHOLDS.as_dict())
+    row = first_row(con, f"SELECT {', '.join(names)} FROM pattern_thresholds WHERE name = ?", [name])
+    if row is None:
+        known = [r[0] for r in con.execute("SELECT name FROM pattern_thresholds ORDER BY 1").fetchall()]
+        raise UsageError(
+            f"no threshold set {name!r} (stored: {', '.join([RESERVED_THRESHOLDS, *known])}); "
+            "fit one with `attnwh patterns calibrate --name NAME`"
+        )
+    return patterns.Thresholds(**dict(zip(names, (float(v) for v in row), strict=True)))

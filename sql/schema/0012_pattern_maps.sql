@@ -33,3 +33,35 @@ COMMENT ON TABLE example_tokens IS 'Per statistics run and example of pattern_ma
 COMMENT ON COLUMN example_tokens.run_id IS 'The statistics run (runs.run_id).';
 COMMENT ON COLUMN example_tokens.example_id IS 'The example (examples.example_id).';
 COMMENT ON COLUMN example_tokens.tokens IS 'The real tokens in order, as the tokenizer spells them ([CLS] and [SEP] included); position i is row and column i of the maps.';
+
+-- Named threshold sets of the pattern rules fitted to hand labels (`attnwh patterns
+-- calibrate`), applied with `attnwh patterns reclassify --thresholds NAME`. The name
+-- 'default' stands for the thresholds attnwh ships with and is never stored.
+CREATE TABLE pattern_thresholds (
+    name            VARCHAR PRIMARY KEY,
+    created_at      TIMESTAMP NOT NULL DEFAULT current_timestamp,
+    vertical        DOUBLE NOT NULL,
+    diagonal        DOUBLE NOT NULL,
+    mixed_vertical  DOUBLE NOT NULL,
+    mixed_diagonal  DOUBLE NOT NULL,
+    block           DOUBLE NOT NULL,
+    n_labels        INTEGER NOT NULL,
+    folds           INTEGER NOT NULL,
+    seed            INTEGER NOT NULL,
+    cv_macro_f1     DOUBLE NOT NULL,
+    cv_agreement    DOUBLE NOT NULL
+);
+
+COMMENT ON TABLE pattern_thresholds IS 'Named threshold sets of the pattern rules, fitted to the hand labels in pattern_labels by attnwh patterns calibrate (macro-F1 under seeded k-fold cross-validation); applied by attnwh patterns reclassify --thresholds NAME.';
+COMMENT ON COLUMN pattern_thresholds.name IS 'The set''s name (default is reserved for the shipped thresholds).';
+COMMENT ON COLUMN pattern_thresholds.created_at IS 'When the set was fitted.';
+COMMENT ON COLUMN pattern_thresholds.vertical IS 'Rule 1: vertical when V = col_cls + col_sep + col_punct + col_other is at least this (and D below mixed_diagonal).';
+COMMENT ON COLUMN pattern_thresholds.diagonal IS 'Rule 2: diagonal when D = band is at least this (and V below mixed_vertical).';
+COMMENT ON COLUMN pattern_thresholds.mixed_vertical IS 'Rule 4: vertical+diagonal when V is at least this and D at least mixed_diagonal.';
+COMMENT ON COLUMN pattern_thresholds.mixed_diagonal IS 'See mixed_vertical.';
+COMMENT ON COLUMN pattern_thresholds.block IS 'Rule 3: block when B = block is at least this (pairs; V below vertical, D below diagonal).';
+COMMENT ON COLUMN pattern_thresholds.n_labels IS 'Hand-labelled maps the set was fitted to.';
+COMMENT ON COLUMN pattern_thresholds.folds IS 'k of the cross-validation that scored the fitting.';
+COMMENT ON COLUMN pattern_thresholds.seed IS 'Seed of the folds.';
+COMMENT ON COLUMN pattern_thresholds.cv_macro_f1 IS 'Macro-F1 against the labels of held-out predictions, thresholds fitted on the other folds each time.';
+COMMENT ON COLUMN pattern_thresholds.cv_agreement IS 'Share of labelled maps whose held-out prediction equals the label.';
