@@ -601,7 +601,8 @@ def _with_pattern_order(frame: pl.DataFrame) -> pl.DataFrame:
 
 def pattern_frequency(frame: pl.DataFrame) -> alt.Chart:
     """One stacked bar per run: the share of its maps of each pattern type (Kovaleva et al.
-    Fig. 2). `frame` is the `pattern_frequency` query."""
+    Fig. 2), the bootstrap interval over examples in the tooltip. `frame` is the
+    `pattern_frequency` query."""
     bars = (
         alt.Chart(_with_pattern_order(frame))
         .mark_bar()
@@ -614,7 +615,10 @@ def pattern_frequency(frame: pl.DataFrame) -> alt.Chart:
                 alt.Tooltip("panel:N", title="run"),
                 alt.Tooltip("pattern:N", title="type"),
                 alt.Tooltip("share:Q", format=".1%"),
+                alt.Tooltip("share_low:Q", title="95 % interval from", format=".1%"),
+                alt.Tooltip("share_high:Q", title="to", format=".1%"),
                 alt.Tooltip("maps:Q"),
+                alt.Tooltip("examples:Q"),
             ],
         )
         .properties(width=520, height=alt.Step(54))

@@ -371,8 +371,8 @@ def _pattern_types(ctx: ReportContext) -> list[Block]:
             "Share of each attention pattern type (Kovaleva et al. Fig. 1–2) among a run's (example, layer, head) "
             "maps; types from explicit rules on features of each map computed during ingest: V = mass on [CLS], "
             "[SEP], punctuation and the heaviest other column, D = mass on the token and its neighbours, B = mass "
-            "kept inside each sentence of a pair (thresholds in attnwh.ingest.measures.patterns.Thresholds); query "
-            "pattern_frequency.",
+            "kept inside each sentence of a pair (thresholds in attnwh.ingest.measures.patterns.Thresholds); the "
+            "tooltips give each share's 95 % bootstrap interval over the run's examples; query pattern_frequency.",
             charts.pattern_frequency(_lineage(ctx, ctx.query("pattern_frequency"))),
         ),
         ChartBlock(

@@ -140,6 +140,34 @@ def test_thumbnail_equals_pooled_eager_map(ingested):
     np.testing.assert_allclose(np.array(thumb), expected.numpy(), atol=1e-6)
 
 
+def test_pattern_shares_have_bootstrap_intervals_over_examples(tmp_path):
+    """pattern_frequency's intervals against a numpy bootstrap of the same examples (another
+    random source, so the bounds agree to within the resampling noise), the same for the same
+    seed, and a point interval when every example has the same shares."""
+    from attnwh.sql import queries, warehouse
+
+    rng = np.random.default_rng(0)
+    maps = synthetic_maps.generate(12, 3)  # 60 maps of known type, one per example
+    db = tmp_path / "w.duckdb"
+    synthetic_maps.write_warehouse(db, maps)
+    con = warehouse.connect(db, read_only=True)
+    query = queries.get_query("pattern_frequency")
+    rows = queries.run_query(con, query, {"n_boot": 2000}).to_pylist()
+    again = queries.run_query(con, query, {"n_boot": 2000}).to_pylist()
+    other = queries.run_query(con, query, {"n_boot": 2000, "seed": 7}).to_pylist()
+    codes = np.array(con.execute("SELECT pattern FROM head_stats ORDER BY example_id").fetchall())[:, 0]
+    con.close()
+    assert rows == again and rows != other
+    draws = rng.integers(0, len(codes), (4000, len(codes)))
+    for row in rows:
+        code = patterns.PATTERN_TYPES.index(row["pattern"])
+        shares = (codes[draws] == code).mean(1)
+        assert row["share"] == pytest.approx(np.mean(codes == code))
+        assert row["share_low"] == pytest.approx(np.quantile(shares, 0.025), abs=0.02)
+        assert row["share_high"] == pytest.approx(np.quantile(shares, 0.975), abs=0.02)
+        assert row["share_low"] <= row["share"] <= row["share_high"] and row["examples"] == len(codes)
+
+
 def test_whole_maps_and_tokens_equal_eager_ones(ingested):
     """pattern_maps holds every head's map of each short thumbnail example exactly as HF's
     eager `output_attentions` gives it, and example_tokens its tokens, in order."""
