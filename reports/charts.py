@@ -666,23 +666,31 @@ def pooled(thumbnail: list[float], size: int = 16) -> list[list[float]]:
 
 
 def gallery_cells(frame: pl.DataFrame, size: int = 16) -> pl.DataFrame:
-    """Long rows (map, pattern, x, y, value) of the `pattern_gallery` thumbnails, pooled from
-    32 × 32 to `size` × `size` cells (the page stays small) and scaled to each map's largest
-    cell, so that every map uses the whole colour scale."""
+    """Long rows (pattern, column, map, query, key, value) of the `pattern_gallery`
+    thumbnails, pooled from 32 × 32 to `size` × `size` cells (the page stays small) and
+    scaled to each map's largest cell, so that every map uses the whole colour scale;
+    `column` is the map's kind and its place among the type's maps of that kind. Cells below
+    0.005 are left out: they draw as the white background anyway, and most cells of a map
+    are near 0, so the page stays small."""
     rows: list[dict] = []
-    for k, r in enumerate(frame.iter_rows(named=True)):
+    seen: dict[tuple[str, str], int] = {}
+    for r in frame.iter_rows(named=True):
         cells = pooled(r["thumbnail"], size)
-        rank = sum(1 for earlier in frame["pattern"][:k] if earlier == r["pattern"])
+        kind = r.get("kind") or "typical"
+        seen[(r["pattern"], kind)] = seen.get((r["pattern"], kind), 0) + 1
+        margin = "" if r.get("margin") is None else f" · margin {r['margin']:.3f}"
         label = (
             f"run {r['run_id']} · L{r['layer']} H{r['head']} · n={r['n_tokens']} · "
-            f"V {r['vertical']:.2f} D {r['diagonal']:.2f} B {r['block']:.2f}"
+            f"V {r['vertical']:.2f} D {r['diagonal']:.2f} B {r['block']:.2f}{margin}"
         )
         for i, row in enumerate(cells):
             for j, value in enumerate(row):
+                if value < 0.005:
+                    continue
                 rows.append(
                     {
                         "pattern": r["pattern"],
-                        "slot": rank,
+                        "column": f"{kind} {seen[(r['pattern'], kind)]}",
                         "map": label,
                         "query": i,
                         "key": j,
@@ -693,7 +701,7 @@ def gallery_cells(frame: pl.DataFrame, size: int = 16) -> pl.DataFrame:
         rows,
         schema={
             "pattern": pl.String,
-            "slot": pl.Int64,
+            "column": pl.String,
             "map": pl.String,
             "query": pl.Int64,
             "key": pl.Int64,
@@ -702,9 +710,12 @@ def gallery_cells(frame: pl.DataFrame, size: int = 16) -> pl.DataFrame:
     )
 
 
+GALLERY_COLUMNS = ("typical 1", "typical 2", "borderline 1", "borderline 2")
+
+
 def pattern_gallery(frame: pl.DataFrame) -> alt.FacetChart:
-    """Small heatmaps of stored thumbnails, a row per pattern type. `frame` is the
-    `pattern_gallery` query."""
+    """Small heatmaps of stored thumbnails, a row per pattern type: its two most typical and
+    two most borderline maps. `frame` is the `pattern_gallery` query."""
     data = gallery_cells(frame)
     maps = (
         alt.Chart(data)
@@ -712,9 +723,13 @@ def pattern_gallery(frame: pl.DataFrame) -> alt.FacetChart:
         .encode(
             x=alt.X("key:O", axis=None),
             y=alt.Y("query:O", axis=None),
-            color=alt.Color("value:Q", title="weight / map's max", scale=alt.Scale(scheme="greys", domain=[0, 1])),
+            # White at 0, as the left-out cells below 0.005 are.
+            color=alt.Color(
+                "value:Q", title="weight / map's max", scale=alt.Scale(range=["#ffffff", "#000000"], domain=[0, 1])
+            ),
             tooltip=[
                 alt.Tooltip("pattern:N", title="type"),
+                alt.Tooltip("column:N", title="shown as"),
                 alt.Tooltip("map:N"),
                 alt.Tooltip("query:O"),
                 alt.Tooltip("key:O"),
@@ -729,7 +744,7 @@ def pattern_gallery(frame: pl.DataFrame) -> alt.FacetChart:
                 sort=list(PATTERN_TYPES),
                 header=alt.Header(labelAngle=0, labelAlign="left", labelFontWeight="bold"),
             ),
-            column=alt.Column("slot:O", title=None, header=None),
+            column=alt.Column("column:N", title=None, sort=list(GALLERY_COLUMNS), header=alt.Header(labelFontSize=11)),
             spacing={"row": 10, "column": 6},
         )
     )

@@ -28,8 +28,11 @@ class ChartBlock:
     chart: alt.TopLevelMixin
 
     def spec(self) -> dict:
-        """The chart's Vega-Lite spec, data inlined."""
-        return self.chart.to_dict()
+        """The chart's Vega-Lite spec, data inlined. Altair refuses more than 5,000 rows by
+        default; a report chart may hold up to 50,000 (the gallery's cells pass 5,000), which
+        still stops a query gone wrong from bloating the page."""
+        with alt.data_transformers.enable("default", max_rows=50_000):
+            return self.chart.to_dict()
 
 
 @dataclass(frozen=True)
@@ -387,9 +390,10 @@ def _pattern_gallery(ctx: ReportContext) -> list[Block]:
     return [
         ChartBlock(
             "chart-pattern-gallery",
-            "Up to three stored maps of each type (rows = queries, columns = keys, [CLS] at the top left), each "
-            "pooled to 16 × 16 and scaled to its largest cell; hover a map for its run, layer, head, length and the "
-            "scores V, D, B that decided its type; query pattern_gallery.",
+            "Stored maps of each type (rows = queries, columns = keys, [CLS] at the top left), each pooled to "
+            "16 × 16 and scaled to its largest cell: the two most typical (furthest from every threshold of the "
+            "rules) and the two most borderline (nearest one); hover a map for its run, layer, head, length, the "
+            "scores V, D, B that decided its type and its margin; query pattern_gallery.",
             charts.pattern_gallery(ctx.query("pattern_gallery")),
         )
     ]

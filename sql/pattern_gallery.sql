@@ -1,31 +1,55 @@
 -- name: pattern_gallery
--- title: A few stored map thumbnails of each pattern type, with the scores that decided the type
+-- title: Typical and borderline stored map thumbnails of each pattern type, with the scores that decided the type
 -- params: model, task
--- Up to three thumbnails per pattern type (the rules' label), picked by a fixed hash of the map's
--- keys so the same warehouse always shows the same maps, from statistics runs; thumbnail is
--- the 32 x 32 map (row-major) of `attnwh ingest --thumbnails N`. vertical, diagonal and block
--- are the rules' scores V, D and B. model is a model name as stored; NULL = all.
-SELECT
-    m.name                                              AS model,
-    r.task,
-    r.run_id,
-    p.example_id,
-    p.layer,
-    p.head,
-    p.pattern_name                                      AS pattern,
-    t.n_tokens,
-    p.col_cls + p.col_sep + p.col_punct + p.col_other   AS vertical,
-    p.band                                              AS diagonal,
-    p.block,
-    t.thumbnail
-FROM head_patterns AS p
-JOIN pattern_thumbnails AS t USING (run_id, example_id, layer, head)
-JOIN runs AS r USING (run_id)
-JOIN models AS m USING (model_id)
-WHERE r.kind = 'statistics'
-  AND ($model IS NULL OR m.name = $model)
-  AND ($task IS NULL OR r.task = $task)
-QUALIFY row_number() OVER (
-    PARTITION BY p.pattern ORDER BY hash(p.run_id, p.example_id, p.layer, p.head), p.run_id, p.example_id, p.layer, p.head
-) <= 3
-ORDER BY p.pattern, hash(p.run_id, p.example_id, p.layer, p.head), p.run_id, p.example_id, p.layer, p.head;
+-- Per pattern type (the rules' label) among the stored thumbnails of statistics runs: the two
+-- maps furthest from every threshold of the rules (kind 'typical', the largest
+-- pattern_margin) and the two nearest one (kind 'borderline', the smallest), ties broken by a
+-- fixed hash of the map's keys so the same warehouse always shows the same maps; a type with
+-- fewer than four maps shows what it has, typical first. thumbnail is the 32 x 32 map
+-- (row-major) of `attnwh ingest --thumbnails N`; vertical, diagonal and block are the rules'
+-- scores V, D and B; margin is head_stats.pattern_margin (NULL for rows written before
+-- margins were kept, which then count as borderline). model is a model name as stored;
+-- NULL = all.
+WITH maps AS (
+    SELECT
+        m.name                                              AS model,
+        r.task,
+        r.run_id,
+        p.example_id,
+        p.layer,
+        p.head,
+        p.pattern,
+        p.pattern_name                                      AS pattern_name,
+        t.n_tokens,
+        p.col_cls + p.col_sep + p.col_punct + p.col_other   AS vertical,
+        p.band                                              AS diagonal,
+        p.block,
+        s.pattern_margin                                    AS margin,
+        t.thumbnail,
+        hash(p.run_id, p.example_id, p.layer, p.head)       AS tiebreak
+    FROM head_patterns AS p
+    JOIN head_stats AS s USING (run_id, example_id, layer, head)
+    JOIN pattern_thumbnails AS t USING (run_id, example_id, layer, head)
+    JOIN runs AS r USING (run_id)
+    JOIN models AS m USING (model_id)
+    WHERE r.kind = 'statistics'
+      AND ($model IS NULL OR m.name = $model)
+      AND ($task IS NULL OR r.task = $task)
+),
+typical AS (
+    SELECT *, 'typical' AS kind,
+           row_number() OVER (PARTITION BY pattern ORDER BY margin DESC NULLS LAST, tiebreak, run_id, example_id, layer, head) AS slot
+    FROM maps
+    QUALIFY slot <= 2
+),
+borderline AS (
+    SELECT *, 'borderline' AS kind,
+           row_number() OVER (PARTITION BY pattern ORDER BY margin ASC NULLS FIRST, tiebreak, run_id, example_id, layer, head) AS slot
+    FROM maps
+    WHERE (run_id, example_id, layer, head) NOT IN (SELECT (run_id, example_id, layer, head) FROM typical)
+    QUALIFY slot <= 2
+)
+SELECT model, task, run_id, example_id, layer, head, pattern_name AS pattern, kind, n_tokens,
+       vertical, diagonal, block, margin, thumbnail
+FROM (SELECT * FROM typical UNION ALL SELECT * FROM borderline)
+ORDER BY pattern, kind DESC, slot;

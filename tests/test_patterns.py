@@ -168,6 +168,32 @@ def test_pattern_shares_have_bootstrap_intervals_over_examples(tmp_path):
         assert row["share_low"] <= row["share"] <= row["share_high"] and row["examples"] == len(codes)
 
 
+def test_gallery_shows_typical_then_borderline_maps_by_margin(ingested):
+    """pattern_gallery: per type at most two typical maps, then at most two borderline ones,
+    every typical margin at least every borderline one, and the margins are those of the rules
+    (head_stats.pattern_margin equals patterns.margins of the stored features)."""
+    from attnwh.sql import queries, warehouse
+
+    db, _ = ingested
+    con = warehouse.connect(db, read_only=True)
+    rows = queries.run_query(con, queries.get_query("pattern_gallery")).to_pylist()
+    stored = con.execute(
+        f"SELECT {', '.join(patterns.FEATURE_COLUMNS)}, pattern_margin FROM head_stats WHERE pattern IS NOT NULL"
+    ).fetchall()
+    con.close()
+    values = np.array(stored, np.float32)
+    np.testing.assert_allclose(values[:, -1], patterns.margins(torch.from_numpy(values[:, :-1])).numpy(), atol=1e-6)
+    assert rows
+    for name in {r["pattern"] for r in rows}:
+        kinds = [r["kind"] for r in rows if r["pattern"] == name]
+        assert kinds == sorted(kinds, reverse=True) and kinds.count("typical") <= 2 and kinds.count("borderline") <= 2
+        typical = [r["margin"] for r in rows if r["pattern"] == name and r["kind"] == "typical"]
+        borderline = [r["margin"] for r in rows if r["pattern"] == name and r["kind"] == "borderline"]
+        assert all(t >= b for t in typical for b in borderline)
+        if borderline:  # there were more than two maps, so the typical ones are the top two
+            assert len(typical) == 2
+
+
 def test_whole_maps_and_tokens_equal_eager_ones(ingested):
     """pattern_maps holds every head's map of each short thumbnail example exactly as HF's
     eager `output_attentions` gives it, and example_tokens its tokens, in order."""

@@ -61,7 +61,10 @@ def pattern_reference(A: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np
         code = 3
     else:
         code = 0
-    return [column[cls].sum(), column[sep].sum(), column[punct].sum(), col_other, band, block, code]
+    # How near the map is to another type: its scores' distance to the nearest threshold.
+    distances = [abs(v - t.vertical), abs(v - t.mixed_vertical), abs(band - t.diagonal), abs(band - t.mixed_diagonal)]
+    margin = min(distances + ([abs(block - t.block)] if block > 0 else []))
+    return [column[cls].sum(), column[sep].sum(), column[punct].sum(), col_other, band, block, code, margin]
 
 
 def layer_rows(

@@ -54,9 +54,10 @@ from torch import nn
 PATTERN_TYPES: tuple[str, ...] = ("heterogeneous", "vertical", "diagonal", "vertical+diagonal", "block")
 HETEROGENEOUS, VERTICAL, DIAGONAL, VERTICAL_DIAGONAL, BLOCK = range(5)
 
-# Feature columns the observer appends to the head statistics, then the type's code.
+# Feature columns the observer appends to the head statistics.
 FEATURE_COLUMNS: tuple[str, ...] = ("col_cls", "col_sep", "col_punct", "col_other", "band", "block")
-PATTERN_COLUMNS: tuple[str, ...] = (*FEATURE_COLUMNS, "pattern")
+# Then the type's code and its margin (:func:`margins`).
+PATTERN_COLUMNS: tuple[str, ...] = (*FEATURE_COLUMNS, "pattern", "pattern_margin")
 
 THUMBNAIL_SIZE = 32
 # Thumbnail-sample examples with at most this many real tokens also keep their whole maps

@@ -160,7 +160,8 @@ class HeadStatistics:
         stats = torch.einsum("bhsk,bs->bhk", per_row, batch.row_weight)
         features = patterns.map_features(a, batch.masks)
         code = patterns.classify(features, self._thresholds).float()
-        self._layers.append(torch.cat([stats, features, code[..., None]], dim=-1))
+        margin = patterns.margins(features, self._thresholds)
+        self._layers.append(torch.cat([stats, features, code[..., None], margin[..., None]], dim=-1))
         if self.mixing is not None:
             per_head, per_layer = self.mixing.observe(module, a, v, batch.row_weight, batch.targets, batch.next_ok)
             self._mixing_heads.append(per_head)

@@ -45,8 +45,8 @@ def reclassify_rules(
     thresholds: patterns.Thresholds = patterns.THRESHOLDS,
     runs: Sequence[int] | None = None,
 ) -> dict[str, int]:
-    """Re-label head_stats rows from their stored features with `thresholds`, in one
-    transaction; returns the number of rows per type after the change (rows without
+    """Re-label head_stats rows (type and margin) from their stored features with
+    `thresholds`, in one transaction; returns the number of rows per type after the change (rows without
     features, written before pattern types existed, are left alone)."""
     where, params = _run_filter(runs)
     feature_list = ", ".join(patterns.FEATURE_COLUMNS)
@@ -64,20 +64,22 @@ def reclassify_rules(
                 params={"run": run_id},
             ).to_arrow_table()
             features = np.stack([table[c].to_numpy(zero_copy_only=False) for c in patterns.FEATURE_COLUMNS], -1)
-            codes = patterns.classify(torch.from_numpy(features.astype(np.float32)), thresholds).numpy()
+            x = torch.from_numpy(features.astype(np.float32))
             new = pa.table(
                 {
                     "example_id": table["example_id"],
                     "layer": table["layer"],
                     "head": table["head"],
-                    "pattern": codes.astype(np.int16),
+                    "pattern": patterns.classify(x, thresholds).numpy().astype(np.int16),
+                    "pattern_margin": patterns.margins(x, thresholds).numpy(),
                 }
             )
             with registered(con, new) as new_patterns:
                 con.execute(
-                    f"UPDATE head_stats AS s SET pattern = n.pattern FROM {new_patterns} AS n WHERE s.run_id = ?"
+                    f"UPDATE head_stats AS s SET pattern = n.pattern, pattern_margin = n.pattern_margin"
+                    f" FROM {new_patterns} AS n WHERE s.run_id = ?"
                     " AND s.example_id = n.example_id AND s.layer = n.layer AND s.head = n.head"
-                    " AND s.pattern IS DISTINCT FROM n.pattern",
+                    " AND (s.pattern IS DISTINCT FROM n.pattern OR s.pattern_margin IS DISTINCT FROM n.pattern_margin)",
                     [run_id],
                 )
     rows = con.execute(

@@ -65,3 +65,9 @@ COMMENT ON COLUMN pattern_thresholds.folds IS 'k of the cross-validation that sc
 COMMENT ON COLUMN pattern_thresholds.seed IS 'Seed of the folds.';
 COMMENT ON COLUMN pattern_thresholds.cv_macro_f1 IS 'Macro-F1 against the labels of held-out predictions, thresholds fitted on the other folds each time.';
 COMMENT ON COLUMN pattern_thresholds.cv_agreement IS 'Share of labelled maps whose held-out prediction equals the label.';
+
+-- How near each map is to getting another type from the rules (docs: attnwh.ingest.measures.
+-- patterns.margins): written at ingest with the type, rewritten by `attnwh patterns
+-- reclassify --classifier rules`; NULL for rows written before this migration.
+ALTER TABLE head_stats ADD COLUMN pattern_margin REAL;
+COMMENT ON COLUMN head_stats.pattern_margin IS 'How near the map is to another type under the rules that gave pattern: the smallest distance of its scores V, D (and B for pairs) to a threshold they are compared with; near 0 = borderline, large = typical. NULL for rows written before margins were kept.';
