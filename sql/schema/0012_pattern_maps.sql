@@ -71,3 +71,69 @@ COMMENT ON COLUMN pattern_thresholds.cv_agreement IS 'Share of labelled maps who
 -- reclassify --classifier rules`; NULL for rows written before this migration.
 ALTER TABLE head_stats ADD COLUMN pattern_margin REAL;
 COMMENT ON COLUMN head_stats.pattern_margin IS 'How near the map is to another type under the rules that gave pattern: the smallest distance of its scores V, D (and B for pairs) to a threshold they are compared with; near 0 = borderline, large = typical. NULL for rows written before margins were kept.';
+
+-- head_stats_named shows the margin beside the type; replacing the view drops its comments,
+-- so they are set again here.
+CREATE OR REPLACE VIEW head_stats_named AS
+SELECT
+    m.name                       AS model,
+    m.family,
+    r.dataset,
+    r.task,
+    r.split,
+    s.run_id,
+    s.example_id,
+    s.layer,
+    s.head,
+    s.to_cls,
+    s.to_sep,
+    s.to_punct,
+    s.to_self,
+    s.to_prev,
+    s.to_next,
+    s.entropy,
+    s.max_weight,
+    s.norm_to_cls,
+    s.norm_to_sep,
+    s.norm_to_punct,
+    s.col_cls,
+    s.col_sep,
+    s.col_punct,
+    s.col_other,
+    s.band,
+    s.block,
+    t.name                       AS pattern,
+    s.pattern_margin
+FROM head_stats AS s
+JOIN runs AS r ON r.run_id = s.run_id
+JOIN models AS m ON m.model_id = r.model_id
+LEFT JOIN pattern_types AS t ON t.pattern = s.pattern;
+COMMENT ON VIEW head_stats_named IS 'Every head_stats row (one per statistics run, example, layer and head) with its run''s model, family, dataset, task and split, and the pattern type by name: per-example statistics without a join.';
+COMMENT ON COLUMN head_stats_named.model IS 'Model name (models.name): hub name or local path.';
+COMMENT ON COLUMN head_stats_named.family IS 'Model family (models.family): bert, roberta, ...';
+COMMENT ON COLUMN head_stats_named.dataset IS 'Dataset of the run''s examples (runs.dataset).';
+COMMENT ON COLUMN head_stats_named.task IS 'Task (runs.task).';
+COMMENT ON COLUMN head_stats_named.split IS 'Split (runs.split).';
+COMMENT ON COLUMN head_stats_named.run_id IS 'The statistics run (runs.run_id).';
+COMMENT ON COLUMN head_stats_named.example_id IS 'The example (examples.example_id).';
+COMMENT ON COLUMN head_stats_named.layer IS 'Layer, 0-based.';
+COMMENT ON COLUMN head_stats_named.head IS 'Head within the layer, 0-based.';
+COMMENT ON COLUMN head_stats_named.to_cls IS 'Mean over query rows of the weight on [CLS] (0..1).';
+COMMENT ON COLUMN head_stats_named.to_sep IS 'Mean over query rows of the total weight on all [SEP] positions (0..1).';
+COMMENT ON COLUMN head_stats_named.to_punct IS 'Mean over query rows of the total weight on punctuation tokens (0..1).';
+COMMENT ON COLUMN head_stats_named.to_self IS 'Mean over query rows of A[i, i], the weight a token gives itself (0..1).';
+COMMENT ON COLUMN head_stats_named.to_prev IS 'Mean over query rows of A[i, i-1], the weight on the previous token (0 for the first row).';
+COMMENT ON COLUMN head_stats_named.to_next IS 'Mean over query rows of A[i, i+1], the weight on the next token (0 for the last real row).';
+COMMENT ON COLUMN head_stats_named.entropy IS 'Mean over query rows of the entropy of the row''s weights, in nats.';
+COMMENT ON COLUMN head_stats_named.max_weight IS 'Mean over query rows of the row''s largest weight (0..1).';
+COMMENT ON COLUMN head_stats_named.norm_to_cls IS 'Norm-weighted share of the head''s output from [CLS], 0..1 (head_stats.norm_to_cls; Kobayashi et al. 2020).';
+COMMENT ON COLUMN head_stats_named.norm_to_sep IS 'Norm-weighted share from all [SEP] positions, 0..1 (head_stats.norm_to_sep).';
+COMMENT ON COLUMN head_stats_named.norm_to_punct IS 'Norm-weighted share from punctuation tokens, 0..1 (head_stats.norm_to_punct).';
+COMMENT ON COLUMN head_stats_named.col_cls IS 'Pattern feature: weight on the [CLS] column off the band (head_stats.col_cls); NULL for rows written before migration 5.';
+COMMENT ON COLUMN head_stats_named.col_sep IS 'Pattern feature: weight on the [SEP] columns off the band (head_stats.col_sep).';
+COMMENT ON COLUMN head_stats_named.col_punct IS 'Pattern feature: weight on the punctuation columns off the band (head_stats.col_punct).';
+COMMENT ON COLUMN head_stats_named.col_other IS 'Pattern feature: weight on the heaviest other single column off the band (head_stats.col_other).';
+COMMENT ON COLUMN head_stats_named.band IS 'Pattern feature: weight on the diagonal band |i - j| <= 1 (head_stats.band).';
+COMMENT ON COLUMN head_stats_named.block IS 'Pattern feature: within-segment weight of sentence pairs, 0 for single sentences (head_stats.block).';
+COMMENT ON COLUMN head_stats_named.pattern IS 'Pattern type given by the rules, by name: heterogeneous | vertical | diagonal | vertical+diagonal | block; NULL for rows written before migration 5.';
+COMMENT ON COLUMN head_stats_named.pattern_margin IS 'How near the map is to another type under the rules (head_stats.pattern_margin): near 0 = borderline.';
