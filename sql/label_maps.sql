@@ -6,7 +6,8 @@
 -- for examples of at most 64 real tokens, NULL for longer ones and for runs ingested before
 -- whole maps were kept; thumbnail is the 32 x 32 map; tokens the real tokens, NULL where no
 -- whole map was kept. pattern is the rules' type; col_* / band / block the features it was read
--- from. run is a run_id, pattern a type name; NULL = all.
+-- from; margin how near it is to another type (head_stats.pattern_margin). run is a run_id,
+-- pattern a type name; NULL = all.
 SELECT
     r.run_id,
     m.name          AS model,
@@ -16,12 +17,14 @@ SELECT
     t.head,
     p.pattern_name  AS pattern,
     p.col_cls, p.col_sep, p.col_punct, p.col_other, p.band, p.block,
+    s.pattern_margin AS margin,
     t.n_tokens,
     w.attention,
     t.thumbnail,
     k.tokens
 FROM pattern_thumbnails AS t
 JOIN head_patterns AS p USING (run_id, example_id, layer, head)
+JOIN head_stats AS s USING (run_id, example_id, layer, head)
 JOIN runs AS r USING (run_id)
 JOIN models AS m USING (model_id)
 LEFT JOIN pattern_maps AS w USING (run_id, example_id, layer, head)

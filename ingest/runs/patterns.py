@@ -46,8 +46,8 @@ def reclassify_rules(
     runs: Sequence[int] | None = None,
 ) -> dict[str, int]:
     """Re-label head_stats rows (type and margin) from their stored features with
-    `thresholds`, in one transaction; returns the number of rows per type after the change (rows without
-    features, written before pattern types existed, are left alone)."""
+    `thresholds`, in one transaction; returns the number of rows per type after the change
+    (rows without features, written before pattern types existed, are left alone)."""
     where, params = _run_filter(runs)
     feature_list = ", ".join(patterns.FEATURE_COLUMNS)
     with transaction(con):
@@ -288,7 +288,7 @@ def label_sample(
 ) -> list[dict[str, object]]:
     """The stored maps a labelling page shows (named query `label_maps`), as plain records:
     a seeded random sample, or with `order="uncertain"` the maps nearest a threshold of the
-    rules first (:func:`patterns.margins`). Each record has the map's keys, model, task, its
+    rules first (head_stats.pattern_margin). Each record has the map's keys, model, task, its
     `n_tokens`, `tokens` (None where not stored), `cells` (the whole n × n map where kept,
     else the 32 × 32 thumbnail), `whole` (which one) and `margin`."""
     from attnwh.sql import queries
@@ -305,8 +305,11 @@ def label_sample(
     records = [r for t in tables for r in t.to_pylist()]
     if not records:
         return []
+    # The stored margin is that of the thresholds the types were last given with; rows written
+    # before margins were kept get the shipped thresholds' margin.
     features = torch.tensor([[float(r[c]) for c in patterns.FEATURE_COLUMNS] for r in records])
-    margin = patterns.margins(features).numpy()
+    computed = patterns.margins(features).numpy()
+    margin = np.array([computed[i] if r["margin"] is None else r["margin"] for i, r in enumerate(records)])
     if order == "uncertain":
         # Ties (equal margins) in a fixed order: the query's.
         chosen = np.argsort(margin, kind="stable")
@@ -347,7 +350,7 @@ class Calibration:
     n_labels: int
     folds: int
     seed: int
-    scores: list  # calibration.Scores, best first is not implied: shipped rules, fitted rules, CNN
+    scores: list  # calibration.Scores in this order: shipped rules, fitted rules, then the CNN if run
 
 
 def calibrate(
