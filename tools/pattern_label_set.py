@@ -14,6 +14,7 @@ without seeing another pass:
     python tools/pattern_label_set.py disputes W.duckdb picked.csv pass1 pass2 --out settled/
     (a third look at the maps the passes disagree on: settled/labels.csv)
     python tools/pattern_label_set.py final picked.csv pass1 pass2 settled labels.csv
+    python tools/pattern_label_set.py examples W.duckdb labels.csv --out docs/pattern_labels
 
 The set made this way ships in tools/label_set/ (docs/pattern_labels.md). To use it, rebuild
 the maps and import the labels into that warehouse:
@@ -90,52 +91,82 @@ def sample(db: Path, out: Path, per_task: int, seed: int) -> None:
     print(f"{len(picked)} maps → {out}")
 
 
+def _sheet(con: duckdb.DuckDBPyConnection, keys: list[tuple | None], columns: int, path: Path) -> None:
+    """Draw the maps `keys` (task, example, layer, head; None leaves a place empty) as tiles,
+    `columns` to a row, in reading order, into a PNG at `path`."""
+    rows = (len(keys) + columns - 1) // columns
+    image = np.full((rows * (TILE + PAD) + PAD, columns * (TILE + PAD) + PAD, 3), 255, np.uint8)
+    for c, key in enumerate(keys):
+        if key is None:
+            continue
+        task, example, layer, head = key
+        attention, n, tokens = con.execute(
+            "SELECT m.attention, m.n_tokens, t.tokens FROM pattern_maps AS m JOIN runs AS r USING (run_id)"
+            " JOIN example_tokens AS t USING (run_id, example_id)"
+            " WHERE r.task = ? AND m.example_id = ? AND m.layer = ? AND m.head = ?",
+            [task, example, layer, head],
+        ).fetchone()
+        a = np.array(attention, np.float32).reshape(n, n)
+        x = np.clip(a / max(float(a.max()), 1e-9), 0, 1)
+        colour = np.stack([255 - 222 * x, 255 - 180 * x, 255 - 100 * x], -1).astype(np.uint8)
+        cell = (TILE - 2 * TICK) // n
+        tile = np.repeat(np.repeat(colour, cell, 0), cell, 1)
+        top = PAD + (c // columns) * (TILE + PAD) + 2 * TICK
+        left = PAD + (c % columns) * (TILE + PAD) + 2 * TICK
+        image[top : top + n * cell, left : left + n * cell] = tile
+        image[top - 1, left - 1 : left + n * cell + 1] = 150
+        image[top + n * cell, left - 1 : left + n * cell + 1] = 150
+        image[top - 1 : top + n * cell + 1, left - 1] = 150
+        image[top - 1 : top + n * cell + 1, left + n * cell] = 150
+        for position, token in enumerate(tokens):
+            kind = _kind(token)
+            if kind == "other":
+                continue
+            mark = (220, 30, 30) if kind == "special" else (240, 150, 0)
+            image[top - 2 * TICK : top - 2, left + position * cell : left + (position + 1) * cell] = mark
+            image[top + position * cell : top + (position + 1) * cell, left - 2 * TICK : left - 2] = mark
+    _png(image, path)
+
+
 def grids(db: Path, picked: Path, seed: int, out: Path, only: set[tuple] | None = None) -> None:
     con = duckdb.connect(str(db), read_only=True)
     with picked.open() as handle:
         keys = [(r["task"], int(r["example"]), int(r["layer"]), int(r["head"])) for r in csv.DictReader(handle)]
     if only is not None:
         keys = [k for k in keys if k in only]
-    order = np.random.default_rng(seed).permutation(len(keys))
+    order = [keys[int(k)] for k in np.random.default_rng(seed).permutation(len(keys))]
     out.mkdir(parents=True, exist_ok=True)
     index = []
-    side = 4 * (TILE + PAD) + PAD
     for g in range(0, len(order), 16):
-        image = np.full((side, side, 3), 255, np.uint8)
-        for c, k in enumerate(order[g : g + 16]):
-            task, example, layer, head = keys[int(k)]
-            attention, n, tokens = con.execute(
-                "SELECT m.attention, m.n_tokens, t.tokens FROM pattern_maps AS m JOIN runs AS r USING (run_id)"
-                " JOIN example_tokens AS t USING (run_id, example_id)"
-                " WHERE r.task = ? AND m.example_id = ? AND m.layer = ? AND m.head = ?",
-                [task, example, layer, head],
-            ).fetchone()
-            a = np.array(attention, np.float32).reshape(n, n)
-            x = np.clip(a / max(float(a.max()), 1e-9), 0, 1)
-            colour = np.stack([255 - 222 * x, 255 - 180 * x, 255 - 100 * x], -1).astype(np.uint8)
-            cell = (TILE - 2 * TICK) // n
-            tile = np.repeat(np.repeat(colour, cell, 0), cell, 1)
-            top = PAD + (c // 4) * (TILE + PAD) + 2 * TICK
-            left = PAD + (c % 4) * (TILE + PAD) + 2 * TICK
-            image[top : top + n * cell, left : left + n * cell] = tile
-            image[top - 1, left - 1 : left + n * cell + 1] = 150
-            image[top + n * cell, left - 1 : left + n * cell + 1] = 150
-            image[top - 1 : top + n * cell + 1, left - 1] = 150
-            image[top - 1 : top + n * cell + 1, left + n * cell] = 150
-            for p, token in enumerate(tokens):
-                kind = _kind(token)
-                if kind == "other":
-                    continue
-                mark = (220, 30, 30) if kind == "special" else (240, 150, 0)
-                image[top - 2 * TICK : top - 2, left + p * cell : left + (p + 1) * cell] = mark
-                image[top + p * cell : top + (p + 1) * cell, left - 2 * TICK : left - 2] = mark
-            index.append((g // 16 + 1, c + 1, task, example, layer, head))
-        _png(image, out / f"grid-{g // 16 + 1:03d}.png")
+        chunk = order[g : g + 16]
+        _sheet(con, chunk, 4, out / f"grid-{g // 16 + 1:03d}.png")
+        index.extend((g // 16 + 1, c + 1, *key) for c, key in enumerate(chunk))
     with (out / "index.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["grid", "cell", "task", "example", "layer", "head"])
         writer.writerows(index)
     print(f"{len(index)} maps in {len(range(0, len(order), 16))} grids → {out}")
+
+
+def examples(db: Path, labels: Path, out: Path, seed: int) -> None:
+    """The protocol's example maps, one image per type: a row of four maps both passes gave
+    that type, then a row of up to four the passes disagreed on that were settled as it."""
+    con = duckdb.connect(str(db), read_only=True)
+    with labels.open() as handle:
+        rows = list(csv.DictReader(handle))
+    rng = np.random.default_rng(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in TYPES:
+        agreed = [r for r in rows if r["type"] == name and r["pass1"] == r["pass2"] == name]
+        settled = [r for r in rows if r["type"] == name and r["pass1"] != r["pass2"]]
+        first = [agreed[int(i)] for i in rng.permutation(len(agreed))[:4]]
+        second = [settled[int(i)] for i in rng.permutation(len(settled))[:4]]
+        keys: list[tuple | None] = [(r["task"], int(r["example"]), int(r["layer"]), int(r["head"])) for r in first]
+        keys += [None] * (4 - len(keys))  # the settled ones start the second row
+        keys += [(r["task"], int(r["example"]), int(r["layer"]), int(r["head"])) for r in second]
+        path = out / f"{name.replace('+', '-')}.png"
+        _sheet(con, keys, 4, path)
+        print(f"{name}: {len(first)} agreed, {len(second)} settled → {path}")
 
 
 def _labels(folder: Path) -> dict[tuple, str]:
@@ -242,6 +273,11 @@ def main() -> None:
     f.add_argument("second", type=Path)
     f.add_argument("settled", type=Path)
     f.add_argument("out", type=Path)
+    x = sub.add_parser("examples")
+    x.add_argument("db", type=Path)
+    x.add_argument("labels", type=Path)
+    x.add_argument("--out", type=Path, required=True)
+    x.add_argument("--seed", type=int, default=0)
     e = sub.add_parser("export")
     e.add_argument("db", type=Path)
     e.add_argument("labels", type=Path)
@@ -253,6 +289,8 @@ def main() -> None:
         grids(args.db, args.picked, args.seed, args.out)
     elif args.command == "disputes":
         disputes(args.db, args.picked, args.first, args.second, args.out)
+    elif args.command == "examples":
+        examples(args.db, args.labels, args.out, args.seed)
     elif args.command == "export":
         export(args.db, args.labels, args.out)
     elif args.command == "final":
