@@ -75,7 +75,11 @@ def scan(
         # abs() makes a new tensor, so the fills below leave the model's output alone.
         values = h.detach().float().abs().flatten(1).masked_fill_(padding, 0.0)
         medians.append(exact_medians(values, lower_place, upper_place))
-        top, index = values.masked_fill_(padding, -1.0).topk(k, dim=-1)
+        top, index = values.topk(k, dim=-1)
+        # Padding (0 here) can reach a kept place only in a row with fewer than k magnitudes
+        # above 0; then this layer is redone with padding below every real entry.
+        if (padding.gather(1, index) & (torch.arange(k, device=index.device) < entries[:, None])).any():
+            top, index = values.masked_fill_(padding, -1.0).topk(k, dim=-1)
         tops.append(top)
         flat.append(index)
     layers = len(hidden_states)
