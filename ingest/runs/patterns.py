@@ -16,7 +16,7 @@ import pyarrow as pa
 import torch
 
 from attnwh.errors import DataError, UsageError
-from attnwh.ingest.measures import pattern_cnn, patterns
+from attnwh.ingest.measures import calibration, pattern_cnn, patterns
 from attnwh.sql.warehouse import first_row, insert_arrow, one_row, registered, transaction
 
 # Accepted spellings of the types in a labels file, beside the names themselves.
@@ -350,7 +350,7 @@ class Calibration:
     n_labels: int
     folds: int
     seed: int
-    scores: list  # calibration.Scores in this order: shipped rules, fitted rules, then the CNN if run
+    scores: list[calibration.Scores]  # shipped rules, fitted rules, then the CNN if it ran
 
 
 def calibrate(
@@ -365,8 +365,6 @@ def calibrate(
     rules, the fitted rules and the CNN on the same seeded folds (`calibration.py`), and
     store the thresholds fitted to all labels as threshold set `name` (replacing one of that
     name)."""
-    from attnwh.ingest.measures import calibration
-
     if not name or name.strip() != name or name == RESERVED_THRESHOLDS:
         raise UsageError(f"a threshold set needs a name other than {RESERVED_THRESHOLDS!r}, without spaces at its ends")
     if folds < 2:
