@@ -673,12 +673,9 @@ def gallery_cells(frame: pl.DataFrame, size: int = 16) -> pl.DataFrame:
     0.005 are left out: they draw as the white background anyway, and most cells of a map
     are near 0, so the page stays small."""
     rows: list[dict] = []
-    seen: dict[tuple[str, str], int] = {}
     for r in frame.iter_rows(named=True):
         cells = pooled(r["thumbnail"], size)
-        kind = r.get("kind") or "typical"
-        seen[(r["pattern"], kind)] = seen.get((r["pattern"], kind), 0) + 1
-        margin = "" if r.get("margin") is None else f" · margin {r['margin']:.3f}"
+        margin = "" if r["margin"] is None else f" · margin {r['margin']:.3f}"
         label = (
             f"run {r['run_id']} · L{r['layer']} H{r['head']} · n={r['n_tokens']} · "
             f"V {r['vertical']:.2f} D {r['diagonal']:.2f} B {r['block']:.2f}{margin}"
@@ -690,7 +687,7 @@ def gallery_cells(frame: pl.DataFrame, size: int = 16) -> pl.DataFrame:
                 rows.append(
                     {
                         "pattern": r["pattern"],
-                        "column": f"{kind} {seen[(r['pattern'], kind)]}",
+                        "column": f"{r['kind']} {r['slot']}",
                         "map": label,
                         "query": i,
                         "key": j,

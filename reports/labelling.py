@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import re
 from collections.abc import Sequence
 from importlib import resources
@@ -54,12 +53,12 @@ def label_page(maps: Sequence[dict[str, object]], title: str) -> str:
         {**m, "example": str(m["example"]), "cells": [round(float(v), 4) for v in m["cells"]]}  # type: ignore[attr-defined]
         for m in maps
     ]
-    payload = json.dumps(items, sort_keys=True, separators=(",", ":"))
+    data = script_json(items)
     # The page's identity keys its saved labels: the same sample keeps them, another starts afresh.
-    page_id = hashlib.sha256(payload.encode()).hexdigest()[:16]
+    page_id = hashlib.sha256(str(data).encode()).hexdigest()[:16]
     return _template().render(
         title=title,
-        maps=script_json(items),
+        maps=data,
         keys=script_json(KEYS),
         key_rows=[(name, keys) for name, keys in KEYS.items()],
         page_id=page_id,

@@ -7,9 +7,9 @@
 -- fixed hash of the map's keys so the same warehouse always shows the same maps; a type with
 -- fewer than four maps shows what it has, typical first. thumbnail is the 32 x 32 map
 -- (row-major) of `attnwh ingest --thumbnails N`; vertical, diagonal and block are the rules'
--- scores V, D and B; margin is head_stats.pattern_margin (NULL for rows written before
--- margins were kept, which then count as borderline). model is a model name as stored;
--- NULL = all.
+-- scores V, D and B; slot the map's place among its type's maps of that kind (1, 2); margin is
+-- head_stats.pattern_margin (NULL for rows written before margins were kept, which then
+-- count as borderline). model is a model name as stored; NULL = all.
 WITH maps AS (
     SELECT
         m.name                                              AS model,
@@ -49,7 +49,7 @@ borderline AS (
     WHERE (run_id, example_id, layer, head) NOT IN (SELECT (run_id, example_id, layer, head) FROM typical)
     QUALIFY slot <= 2
 )
-SELECT model, task, run_id, example_id, layer, head, pattern_name AS pattern, kind, n_tokens,
+SELECT model, task, run_id, example_id, layer, head, pattern_name AS pattern, kind, slot, n_tokens,
        vertical, diagonal, block, margin, thumbnail
 FROM (SELECT * FROM typical UNION ALL SELECT * FROM borderline)
 ORDER BY pattern, kind DESC, slot;

@@ -96,7 +96,7 @@ class HeadStatistics:
         self._thumb_rows: list[int] = []
         self._thumb_lengths: list[int] = []
         self._thumbs: list[torch.Tensor] = []
-        self._map_rows: list[int] = []  # thumbnail rows short enough to keep whole
+        self._map_rows: list[tuple[int, int]] = []  # (row, length) of thumbnail rows short enough to keep whole
         self._maps: list[list[torch.Tensor]] = []  # per layer, one (H, n, n) map per such row
         self._num_layers = num_layers
         self._layers: list[torch.Tensor] = []
@@ -116,7 +116,7 @@ class HeadStatistics:
         lengths = key_mask.sum(-1)
         self._thumb_lengths = [int(lengths[r]) for r in self._thumb_rows]
         self._thumbs = []
-        self._map_rows = [r for r, n in zip(self._thumb_rows, self._thumb_lengths) if n <= patterns.MAP_MAX_TOKENS]
+        self._map_rows = [(r, n) for r, n in zip(self._thumb_rows, self._thumb_lengths) if n <= patterns.MAP_MAX_TOKENS]
         self._maps = []
         real = key_mask.float()
         self._batch = _Batch(
@@ -169,8 +169,7 @@ class HeadStatistics:
         if self._thumb_rows:
             self._thumbs.append(patterns.thumbnails(a, self._thumb_rows, self._thumb_lengths))
         if self._map_rows:
-            lengths = dict(zip(self._thumb_rows, self._thumb_lengths))
-            self._maps.append([a[r, :, : lengths[r], : lengths[r]].cpu() for r in self._map_rows])
+            self._maps.append([a[r, :, :n, :n].cpu() for r, n in self._map_rows])
         return probs
 
     def collect(self) -> np.ndarray:
@@ -199,10 +198,16 @@ class HeadStatistics:
         self._thumbs = []
         return self._thumb_rows, self._thumb_lengths, out
 
+    @property
+    def map_rows(self) -> list[int]:
+        """The batch rows (set by `begin`) whose whole maps are kept: the thumbnail rows with
+        at most `patterns.MAP_MAX_TOKENS` real tokens."""
+        return [r for r, _ in self._map_rows]
+
     def collect_maps(self) -> tuple[list[int], list[np.ndarray]]:
         """(rows, maps) of the last batch: the thumbnail rows with at most
         `patterns.MAP_MAX_TOKENS` real tokens, and per row its (layer, head, n, n) maps cropped
         to the real tokens."""
         maps = [torch.stack(per_row).numpy() for per_row in zip(*self._maps, strict=True)] if self._maps else []
         self._maps = []
-        return list(self._map_rows) if maps else [], maps
+        return self.map_rows if maps else [], maps

@@ -361,8 +361,9 @@ class StatisticsCapture:
         masks = self.kinds.masks(batch["input_ids"])
         self.observer.begin(key_mask, *masks, thumbnail_rows=list(thumbnail_rows))
         ids = batch["input_ids"]
-        self._tokens = {
-            r: list(self.encoder.tokenizer.convert_ids_to_tokens(ids[r][key_mask[r]].tolist())) for r in thumbnail_rows
+        self._tokens = {  # of the rows whose whole maps are kept
+            r: list(self.encoder.tokenizer.convert_ids_to_tokens(ids[r][key_mask[r]].tolist()))
+            for r in self.observer.map_rows
         }
         mixing = self.observer.mixing
         with capture.observing(self.observer), mixing.hooks() if mixing else contextlib.nullcontext():

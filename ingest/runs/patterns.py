@@ -34,6 +34,11 @@ def pattern_code(name: str) -> int | None:
     return patterns.PATTERN_TYPES.index(key) if key in patterns.PATTERN_TYPES else None
 
 
+def _features(table: pa.Table) -> np.ndarray:
+    """(rows, len(FEATURE_COLUMNS)) float32 features from a table holding those columns."""
+    return np.stack([table[c].to_numpy(zero_copy_only=False) for c in patterns.FEATURE_COLUMNS], -1).astype(np.float32)
+
+
 def _run_filter(runs: Sequence[int] | None) -> tuple[str, list[object]]:
     if not runs:
         return "", []
@@ -63,8 +68,7 @@ def reclassify_rules(
                 " WHERE run_id = $run AND pattern IS NOT NULL",
                 params={"run": run_id},
             ).to_arrow_table()
-            features = np.stack([table[c].to_numpy(zero_copy_only=False) for c in patterns.FEATURE_COLUMNS], -1)
-            x = torch.from_numpy(features.astype(np.float32))
+            x = torch.from_numpy(_features(table))
             new = pa.table(
                 {
                     "example_id": table["example_id"],
@@ -301,14 +305,13 @@ def label_sample(
     query = queries.get_query("label_maps")
     params = {"task": task, "layer": layer, "pattern": None if code is None else patterns.PATTERN_TYPES[code]}
     chosen_runs: list[int | None] = list(runs) if runs else [None]
-    tables = [queries.run_query(con, query, {**params, "run": run}) for run in chosen_runs]
-    records = [r for t in tables for r in t.to_pylist()]
-    if not records:
+    table = pa.concat_tables([queries.run_query(con, query, {**params, "run": run}) for run in chosen_runs])
+    if not table.num_rows:
         return []
+    records = table.to_pylist()
     # The stored margin is that of the thresholds the types were last given with; rows written
     # before margins were kept get the shipped thresholds' margin.
-    features = torch.tensor([[float(r[c]) for c in patterns.FEATURE_COLUMNS] for r in records])
-    computed = patterns.margins(features).numpy()
+    computed = patterns.margins(torch.from_numpy(_features(table))).numpy()
     margin = np.array([computed[i] if r["margin"] is None else r["margin"] for i, r in enumerate(records)])
     if order == "uncertain":
         # Ties (equal margins) in a fixed order: the query's.
@@ -383,9 +386,7 @@ def calibrate(
             f"{len(labels)} labelled maps with features ({', '.join(f'{n} {t}' for n, t in zip(counts, patterns.PATTERN_TYPES, strict=True) if n)});"
             f" calibrating needs at least {2 * folds} and two types (import labels with `attnwh patterns import-labels`)"
         )
-    features = np.stack([data[c].to_numpy(zero_copy_only=False) for c in patterns.FEATURE_COLUMNS], -1).astype(
-        np.float32
-    )
+    features = _features(data)
     split = calibration.folds(labels, folds, seed)
     shipped = patterns.THRESHOLDS
     scores = [

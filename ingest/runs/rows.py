@@ -226,29 +226,13 @@ def thumbnail_rows(example_ids: np.ndarray, n_tokens: Sequence[int], thumbnails:
 
 
 def map_rows(example_ids: np.ndarray, maps: Sequence[np.ndarray]) -> pa.Table:
-    """pattern_maps rows (without run_id) from one (layer, head, n, n) array per example."""
-    columns: dict[str, list[np.ndarray]] = {"example_id": [], "layer": [], "head": [], "n_tokens": []}
-    flat, offsets = [], [np.zeros(1, np.int32)]
-    for example_id, m in zip(np.asarray(example_ids, dtype=np.int64), maps, strict=True):
-        layers, heads, n, _ = m.shape
-        grid = np.indices((layers, heads)).reshape(2, -1)
-        columns["example_id"].append(np.full(grid.shape[1], example_id, np.int64))
-        columns["layer"].append(grid[0].astype(np.int16))
-        columns["head"].append(grid[1].astype(np.int16))
-        columns["n_tokens"].append(np.full(grid.shape[1], n, np.int32))
-        flat.append(np.ascontiguousarray(m, dtype=np.float32).ravel())
-        offsets.append(offsets[-1][-1] + np.arange(1, grid.shape[1] + 1, dtype=np.int32) * n * n)
-    values = np.concatenate(flat) if flat else np.zeros(0, np.float32)
-    table = {name: np.concatenate(parts) if parts else np.zeros(0) for name, parts in columns.items()}
-    return pa.table(
-        {
-            "example_id": pa.array(table["example_id"], pa.int64()),
-            "layer": pa.array(table["layer"], pa.int16()),
-            "head": pa.array(table["head"], pa.int16()),
-            "n_tokens": pa.array(table["n_tokens"], pa.int32()),
-            "attention": pa.ListArray.from_arrays(pa.array(np.concatenate(offsets)), pa.array(values)),
-        }
-    )
+    """pattern_maps rows (without run_id) from one (layer, head, n, n) array per example: the
+    rows of :func:`thumbnail_rows` with each whole map flattened in place of a thumbnail."""
+    tables = [
+        thumbnail_rows(np.array([example_id]), [m.shape[-1]], m.reshape(1, *m.shape[:2], -1))
+        for example_id, m in zip(np.asarray(example_ids, dtype=np.int64), maps, strict=True)
+    ]
+    return pa.concat_tables(tables).rename_columns(["example_id", "layer", "head", "n_tokens", "attention"])
 
 
 def token_rows(example_ids: np.ndarray, tokens: Sequence[Sequence[str]]) -> pa.Table:
