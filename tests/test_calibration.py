@@ -110,6 +110,8 @@ def test_calibrate_stores_a_set_that_reclassify_applies(tmp_path, monkeypatch, c
     assert code == 0, err
     text = " ".join(out.split())
     assert "150 labelled maps, 5 stratified folds" in text and "stored as 'mine'" in text
+    # The shipped classifier as it is (marked: not fitted per fold) and its training procedure.
+    assert "classifier (shipped weights) *" in text and "classifier (retrained, nested)" in text
     with duckdb.connect(str(db), read_only=True) as con:
         stored = con.execute(
             "SELECT vertical, diagonal, mixed_vertical, mixed_diagonal, block, n_labels, cv_macro_f1 FROM pattern_thresholds"

@@ -57,3 +57,43 @@ def test_every_labelled_map_is_rebuilt_by_the_documented_ingest():
         lengths = dict(zip(prepared.example_ids.tolist(), np.asarray(prepared.encoded.n_tokens).tolist(), strict=True))
         assert examples <= sample, task
         assert all(6 <= lengths[e] <= patterns.MAP_MAX_TOKENS for e in examples), task
+
+
+@pytest.mark.slow
+def test_the_shipped_classifier_is_rebuilt_from_the_set(tmp_path, monkeypatch, capsys):
+    """The documented steps (ingest, export, import-labels, `pattern_label_set.py model`)
+    rebuild the shipped classifier: the same architecture, and the same types for the
+    labelled maps."""
+    if not GLUE_DIR.exists():
+        pytest.skip(f"no GLUE data at {GLUE_DIR}")
+    import subprocess
+    import sys
+
+    import duckdb
+    import torch
+
+    from attnwh.ingest.measures import pattern_model
+    from helpers import run
+
+    db = tmp_path / "w.duckdb"
+    args = ["ingest", "--db", str(db), "--glue-dir", str(GLUE_DIR), "--task", "sst2,rte,mrpc", "--limit", "150"]
+    code, _, err = run(monkeypatch, capsys, *args, "--thumbnails", "80")
+    assert code == 0, err
+    tool = [sys.executable, str(ROOT / "tools" / "pattern_label_set.py")]
+    subprocess.run([*tool, "export", str(db), str(LABELS), str(tmp_path / "labels.csv")], check=True)
+    code, _, err = run(monkeypatch, capsys, "patterns", "import-labels", str(tmp_path / "labels.csv"), "--db", str(db))
+    assert code == 0, err
+    rebuilt_path = tmp_path / "model.json"
+    subprocess.run([*tool, "model", str(db), "--out", str(rebuilt_path)], check=True)
+    rebuilt = pattern_model.PatternModel.from_json(rebuilt_path.read_text())
+    shipped = pattern_model.default()
+    assert rebuilt.name == shipped.name
+    columns = (*patterns.FEATURE_COLUMNS, *patterns.LOOK_COLUMNS)
+    with duckdb.connect(str(db), read_only=True) as con:
+        stored = con.execute(
+            f"SELECT {', '.join('s.' + c for c in columns)} FROM pattern_labels JOIN head_stats AS s"
+            " USING (run_id, example_id, layer, head)"
+        ).fetchall()
+    x = torch.from_numpy(pattern_model.features_of(stored))
+    same = (rebuilt.probabilities(x).argmax(-1) == shipped.probabilities(x).argmax(-1)).float().mean()
+    assert len(stored) == len(_rows()) and same >= 0.99

@@ -66,6 +66,7 @@ ROWS: dict[int, list[str]] = {
         "INSERT INTO pattern_thresholds (name, vertical, diagonal, mixed_vertical, mixed_diagonal, block,"
         " n_labels, folds, seed, cv_macro_f1, cv_agreement) VALUES ('fit', 0.4, 0.3, 0.2, 0.2, 0.6, 10, 5, 0, 0.7, 0.8)",
     ],
+    13: [],  # look-feature columns of head_stats (0013_pattern_classifier.sql): no new table
 }
 
 

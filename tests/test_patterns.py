@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnwh.ingest.measures import pattern_cnn, patterns
+from attnwh.ingest.measures import pattern_cnn, pattern_model, patterns
 from fixtures import synthetic_maps
 from helpers import ingest_args, run, write_pairs
 
@@ -170,19 +170,23 @@ def test_pattern_shares_have_bootstrap_intervals_over_examples(tmp_path):
 
 def test_gallery_shows_typical_then_borderline_maps_by_margin(ingested):
     """pattern_gallery: per type at most two typical maps, then at most two borderline ones,
-    every typical margin at least every borderline one, and the margins are those of the rules
-    (head_stats.pattern_margin equals patterns.margins of the stored features)."""
+    every typical margin at least every borderline one, and the margins are those of the shipped
+    classifier (head_stats.pattern_margin and pattern equal what it gives the stored features)."""
     from attnwh.sql import queries, warehouse
 
     db, _ = ingested
     con = warehouse.connect(db, read_only=True)
     rows = queries.run_query(con, queries.get_query("pattern_gallery")).to_pylist()
     stored = con.execute(
-        f"SELECT {', '.join(patterns.FEATURE_COLUMNS)}, pattern_margin FROM head_stats WHERE pattern IS NOT NULL"
+        f"SELECT {', '.join((*patterns.FEATURE_COLUMNS, *patterns.LOOK_COLUMNS))}, pattern, pattern_margin"
+        " FROM head_stats WHERE pattern IS NOT NULL"
     ).fetchall()
     con.close()
-    values = np.array(stored, np.float32)
-    np.testing.assert_allclose(values[:, -1], patterns.margins(torch.from_numpy(values[:, :-1])).numpy(), atol=1e-6)
+    values = torch.from_numpy(np.array(stored, np.float32))
+    k = len(patterns.FEATURE_COLUMNS)
+    code, margin = pattern_model.default().classify(values[:, :k], values[:, k:-2])
+    np.testing.assert_array_equal(values[:, -2].numpy(), code.numpy())
+    np.testing.assert_allclose(values[:, -1].numpy(), margin.numpy(), atol=1e-6)
     assert rows
     for name in {r["pattern"] for r in rows}:
         kinds = [r["kind"] for r in rows if r["pattern"] == name]
@@ -343,7 +347,7 @@ def test_report_knows_the_same_pattern_types():
 
 
 def test_label_page_choices_and_errors(ingested, tmp_path, monkeypatch, capsys):
-    """`patterns label`: filters and the uncertain order pick the maps the rules' margins say;
+    """`patterns label`: filters and the uncertain order pick the maps the stored margins say;
     nothing to show, an unknown type or a missing warehouse is one line and no page."""
     from attnwh.ingest.runs import patterns as pattern_store
 
@@ -352,12 +356,10 @@ def test_label_page_choices_and_errors(ingested, tmp_path, monkeypatch, capsys):
         everything = pattern_store.label_sample(con, limit=None)
         uncertain = pattern_store.label_sample(con, order="uncertain", limit=5)
         layer1 = pattern_store.label_sample(con, layer=1, limit=None)
-        features = con.execute(
-            "SELECT col_cls, col_sep, col_punct, col_other, band, block FROM head_stats AS s"
-            " JOIN pattern_thumbnails USING (run_id, example_id, layer, head)"
-        ).fetchall()
+        margins = con.execute(
+            "SELECT pattern_margin FROM head_stats AS s JOIN pattern_thumbnails USING (run_id, example_id, layer, head)"
+        ).fetchnumpy()["pattern_margin"]
     assert len(everything) == 3 * 2 * 4 and {m["layer"] for m in layer1} == {1} and len(layer1) == 12
-    margins = patterns.margins(torch.tensor(features)).numpy()
     np.testing.assert_allclose([m["margin"] for m in uncertain], np.sort(margins)[:5], rtol=1e-6)
     seeded = [pattern_store.label_sample(duckdb.connect(str(db), read_only=True), seed=s, limit=6) for s in (1, 1, 2)]
     keys = [[(m["example"], m["layer"], m["head"]) for m in maps] for maps in seeded]

@@ -4,7 +4,9 @@ HF's `output_attentions=True` maps on the eager path, example by example."""
 from __future__ import annotations
 
 import inspect
+import json
 import string
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +15,8 @@ from transformers import AutoModel
 
 from attnwh.ingest.encoder.encoding import collate, encode_task
 from attnwh.ingest.encoder.loading import load_encoder
-from attnwh.ingest.measures.patterns import THRESHOLDS
+from attnwh.ingest.measures import pattern_model
+from attnwh.ingest.measures.patterns import PATTERN_TYPES, THRESHOLDS
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, STAT_COLUMNS
 from attnwh.ingest.runs.loop import StatisticsCapture
 from attnwh.ingest.sources.examples import Example, TaskData
@@ -34,8 +37,64 @@ def task(pair: bool) -> TaskData:
     return TaskData("test", "pair" if pair else "single", "dev", examples, None, "test")
 
 
-def pattern_reference(A: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np.ndarray) -> list[float]:
-    """Pattern features and type of one cropped map, written out plainly (patterns.py)."""
+def look_reference(A: np.ndarray, cls: np.ndarray, sep: np.ndarray) -> list[float]:
+    """The look features of one cropped map, written out plainly (patterns.LOOK_COLUMNS)."""
+    n = len(A)
+    x = A / A.max()
+    column = x.mean(0)
+    ordered = np.sort(column)[::-1]
+    near = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :]) <= 1
+    segment = np.cumsum(sep) - sep
+    ordinary = ~cls & ~sep
+    within = across = 0.0
+    if len(set(segment[ordinary].tolist())) >= 2:
+        same = (segment[:, None] == segment[None, :]) & ordinary[:, None] & ordinary[None, :]
+        cross = (segment[:, None] != segment[None, :]) & ordinary[:, None] & ordinary[None, :]
+        within, across = x[same].mean(), x[cross].mean()
+    return [
+        *(list(ordered[:3]) + [0.0] * 3)[:3],
+        np.median(column),
+        column.mean(),
+        (x[:, column.argmax()] > 0.3).mean(),
+        (column > 0.2).mean(),
+        np.diagonal(x, -1).mean(),
+        np.diagonal(x).mean(),
+        np.diagonal(x, 1).mean(),
+        column[cls].sum(),
+        x[~near].mean() if (~near).any() else 0.0,
+        *((x > level).mean() for level in (0.02, 0.05, 0.1, 0.25, 0.5)),
+        within,
+        across,
+    ]
+
+
+def learned_reference(features: list[float], look: list[float]) -> tuple[int, float]:
+    """Type and margin by the shipped classifier, from its stored weights, written out plainly."""
+    weights = json.loads((Path(pattern_model.__file__).with_name("pattern_model.json")).read_text())
+    col = dict(zip(weights["inputs"], features + look))
+    diagonal = max(col["look_prev"], col["look_self"], col["look_next"])
+    h = np.array(
+        features
+        + look
+        + [
+            np.log((col["look_col_1"] + 1e-3) / (col["look_col_median"] + 1e-3)),
+            np.log((diagonal + 1e-3) / (col["look_cls"] + 1e-3)),
+            np.log((col["look_within"] + 1e-3) / (col["look_across"] + 1e-3)),
+            float(col["block"] > 0),
+        ]
+    )
+    h = (h - np.array(weights["mean"])) / np.array(weights["scale"])
+    for k, layer in enumerate(weights["layers"]):
+        h = h @ np.array(layer["weight"]) + np.array(layer["bias"])
+        h = np.maximum(h, 0) if k < len(weights["layers"]) - 1 else h
+    p = np.exp(h - h.max()) / np.exp(h - h.max()).sum()
+    order = np.argsort(p)[::-1]
+    return PATTERN_TYPES.index(weights["classes"][order[0]]), p[order[0]] - p[order[1]]
+
+
+def pattern_reference(A: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np.ndarray, rules: bool) -> list[float]:
+    """Pattern features, look features, type and margin of one cropped map, written out
+    plainly (patterns.py); the type by the shipped classifier, or by the rules."""
     n = len(A)
     cls, sep, punct = cls.astype(bool), sep.astype(bool), punct.astype(bool)
     ordinary = ~cls & ~sep
@@ -50,6 +109,10 @@ def pattern_reference(A: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np
     if len(groups) >= 2:
         block = min(A[np.ix_(ordinary & (segment == g), ordinary & (segment == g))].sum(1).mean() for g in groups)
     v = column[cls].sum() + column[sep].sum() + column[punct].sum() + col_other
+    features = [column[cls].sum(), column[sep].sum(), column[punct].sum(), col_other, band, block]
+    look = look_reference(A, cls, sep)
+    if not rules:
+        return [*features, *look, *learned_reference(features, look)]
     t = THRESHOLDS
     if v >= t.vertical and band < t.mixed_diagonal:
         code = 1
@@ -64,11 +127,11 @@ def pattern_reference(A: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np
     # How near the map is to another type: its scores' distance to the nearest threshold.
     distances = [abs(v - t.vertical), abs(v - t.mixed_vertical), abs(band - t.diagonal), abs(band - t.mixed_diagonal)]
     margin = min(distances + ([abs(block - t.block)] if block > 0 else []))
-    return [column[cls].sum(), column[sep].sum(), column[punct].sum(), col_other, band, block, code, margin]
+    return [*features, *look, code, margin]
 
 
 def layer_rows(
-    a: np.ndarray, v: np.ndarray, wo: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np.ndarray
+    a: np.ndarray, v: np.ndarray, wo: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np.ndarray, rules: bool
 ) -> list[list[float]]:
     """Every head's observed columns of one layer from its maps a (H, n, n), its value
     vectors v (n, H * d) and W_O (hidden, H * d): ||f_h(x_j)|| through the head's slice of W_O."""
@@ -76,11 +139,13 @@ def layer_rows(
     rows = []
     for h in range(a.shape[0]):
         f = v[:, h * d : (h + 1) * d] @ wo[:, h * d : (h + 1) * d].T  # (n, hidden)
-        rows.append(head_row(a[h], np.linalg.norm(f, axis=1), cls, sep, punct))
+        rows.append(head_row(a[h], np.linalg.norm(f, axis=1), cls, sep, punct, rules))
     return rows
 
 
-def head_row(A: np.ndarray, norms: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np.ndarray) -> list[float]:
+def head_row(
+    A: np.ndarray, norms: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np.ndarray, rules: bool = False
+) -> list[float]:
     """One head's observed columns from its (n, n) map A and the norms ||f_h(x_j)|| of its
     value vectors through its slice of W_O, computed directly with numpy."""
     n = len(A)
@@ -102,21 +167,22 @@ def head_row(A: np.ndarray, norms: np.ndarray, cls: np.ndarray, sep: np.ndarray,
         (W @ cls).mean(),
         (W @ sep).mean(),
         (W @ punct).mean(),
-        *pattern_reference(A, cls, sep, punct),
+        *pattern_reference(A, cls, sep, punct, rules),
     ]
 
 
-def reference(model, tokenizer, ids: list[int], types: list[int] | None) -> np.ndarray:
+def reference(model, tokenizer, ids: list[int], types: list[int] | None, rules: bool = False) -> np.ndarray:
     """(layer, head, column) for one unpadded example, from eager output_attentions maps:
-    the statistics, then the pattern features and type."""
+    the statistics, then the pattern features, look features, type and margin (by the
+    shipped classifier, or by the rules)."""
     inputs = {"input_ids": torch.tensor([ids])}
     if types is not None and "token_type_ids" in inspect.signature(model.forward).parameters:
         inputs["token_type_ids"] = torch.tensor([types])
     with torch.no_grad():
         out = model(**inputs, output_attentions=True, output_hidden_states=True)
     tokens = tokenizer.convert_ids_to_tokens(ids)
-    cls = np.array([i == tokenizer.cls_token_id for i in ids], float)
-    sep = np.array([i == tokenizer.sep_token_id for i in ids], float)
+    cls = np.array([i == tokenizer.cls_token_id for i in ids])
+    sep = np.array([i == tokenizer.sep_token_id for i in ids])
     punct = np.array(
         [
             t.lstrip("Ġ").removeprefix("##") != ""
@@ -133,7 +199,7 @@ def reference(model, tokenizer, ids: list[int], types: list[int] | None) -> np.n
         x = out.hidden_states[layer][0].double().numpy()
         v = x @ attn.self.value.weight.detach().double().numpy().T + attn.self.value.bias.detach().double().numpy()
         wo = attn.output.dense.weight.detach().double().numpy()
-        result.append(layer_rows(a, v, wo, cls, sep, punct))
+        result.append(layer_rows(a, v, wo, cls, sep, punct, rules))
     return np.array(result)
 
 
@@ -165,15 +231,25 @@ def test_statistics_match_eager_output_attentions(tiny_model_dir, large_shape, f
         np.testing.assert_allclose(batched[i], expected, atol=1e-5, rtol=0)
         alone = capture.run(collate(encoded, [i], encoder.tokenizer.pad_token_id, encoder.device))
         np.testing.assert_allclose(alone[0], batched[i], atol=1e-5, rtol=0)
+    # The rules instead of the shipped classifier: the same features, their types and margins.
+    capture.observer.classifier = THRESHOLDS
+    by_rules = capture.run(collate(encoded, everything, encoder.tokenizer.pad_token_id, encoder.device))
+    for i in everything:
+        ids = encoded.input_ids[i].tolist()
+        types = None if encoded.token_type_ids is None else encoded.token_type_ids[i].tolist()
+        np.testing.assert_allclose(
+            by_rules[i], reference(eager, encoder.tokenizer, ids, types, True), atol=1e-5, rtol=0
+        )
     if pair and family.startswith("bert"):  # segment ids reach the model and the reference alike
         assert encoded.token_type_ids is not None and max(t.max() for t in encoded.token_type_ids) == 1
     # The statistics must vary, or the comparison above would prove little.
     assert batched[..., STAT_COLUMNS.index("to_cls")].std() > 1e-3
     assert batched[..., STAT_COLUMNS.index("to_punct")].max() > 0
     assert batched[..., STAT_COLUMNS.index("to_sep")].max() > 0
-    for name in ("col_cls", "col_other", "band"):
+    for name in ("col_cls", "col_other", "band", "look_col_1", "look_self", "look_dark_10", "pattern_margin"):
         assert batched[..., OBSERVED_COLUMNS.index(name)].std() > 1e-3, name
     assert (batched[..., OBSERVED_COLUMNS.index("block")].max() > 0) == pair
+    assert (batched[..., OBSERVED_COLUMNS.index("look_within")].max() > 0) == pair
 
 
 @pytest.mark.parametrize("family", ["distilbert", "electra", "albert"])

@@ -23,6 +23,11 @@ the maps and import the labels into that warehouse:
     python tools/pattern_label_set.py export W.duckdb tools/label_set/labels.csv labels-W.csv
     attnwh patterns import-labels labels-W.csv --db W.duckdb
 
+The default pattern classifier is fitted to that warehouse's labels (and synthetic anchor
+maps) and written where attnwh ships it with
+
+    python tools/pattern_label_set.py model W.duckdb
+
 Each tile is one map, rows = queries and columns = keys, darker = more attention (scaled to
 the map's largest weight); ticks above and left of it mark [CLS]/[SEP] (red) and punctuation
 (orange) positions. Tiles are numbered 1-16 in reading order. The rules' type is never drawn.
@@ -245,6 +250,38 @@ def export(db: Path, labels: Path, out: Path) -> None:
     print(f"{written} labels → {out}" + (f"; {missing} maps are not in {db}" if missing else ""))
 
 
+ANCHORS_PER_TYPE, ANCHOR_SEED = 20, 5
+
+
+def model(db: Path, out: Path | None = None) -> None:
+    """Fit the default pattern classifier (attnwh.ingest.measures.pattern_model) to the labels
+    imported into warehouse `db` and the synthetic anchors, and write its weights and anchors
+    to `out` (default: where attnwh ships them)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from attnwh.ingest.measures import pattern_model, patterns
+    from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS
+    from fixtures import synthetic_maps
+
+    columns = (*patterns.FEATURE_COLUMNS, *patterns.LOOK_COLUMNS)
+    con = duckdb.connect(str(db), read_only=True)
+    rows = con.execute(
+        f"SELECT l.pattern, {', '.join('s.' + c for c in columns)} FROM pattern_labels AS l"
+        " JOIN head_stats AS s USING (run_id, example_id, layer, head)"
+        " ORDER BY l.run_id, l.example_id, l.layer, l.head"
+    ).fetchall()
+    labels = np.array([r[0] for r in rows], np.int64)
+    x = pattern_model.features_of([r[1:] for r in rows])
+    maps = synthetic_maps.generate(ANCHORS_PER_TYPE, ANCHOR_SEED)
+    observed = synthetic_maps.features(maps)[:, [OBSERVED_COLUMNS.index(c) for c in columns]]
+    anchors = (pattern_model.features_of(observed), np.array([m.label for m in maps], np.int64))
+    fitted = pattern_model.fit_selected(x, labels, 0, anchors)
+    out = out or pattern_model.SHIPPED
+    out.write_text(fitted.to_json(anchors) + "\n", encoding="utf-8")
+    print(f"{fitted.name} fitted to {len(labels)} labels and {len(anchors[1])} anchors → {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -282,6 +319,9 @@ def main() -> None:
     e.add_argument("db", type=Path)
     e.add_argument("labels", type=Path)
     e.add_argument("out", type=Path)
+    m = sub.add_parser("model")
+    m.add_argument("db", type=Path)
+    m.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.command == "sample":
         sample(args.db, args.out, args.per_task, args.seed)
@@ -293,6 +333,8 @@ def main() -> None:
         examples(args.db, args.labels, args.out, args.seed)
     elif args.command == "export":
         export(args.db, args.labels, args.out)
+    elif args.command == "model":
+        model(args.db, args.out)
     elif args.command == "final":
         final(args.picked, args.first, args.second, args.settled, args.out)
     else:

@@ -13,8 +13,9 @@ seed, and keeps the best end point (the first of equals). It is deterministic.
 maps are predicted by a classifier fitted on the other folds only, so every map gets one
 held-out prediction; the macro-F1 (scikit-learn's, over the types present in the labels),
 the agreement (share of maps whose prediction equals the label) and the confusion table are
-read from those predictions. The rules with fixed thresholds need no fitting, and the CNN
-(`pattern_cnn.py`) is fitted per fold the same way.
+read from those predictions. The rules with fixed thresholds need no fitting; the default
+classifier (`pattern_model.py`, chosen and fitted) and the CNN (`pattern_cnn.py`) are fitted
+per fold the same way.
 """
 
 from __future__ import annotations
@@ -112,6 +113,9 @@ class Scores:
     macro_f1: float
     agreement: float
     confusion: np.ndarray  # (5, 5): rows = hand label, columns = prediction, in pattern code order
+    # False for a classifier fitted without regard to the folds (the shipped one): its
+    # predictions are held out only if it never saw these labels.
+    held_out: bool = True
 
 
 def cross_validate(
@@ -145,6 +149,19 @@ def fitted_rules(features: np.ndarray, labels: np.ndarray, start: patterns.Thres
     def classify(train: np.ndarray, test: np.ndarray) -> np.ndarray:
         fitted = fit_thresholds(features[train], labels[train], start, present)
         return rule_predictions(features[test], fitted)
+
+    return classify
+
+
+def fitted_classifier(x: np.ndarray, labels: np.ndarray, seed: int) -> FoldClassifier:
+    """The default classifier's training procedure on inputs x (`pattern_model.INPUT_NAMES`):
+    on each fold's training maps and the shipped anchors, the architecture chosen by an
+    inner cross-validation and its weights fitted (so the score is of nested cross-validation)."""
+    from attnwh.ingest.measures import pattern_model
+
+    def classify(train: np.ndarray, test: np.ndarray) -> np.ndarray:
+        model = pattern_model.fit_selected(x[train], labels[train], seed, pattern_model.anchors())
+        return pattern_model.predict(model, x[test])
 
     return classify
 

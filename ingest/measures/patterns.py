@@ -56,8 +56,34 @@ HETEROGENEOUS, VERTICAL, DIAGONAL, VERTICAL_DIAGONAL, BLOCK = range(5)
 
 # Feature columns the observer appends to the head statistics.
 FEATURE_COLUMNS: tuple[str, ...] = ("col_cls", "col_sep", "col_punct", "col_other", "band", "block")
-# Then the type's code and its margin (:func:`margins`).
-PATTERN_COLUMNS: tuple[str, ...] = (*FEATURE_COLUMNS, "pattern", "pattern_margin")
+# Then the features read from the map as a person sees it (:func:`map_features`), and the
+# type's code and its margin.
+LOOK_COLUMNS: tuple[str, ...] = (
+    "look_col_1",
+    "look_col_2",
+    "look_col_3",
+    "look_col_median",
+    "look_col_mean",
+    "look_col_cover",
+    "look_cols_dark",
+    "look_prev",
+    "look_self",
+    "look_next",
+    "look_cls",
+    "look_background",
+    "look_dark_02",
+    "look_dark_05",
+    "look_dark_10",
+    "look_dark_25",
+    "look_dark_50",
+    "look_within",
+    "look_across",
+)
+# Levels of look_dark_*: shares of the map's largest weight.
+DARK_LEVELS: tuple[float, ...] = (0.02, 0.05, 0.1, 0.25, 0.5)
+COVER_LEVEL = 0.3  # look_col_cover: a cell of the strongest column at least this dark
+DARK_COLUMN_LEVEL = 0.2  # look_cols_dark: a column at least this dark on average
+PATTERN_COLUMNS: tuple[str, ...] = (*FEATURE_COLUMNS, *LOOK_COLUMNS, "pattern", "pattern_margin")
 
 THUMBNAIL_SIZE = 32
 # Thumbnail-sample examples with at most this many real tokens also keep their whole maps
@@ -151,7 +177,9 @@ class PatternMasks:
 
     def __init__(self, key_mask: torch.Tensor, cls: torch.Tensor, sep: torch.Tensor, punct: torch.Tensor) -> None:
         real = key_mask.float()
-        self.row_weight = real / real.sum(-1, keepdim=True)  # (B, S) mean over the n real rows
+        self.real = real
+        self.n = real.sum(-1)  # (B,) real tokens
+        self.row_weight = real / self.n[:, None]  # (B, S) mean over the n real rows
         ordinary = key_mask & ~cls & ~sep
         self.cls = cls.float()
         self.sep = sep.float()
@@ -173,9 +201,10 @@ class PatternMasks:
         self.band_next = nn.functional.pad(self.other[:, 1:], (0, 1))
 
 
-def map_features(a: torch.Tensor, m: PatternMasks) -> torch.Tensor:
-    """Features (B, H, len(FEATURE_COLUMNS)) of maps `a` (B, H, S, S) whose padding keys are
-    0; padding query rows are ignored. A few passes over the maps, all on the device."""
+def map_features(a: torch.Tensor, m: PatternMasks) -> tuple[torch.Tensor, torch.Tensor]:
+    """Features (B, H, len(FEATURE_COLUMNS)) and look features (B, H, len(LOOK_COLUMNS)) of
+    maps `a` (B, H, S, S) whose padding keys are 0; padding query rows are ignored. A few
+    passes over the maps, all on the device."""
     d0 = a.diagonal(dim1=-2, dim2=-1)  # A[i, i]
     below = a.diagonal(offset=-1, dim1=-2, dim2=-1)  # A[i+1, i], i = 0..S-2
     above = a.diagonal(offset=1, dim1=-2, dim2=-1)  # A[i, i+1], i = 0..S-2
@@ -200,7 +229,77 @@ def map_features(a: torch.Tensor, m: PatternMasks) -> torch.Tensor:
     own = (a @ m.segment_columns[:, None]).gather(-1, m.segment[:, None, :, None].expand(-1, a.shape[1], -1, 1))[..., 0]
     per_segment = (own @ m.segment_columns) / m.segment_size[:, None]  # (B, H, G)
     block = (per_segment + m.segment_absent[:, None]).amin(-1) * m.pair[:, None]
-    return torch.stack([col_cls, col_sep, col_punct, other, band, block], dim=-1).clamp_min(0)
+    features = torch.stack([col_cls, col_sep, col_punct, other, band, block], dim=-1).clamp_min(0)
+    return features, _look(a, m, column, d0, below, above, own)
+
+
+def _look(
+    a: torch.Tensor,
+    m: PatternMasks,
+    column: torch.Tensor,
+    d0: torch.Tensor,
+    below: torch.Tensor,
+    above: torch.Tensor,
+    own: torch.Tensor,
+) -> torch.Tensor:
+    """The look features (B, H, len(LOOK_COLUMNS)): the map as a person sees it, drawn
+    scaled to its largest weight (x = A / max A over the real cells), reusing what
+    :func:`map_features` already reduced. Weights are compared with levels of the largest
+    one (A > level * max A), so no scaled copy of the maps is made."""
+    real = m.real[:, None]  # (B, 1, S) real rows (and keys)
+    n = m.n[:, None]  # (B, 1)
+    top = (a.amax(-1) * real).amax(-1).clamp_min(torch.finfo(torch.float32).tiny)  # (B, H)
+    c = column / top[..., None]  # mean intensity of each column, 0 on padding keys
+    strongest = c.topk(min(3, c.shape[-1]), dim=-1).values
+    strongest = nn.functional.pad(strongest, (0, 3 - strongest.shape[-1]))
+    # Median column intensity over the real keys (the mean of the two middle ones).
+    ordered = c.masked_fill(real == 0, torch.inf).sort(-1).values
+    middle = torch.stack([(m.n - 1) // 2, m.n // 2], -1).long()[:, None].expand(-1, c.shape[1], -1)
+    median = ordered.gather(-1, middle).mean(-1)
+    mean = c.sum(-1) / n
+    at = a.gather(-1, c.argmax(-1)[..., None, None].expand(-1, -1, a.shape[2], 1))[..., 0]  # strongest column
+    cover = ((at > COVER_LEVEL * top[..., None]).float() * real).sum(-1) / n
+    dark_columns = ((c > DARK_COLUMN_LEVEL).float() * real).sum(-1) / n
+    neighbours = (n - 1).clamp_min(1)
+    pair_rows = m.real[:, None, 1:]  # A[i+1, i] and A[i, i+1] exist for i + 1 < n
+    look_prev = (below * pair_rows).sum(-1) / neighbours / top
+    look_self = (d0 * real).sum(-1) / n / top
+    look_next = (above * pair_rows).sum(-1) / neighbours / top
+    look_cls = (c * m.cls[:, None]).sum(-1)
+    # Off the band: all real cells (each real row sums to 1, so n in all) less the band.
+    band_total = look_self * n + (look_prev + look_next) * (n - 1)
+    off_cells = (n * n - 3 * n + 2).clamp_min(1)
+    background = ((n / top - band_total) / off_cells).clamp_min(0)
+    levels = torch.tensor(DARK_LEVELS, device=a.device)
+    dark = [((a > level * top[..., None, None]).sum(-1) * real).sum(-1) / (n * n) for level in levels]
+    # Pairs: the mean intensity between ordinary tokens of the same sentence, and across.
+    ordinary = m.ordinary[:, None]
+    within = (own * ordinary).sum(-1)
+    across = ((a @ m.ordinary[:, None, :, None])[..., 0] * ordinary).sum(-1) - within
+    sizes = m.segment_columns.sum(1)  # (B, G)
+    same_cells = (sizes * sizes).sum(-1)[:, None]
+    cross_cells = (sizes.sum(-1) ** 2)[:, None] - same_cells
+    pair = m.pair[:, None]
+    look_within = within / top / same_cells.clamp_min(1) * pair
+    look_across = across.clamp_min(0) / top / cross_cells.clamp_min(1) * pair
+    return torch.stack(
+        [
+            *strongest.unbind(-1),
+            median,
+            mean,
+            cover,
+            dark_columns,
+            look_prev,
+            look_self,
+            look_next,
+            look_cls,
+            background,
+            *dark,
+            look_within,
+            look_across,
+        ],
+        dim=-1,
+    )
 
 
 def thumbnails(a: torch.Tensor, rows: list[int], lengths: list[int], size: int = THUMBNAIL_SIZE) -> torch.Tensor:

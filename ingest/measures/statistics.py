@@ -18,9 +18,10 @@ mean over the n rows of a per-row quantity (docs/metrics.md#head-statistics):
 Padding keys get probability exactly 0 from the mask, so sums over all keys equal sums over
 real keys; padding query rows are excluded by weighting each row with 1/n or 0.
 
-After these statistics the observer appends the pattern features and the pattern type's
-code (:data:`patterns.PATTERN_COLUMNS`, see `patterns.py`), and keeps 32 × 32 thumbnails
-of the maps of the batch rows it is asked for.
+After these statistics the observer appends the pattern features, the look features, the
+pattern type's code and its margin (:data:`patterns.PATTERN_COLUMNS`, see `patterns.py`),
+given by the default classifier (`pattern_model.py`) or by the rules with set thresholds,
+and keeps 32 × 32 thumbnails of the maps of the batch rows it is asked for.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnwh.ingest.measures import patterns
+from attnwh.ingest.measures import pattern_model, patterns
 from attnwh.ingest.measures.mixing import ContextMixing
 
 STAT_COLUMNS: tuple[str, ...] = (
@@ -85,14 +86,16 @@ class HeadStatistics:
         self,
         grams: dict[int, torch.Tensor],
         num_layers: int,
-        thresholds: patterns.Thresholds = patterns.THRESHOLDS,
+        classifier: pattern_model.PatternModel | patterns.Thresholds | None = None,
         mixing: ContextMixing | None = None,
     ) -> None:
+        """`classifier`: what gives the pattern types, the shipped classifier by default
+        (:func:`pattern_model.default`) or the rules with these thresholds."""
         self._grams = grams
         self.mixing = mixing
         self._mixing_heads: list[torch.Tensor] = []
         self._mixing_layers: list[torch.Tensor] = []
-        self._thresholds = thresholds
+        self.classifier = pattern_model.default() if classifier is None else classifier
         self._thumb_rows: list[int] = []
         self._thumb_lengths: list[int] = []
         self._thumbs: list[torch.Tensor] = []
@@ -158,10 +161,9 @@ class HeadStatistics:
             dim=-1,
         )  # (B, H, S, K)
         stats = torch.einsum("bhsk,bs->bhk", per_row, batch.row_weight)
-        features = patterns.map_features(a, batch.masks)
-        code = patterns.classify(features, self._thresholds).float()
-        margin = patterns.margins(features, self._thresholds)
-        self._layers.append(torch.cat([stats, features, code[..., None], margin[..., None]], dim=-1))
+        features, look = patterns.map_features(a, batch.masks)
+        code, margin = pattern_model.assign(self.classifier, features, look)
+        self._layers.append(torch.cat([stats, features, look, code[..., None].float(), margin[..., None]], dim=-1))
         if self.mixing is not None:
             per_head, per_layer = self.mixing.observe(module, a, v, batch.row_weight, batch.targets, batch.next_ok)
             self._mixing_heads.append(per_head)

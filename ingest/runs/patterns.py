@@ -5,6 +5,7 @@ and applying the CNN. The library behind `attnwh patterns`; none of it needs the
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ import pyarrow as pa
 import torch
 
 from attnwh.errors import DataError, UsageError
-from attnwh.ingest.measures import calibration, pattern_cnn, patterns
+from attnwh.ingest.measures import calibration, pattern_cnn, pattern_model, patterns
 from attnwh.sql.warehouse import first_row, insert_arrow, one_row, registered, transaction
 
 # Accepted spellings of the types in a labels file, beside the names themselves.
@@ -34,9 +35,9 @@ def pattern_code(name: str) -> int | None:
     return patterns.PATTERN_TYPES.index(key) if key in patterns.PATTERN_TYPES else None
 
 
-def _features(table: pa.Table) -> np.ndarray:
-    """(rows, len(FEATURE_COLUMNS)) float32 features from a table holding those columns."""
-    return np.stack([table[c].to_numpy(zero_copy_only=False) for c in patterns.FEATURE_COLUMNS], -1).astype(np.float32)
+def _features(table: pa.Table, columns: Sequence[str] = patterns.FEATURE_COLUMNS) -> np.ndarray:
+    """(rows, len(columns)) float32 features from a table holding those columns."""
+    return np.stack([table[c].to_numpy(zero_copy_only=False) for c in columns], -1).astype(np.float32)
 
 
 def _run_filter(runs: Sequence[int] | None) -> tuple[str, list[object]]:
@@ -45,37 +46,44 @@ def _run_filter(runs: Sequence[int] | None) -> tuple[str, list[object]]:
     return f" AND run_id IN ({', '.join('?' for _ in runs)})", list(runs)
 
 
-def reclassify_rules(
+def reclassify(
     con: duckdb.DuckDBPyConnection,
-    thresholds: patterns.Thresholds = patterns.THRESHOLDS,
+    classifier: pattern_model.PatternModel | patterns.Thresholds,
     runs: Sequence[int] | None = None,
 ) -> dict[str, int]:
-    """Re-label head_stats rows (type and margin) from their stored features with
-    `thresholds`, in one transaction; returns the number of rows per type after the change
-    (rows without features, written before pattern types existed, are left alone)."""
+    """Re-label head_stats rows (type and margin) from their stored features, by a fitted
+    classifier (the shipped one: `pattern_model.default()`) or by the rules with these
+    thresholds, in one transaction; returns the number of rows per type after the change.
+    Rows without features (written before pattern types existed) are left alone; so, by a
+    fitted classifier, are rows without look features (written before it existed), which
+    keep their rules' types."""
     where, params = _run_filter(runs)
-    feature_list = ", ".join(patterns.FEATURE_COLUMNS)
+    rules = isinstance(classifier, patterns.Thresholds)
+    columns = patterns.FEATURE_COLUMNS if rules else (*patterns.FEATURE_COLUMNS, *patterns.LOOK_COLUMNS)
+    having = "pattern IS NOT NULL" if rules else "pattern IS NOT NULL AND look_col_1 IS NOT NULL"
     with transaction(con):
         run_ids = [
             r[0]
             for r in con.execute(
-                f"SELECT DISTINCT run_id FROM head_stats WHERE pattern IS NOT NULL{where} ORDER BY 1", params
+                f"SELECT DISTINCT run_id FROM head_stats WHERE {having}{where} ORDER BY 1", params
             ).fetchall()
         ]
         for run_id in run_ids:  # one run at a time keeps memory bounded
             table = con.sql(
-                f"SELECT example_id, layer, head, {feature_list} FROM head_stats"
-                " WHERE run_id = $run AND pattern IS NOT NULL",
+                f"SELECT example_id, layer, head, {', '.join(columns)} FROM head_stats"
+                f" WHERE run_id = $run AND {having}",
                 params={"run": run_id},
             ).to_arrow_table()
-            x = torch.from_numpy(_features(table))
+            x = torch.from_numpy(_features(table, columns))
+            k = len(patterns.FEATURE_COLUMNS)
+            code, margin = pattern_model.assign(classifier, x[:, :k], x[:, k:])
             new = pa.table(
                 {
                     "example_id": table["example_id"],
                     "layer": table["layer"],
                     "head": table["head"],
-                    "pattern": patterns.classify(x, thresholds).numpy().astype(np.int16),
-                    "pattern_margin": patterns.margins(x, thresholds).numpy(),
+                    "pattern": code.numpy().astype(np.int16),
+                    "pattern_margin": margin.numpy().astype(np.float32),
                 }
             )
             with registered(con, new) as new_patterns:
@@ -184,8 +192,9 @@ def train_cnn(
 ) -> TrainResult:
     """Fit the CNN on every labelled map that has a thumbnail, score the CNN and the rules on
     the held-out maps, and store the model and both F1s in pattern_models."""
+    feature_list = ", ".join(f"s.{c}" for c in patterns.FEATURE_COLUMNS)
     data = con.sql(
-        "SELECT t.thumbnail, l.pattern AS label, s.pattern AS rules FROM pattern_labels AS l"
+        f"SELECT t.thumbnail, l.pattern AS label, {feature_list} FROM pattern_labels AS l"
         " JOIN pattern_thumbnails AS t USING (run_id, example_id, layer, head)"
         " JOIN head_stats AS s USING (run_id, example_id, layer, head)"
         " ORDER BY l.run_id, l.example_id, l.layer, l.head"
@@ -197,9 +206,13 @@ def train_cnn(
         )
     thumbs = np.stack(data["thumbnail"].to_numpy(zero_copy_only=False)).astype(np.float32)
     labels = data["label"].to_numpy().astype(np.int64)
-    rules = data["rules"].to_numpy(zero_copy_only=False)
+    # The shipped rules' types from the stored features (-1 where a row has none).
+    features = _features(data)
+    rules = np.where(
+        np.isnan(features).any(1), -1, calibration.rule_predictions(np.nan_to_num(features), patterns.THRESHOLDS)
+    )
     trained = pattern_cnn.train(thumbs, labels, seed=seed, epochs=epochs, test_share=test_share)
-    held_rules = np.nan_to_num(rules[trained.test].astype(float), nan=-1).astype(np.int64)
+    held_rules = rules[trained.test].astype(np.int64)
     f1_rules = pattern_cnn.macro_f1(labels[trained.test], held_rules)
     settings = {
         "test_share": test_share,
@@ -346,14 +359,16 @@ RESERVED_THRESHOLDS = "default"
 @dataclass(frozen=True)
 class Calibration:
     """What `attnwh patterns calibrate` found: the thresholds fitted to every label, and the
-    cross-validated scores of the shipped rules, the fitted rules and (where run) the CNN."""
+    cross-validated scores of the classifiers."""
 
     name: str
     thresholds: patterns.Thresholds
     n_labels: int
     folds: int
     seed: int
-    scores: list[calibration.Scores]  # shipped rules, fitted rules, then the CNN if it ran
+    # Shipped rules, fitted rules, then (where every labelled map has look features) the shipped
+    # classifier and its training procedure, then the CNN if it ran.
+    scores: list[calibration.Scores]
 
 
 def calibrate(
@@ -364,15 +379,17 @@ def calibrate(
     cnn: bool = True,
     epochs: int = 60,
 ) -> Calibration:
-    """Fit the rules' thresholds to the hand labels in pattern_labels, score the shipped
-    rules, the fitted rules and the CNN on the same seeded folds (`calibration.py`), and
-    store the thresholds fitted to all labels as threshold set `name` (replacing one of that
-    name)."""
+    """Fit the rules' thresholds to the hand labels in pattern_labels; score the shipped
+    rules, the fitted rules, the shipped classifier (as it is: if these labels are the ones
+    it was trained on, that score is not held out), its training procedure (architecture
+    chosen and weights fitted on each fold's training maps: nested cross-validation) and the
+    CNN on the same seeded folds (`calibration.py`); store the thresholds fitted to all labels
+    as threshold set `name` (replacing one of that name)."""
     if not name or name.strip() != name or name == RESERVED_THRESHOLDS:
         raise UsageError(f"a threshold set needs a name other than {RESERVED_THRESHOLDS!r}, without spaces at its ends")
     if folds < 2:
         raise UsageError(f"--folds must be at least 2, got {folds}")
-    feature_list = ", ".join(f"s.{c}" for c in patterns.FEATURE_COLUMNS)
+    feature_list = ", ".join(f"s.{c}" for c in (*patterns.FEATURE_COLUMNS, *patterns.LOOK_COLUMNS))
     data = con.sql(
         f"SELECT l.pattern AS label, {feature_list}, t.thumbnail FROM pattern_labels AS l"
         " JOIN head_stats AS s USING (run_id, example_id, layer, head)"
@@ -395,6 +412,23 @@ def calibrate(
             "rules (fitted)", labels, split, calibration.fitted_rules(features, labels, shipped)
         ),
     ]
+    if data["look_col_1"].null_count == 0:  # every labelled map has look features
+        x = pattern_model.features_of(_features(data, (*patterns.FEATURE_COLUMNS, *patterns.LOOK_COLUMNS)))
+        shipped_model = pattern_model.default()
+        scores += [
+            dataclasses.replace(
+                calibration.cross_validate(
+                    "classifier (shipped weights)",
+                    labels,
+                    split,
+                    lambda _train, test: pattern_model.predict(shipped_model, x[test]),
+                ),
+                held_out=False,
+            ),
+            calibration.cross_validate(
+                "classifier (retrained, nested)", labels, split, calibration.fitted_classifier(x, labels, seed)
+            ),
+        ]
     thumbs = data["thumbnail"].to_pylist()
     if cnn and all(t is not None for t in thumbs):
         stacked = np.asarray(thumbs, dtype=np.float32)

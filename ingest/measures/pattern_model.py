@@ -1,0 +1,252 @@
+"""The default pattern classifier: a small network on each map's features, trained on the
+shipped hand labels of real maps (docs/pattern_labels.md).
+
+The rules (`patterns.py`) read three scores of attention mass. People judge a map by how it
+looks when drawn scaled to its largest weight, and on real maps the rules' thresholds cannot
+follow them (docs/pattern_labels.md has the cross-validated comparison). This classifier
+reads :data:`INPUT_NAMES`: the rules' six features, the look features (`patterns.LOOK_COLUMNS`)
+and four derived from them: the contrast of the strongest column against the median one, the
+strongest diagonal against the [CLS] column, within-sentence against across-sentence
+intensity (each a log ratio) and whether the input is a sentence pair. All are computed on
+the device during ingest and stored in head_stats, so `attnwh patterns reclassify` can apply
+the classifier again without the model.
+
+The hand-labelled maps are short (at most 64 tokens) and hold five block maps. Trained on
+them alone, the network also reads clear maps outside their range wrongly: on synthetic maps
+of known type (one clean column over 100 tokens, say) it agrees with the type on about half.
+So every fit also sees *anchors*: 20 synthetic maps of each type (seeded, 16 to 104 tokens,
+from the generator the rules were tuned on), whose inputs ship beside the weights. They
+change how often held-out real maps get the hand label hardly at all, and keep the clear
+synthetic cases right (docs/pattern_labels.md has both numbers).
+
+The classifier is a standardisation followed by a multi-layer perceptron (no hidden layer:
+multinomial logistic regression), fitted with scikit-learn and evaluated here in torch from
+its weights, so ingest needs no scikit-learn and runs on the ingest's device. Which
+architecture ships is chosen by :func:`select`: the candidate with the best macro-F1 under a
+seeded inner cross-validation; `attnwh patterns calibrate` scores that whole procedure with
+nested cross-validation. The shipped weights (`pattern_model.json`) are rebuilt by
+``python tools/pattern_label_set.py model``.
+
+Per map the classifier gives a probability per type; the type is the most probable one and
+the margin the gap between the two largest probabilities (0 = a toss-up, 1 = certain).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnwh.ingest.measures import patterns
+
+INPUT_NAMES: tuple[str, ...] = (
+    *patterns.FEATURE_COLUMNS,
+    *patterns.LOOK_COLUMNS,
+    "log_column_contrast",
+    "log_diagonal_over_cls",
+    "log_within_over_across",
+    "pair",
+)
+_EPS = 1e-3  # keeps the log ratios finite where a part is 0
+
+# Architectures :func:`select` chooses among: hidden layer sizes and L2 penalty.
+CANDIDATES: Mapping[str, Mapping[str, Any]] = {
+    "logistic regression": {"hidden": (), "alpha": 1.0},
+    "MLP(32), alpha 0.01": {"hidden": (32,), "alpha": 0.01},
+    "MLP(32), alpha 0.1": {"hidden": (32,), "alpha": 0.1},
+    "MLP(64), alpha 0.1": {"hidden": (64,), "alpha": 0.1},
+}
+SHIPPED = Path(__file__).with_name("pattern_model.json")
+
+
+def inputs(features: torch.Tensor, look: torch.Tensor) -> torch.Tensor:
+    """Classifier inputs (…, len(INPUT_NAMES)) from the rules' features (…, 6) and the look
+    features (…, len(LOOK_COLUMNS))."""
+    f, x = features.float(), look.float()
+    col = {name: x[..., j] for j, name in enumerate(patterns.LOOK_COLUMNS)}
+    diagonal = torch.stack([col["look_prev"], col["look_self"], col["look_next"]], -1).amax(-1)
+    derived = [
+        torch.log((col["look_col_1"] + _EPS) / (col["look_col_median"] + _EPS)),
+        torch.log((diagonal + _EPS) / (col["look_cls"] + _EPS)),
+        torch.log((col["look_within"] + _EPS) / (col["look_across"] + _EPS)),
+        (f[..., patterns.FEATURE_COLUMNS.index("block")] > 0).float(),
+    ]
+    return torch.cat([f, x, torch.stack(derived, -1)], -1)
+
+
+@dataclass(frozen=True)
+class PatternModel:
+    """A fitted classifier: standardisation, then dense layers with ReLU between them, then
+    a softmax over `classes` (pattern codes; types absent from the training labels get
+    probability 0)."""
+
+    name: str
+    mean: np.ndarray
+    scale: np.ndarray
+    layers: tuple[tuple[np.ndarray, np.ndarray], ...]  # (weight (in, out), bias (out,))
+    classes: tuple[int, ...]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def probabilities(self, x: torch.Tensor) -> torch.Tensor:
+        """(…, len(PATTERN_TYPES)) probabilities from inputs (…, len(INPUT_NAMES))."""
+        device = x.device
+        h = (x.float() - torch.from_numpy(self.mean).to(device)) / torch.from_numpy(self.scale).to(device)
+        for k, (weight, bias) in enumerate(self.layers):
+            h = h @ torch.from_numpy(weight).to(device) + torch.from_numpy(bias).to(device)
+            if k < len(self.layers) - 1:
+                h = torch.relu(h)
+        if h.shape[-1] == 1:  # two classes: scikit-learn keeps one logit, of the second
+            h = torch.cat([torch.zeros_like(h), h], -1)
+        p = torch.softmax(h, -1)
+        out = p.new_zeros((*p.shape[:-1], len(patterns.PATTERN_TYPES)))
+        out[..., list(self.classes)] = p
+        return out
+
+    def classify(self, features: torch.Tensor, look: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(codes, margins) of maps from their features and look features."""
+        p = self.probabilities(inputs(features, look))
+        two = p.topk(2, dim=-1).values
+        return p.argmax(-1), two[..., 0] - two[..., 1]
+
+    def to_json(self, anchors: tuple[np.ndarray, np.ndarray] | None = None) -> str:
+        """The model as JSON, with the anchors it was fitted with (:func:`anchors`)."""
+        extra = {} if anchors is None else {"anchors": {"inputs": anchors[0].tolist(), "labels": anchors[1].tolist()}}
+        return json.dumps(
+            {
+                **extra,
+                "name": self.name,
+                "inputs": list(INPUT_NAMES),
+                "classes": [patterns.PATTERN_TYPES[c] for c in self.classes],
+                "mean": self.mean.tolist(),
+                "scale": self.scale.tolist(),
+                "layers": [{"weight": w.tolist(), "bias": b.tolist()} for w, b in self.layers],
+                "settings": self.settings,
+            },
+            indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> PatternModel:
+        data = json.loads(text)
+        if tuple(data["inputs"]) != INPUT_NAMES:
+            raise ValueError("the pattern model was fitted on other inputs than this version of attnwh computes")
+        return cls(
+            name=data["name"],
+            mean=np.asarray(data["mean"], np.float32),
+            scale=np.asarray(data["scale"], np.float32),
+            layers=tuple(
+                (np.asarray(layer["weight"], np.float32), np.asarray(layer["bias"], np.float32))
+                for layer in data["layers"]
+            ),
+            classes=tuple(patterns.PATTERN_TYPES.index(c) for c in data["classes"]),
+            settings=data["settings"],
+        )
+
+
+@functools.cache
+def default() -> PatternModel:
+    """The shipped classifier, the default of every ingest and of `patterns reclassify`."""
+    return PatternModel.from_json(SHIPPED.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def anchors() -> tuple[np.ndarray, np.ndarray]:
+    """The shipped anchors: inputs (n, len(INPUT_NAMES)) and pattern codes of synthetic maps
+    of known type, added to every fit (see the module's docstring)."""
+    data = json.loads(SHIPPED.read_text(encoding="utf-8"))["anchors"]
+    return np.asarray(data["inputs"], np.float32), np.asarray(data["labels"], np.int64)
+
+
+def assign(
+    classifier: PatternModel | patterns.Thresholds, features: torch.Tensor, look: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes, margins) of maps from their features and look features: by a fitted
+    classifier, or by the rules with the thresholds given (their margin, `patterns.margins`)."""
+    if isinstance(classifier, patterns.Thresholds):
+        return patterns.classify(features, classifier), patterns.margins(features, classifier)
+    return classifier.classify(features, look)
+
+
+Anchors = tuple[np.ndarray, np.ndarray] | None
+
+
+def fit(x: np.ndarray, labels: np.ndarray, candidate: str, seed: int = 0, extra: Anchors = None) -> PatternModel:
+    """Fit candidate architecture `candidate` (a key of :data:`CANDIDATES`) to inputs x (n,
+    len(INPUT_NAMES)) and pattern codes `labels`, plus the anchor maps `extra` (inputs,
+    codes) if given; deterministic for a seed."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.preprocessing import StandardScaler
+
+    if extra is not None:
+        x, labels = np.concatenate([x, extra[0]]), np.concatenate([labels, extra[1]])
+
+    spec = CANDIDATES[candidate]
+    scaler = StandardScaler().fit(x)
+    z = scaler.transform(x)
+    layers: list[tuple[np.ndarray, np.ndarray]]
+    if spec["hidden"]:
+        with warnings.catch_warnings():
+            # A few hundred maps rarely converge to the tolerance; the iteration cap is the stop.
+            warnings.filterwarnings("ignore", message=".*Maximum iterations.*")
+            net = MLPClassifier(spec["hidden"], alpha=spec["alpha"], max_iter=3000, random_state=seed).fit(z, labels)
+        layers = [(w.astype(np.float32), b.astype(np.float32)) for w, b in zip(net.coefs_, net.intercepts_)]
+        classes = net.classes_
+    else:
+        linear = LogisticRegression(C=1.0 / spec["alpha"], max_iter=5000).fit(z, labels)
+        layers = [(linear.coef_.T.astype(np.float32), linear.intercept_.astype(np.float32))]
+        classes = linear.classes_
+    return PatternModel(
+        name=candidate,
+        mean=scaler.mean_.astype(np.float32),
+        scale=scaler.scale_.astype(np.float32),
+        layers=tuple(layers),
+        classes=tuple(int(c) for c in classes),
+        settings={"candidate": candidate, **spec, "hidden": list(spec["hidden"]), "seed": seed, "n_maps": len(labels)},
+    )
+
+
+def predict(model: PatternModel, x: np.ndarray) -> np.ndarray:
+    """Pattern codes of inputs x (n, len(INPUT_NAMES))."""
+    return model.probabilities(torch.from_numpy(np.asarray(x, np.float32))).argmax(-1).numpy()
+
+
+def select(
+    x: np.ndarray, labels: np.ndarray, folds: int = 4, seed: int = 0, extra: Anchors = None
+) -> tuple[str, dict[str, float]]:
+    """The candidate with the best macro-F1 under seeded stratified `folds`-fold
+    cross-validation on (x, labels) (the first of equals), and every candidate's score; the
+    anchors `extra` join every training part, never a held-out one."""
+    from attnwh.ingest.measures import calibration
+
+    split = calibration.folds(labels, folds, seed)
+    scores: dict[str, float] = {}
+    for candidate in CANDIDATES:
+
+        def held_out(train: np.ndarray, test: np.ndarray, candidate: str = candidate) -> np.ndarray:
+            return predict(fit(x[train], labels[train], candidate, seed, extra), x[test])
+
+        scores[candidate] = calibration.cross_validate(candidate, labels, split, held_out).macro_f1
+    return max(scores, key=lambda c: scores[c]), scores
+
+
+def fit_selected(x: np.ndarray, labels: np.ndarray, seed: int = 0, extra: Anchors = None) -> PatternModel:
+    """:func:`select`'s candidate, fitted to all of (x, labels) and the anchors `extra`:
+    the default classifier's training procedure."""
+    chosen, scores = select(x, labels, seed=seed, extra=extra)
+    model = fit(x, labels, chosen, seed, extra)
+    return PatternModel(**{**model.__dict__, "settings": {**model.settings, "inner_macro_f1": scores}})
+
+
+def features_of(rows: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
+    """Inputs (n, len(INPUT_NAMES)) from stored rows of FEATURE_COLUMNS then LOOK_COLUMNS."""
+    values = torch.tensor(np.asarray(rows, np.float32))
+    k = len(patterns.FEATURE_COLUMNS)
+    return inputs(values[:, :k], values[:, k:]).numpy()
