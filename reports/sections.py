@@ -372,10 +372,10 @@ def _pattern_types(ctx: ReportContext) -> list[Block]:
         ChartBlock(
             "chart-pattern-types",
             "Share of each attention pattern type (Kovaleva et al. Fig. 1–2) among a run's (example, layer, head) "
-            "maps; types from explicit rules on features of each map computed during ingest: V = mass on [CLS], "
-            "[SEP], punctuation and the heaviest other column, D = mass on the token and its neighbours, B = mass "
-            "kept inside each sentence of a pair (thresholds in attnwh.ingest.measures.patterns.Thresholds); the "
-            "tooltips give each share's 95 % bootstrap interval over the run's examples; query pattern_frequency.",
+            "maps; types as stored in head_stats: at ingest by attnwh's classifier trained on hand labels of real "
+            "maps (docs/pattern_labels.md), from features of each map computed during ingest, or by the rules "
+            "after `attnwh patterns reclassify --classifier rules`; the tooltips give each share's 95 % bootstrap "
+            "interval over the run's examples; query pattern_frequency.",
             charts.pattern_frequency(_lineage(ctx, ctx.query("pattern_frequency"))),
         ),
         ChartBlock(
@@ -391,9 +391,9 @@ def _pattern_gallery(ctx: ReportContext) -> list[Block]:
         ChartBlock(
             "chart-pattern-gallery",
             "Stored maps of each type (rows = queries, columns = keys, [CLS] at the top left), each pooled to "
-            "16 × 16 and scaled to its largest cell: the two most typical (furthest from every threshold of the "
-            "rules) and the two most borderline (nearest one); hover a map for its run, layer, head, length, the "
-            "scores V, D, B that decided its type and its margin; query pattern_gallery.",
+            "16 × 16 and scaled to its largest cell: the two most typical (the largest margin: the classifier "
+            "that gave the types was surest) and the two most borderline (the smallest); hover a map for its run, "
+            "layer, head, length, the rules' scores V, D, B and its margin; query pattern_gallery.",
             charts.pattern_gallery(ctx.query("pattern_gallery")),
         )
     ]

@@ -2,8 +2,8 @@
 -- title: Findings per statistics run: the share of each of the five attention pattern types among its maps
 -- params: model, task
 -- One row per statistics run with typed maps (the report's "Findings" list; Kovaleva et al.
--- Fig. 2): how many (example, layer, head) maps the rules typed, and the share of each type,
--- as pattern_frequency computes them with its default classifier 'rules' (head_stats.pattern),
+-- Fig. 2): how many (example, layer, head) maps have a type, and the share of each type,
+-- as pattern_frequency computes them with its default classifier 'stored' (head_stats.pattern),
 -- one column per type. The paper's shares for fine-tuned bert-base: vertical 22–42 %,
 -- diagonal 4–7 %, vertical+diagonal 7–23 %, block 3–6 %, heterogeneous 32–61 %. model is a
 -- model name as stored; NULL = all.

@@ -1,5 +1,5 @@
 -- name: head_thumbnails
--- title: A few stored maps of one head, with the pattern type the rules gave each
+-- title: A few stored maps of one head, with the stored pattern type of each
 -- params: model, task, layer, head, per_head
 -- Up to per_head (default 2) thumbnails per statistics run, layer and head (0-based), picked
 -- by the same fixed hash as pattern_gallery so a warehouse always shows the same maps;

@@ -1,12 +1,12 @@
 -- name: label_maps
--- title: Stored maps to label by eye, each with its tokens and the rules' type and scores
+-- title: Stored maps to label by eye, each with its tokens, stored type and the rules' scores
 -- params: run, task, layer, pattern
 -- Every head's map of each statistics run's thumbnail sample (`attnwh ingest --thumbnails N`),
 -- what `attnwh patterns label` draws. attention is the whole n x n map (row-major, row = query)
 -- for examples of at most 64 real tokens, NULL for longer ones and for runs ingested before
 -- whole maps were kept; thumbnail is the 32 x 32 map; tokens the real tokens, NULL where no
--- whole map was kept. pattern is the rules' type; col_* / band / block the features it was read
--- from; margin how near it is to another type (head_stats.pattern_margin). run is a run_id,
+-- whole map was kept. pattern is the stored type (head_stats.pattern); col_* / band / block the
+-- rules' features; margin how near it is to another type (head_stats.pattern_margin). run is a run_id,
 -- pattern a type name; NULL = all.
 SELECT
     r.run_id,

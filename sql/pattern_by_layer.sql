@@ -3,10 +3,10 @@
 -- params: model, task, classifier
 -- One row per statistics run, layer and pattern type: the number of (example, head) maps of
 -- the layer with that type and their share of the layer's maps. classifier as in
--- pattern_frequency ('rules', the default, or 'cnn'); model is a model name; NULL = all.
+-- pattern_frequency ('stored', the default, or 'cnn'); model is a model name; NULL = all.
 WITH labelled AS (
     SELECT run_id, layer, pattern FROM head_stats
-    WHERE coalesce($classifier, 'rules') = 'rules' AND pattern IS NOT NULL
+    WHERE coalesce($classifier, 'stored') = 'stored' AND pattern IS NOT NULL
     UNION ALL
     SELECT run_id, layer, cnn_pattern FROM pattern_thumbnails
     WHERE $classifier = 'cnn' AND cnn_pattern IS NOT NULL

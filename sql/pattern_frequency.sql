@@ -3,7 +3,8 @@
 -- params: model, task, classifier, n_boot, seed
 -- One row per statistics run and pattern type: how many of the run's (example, layer, head)
 -- maps have that type, and their share of the run's maps (Kovaleva et al. Fig. 2).
--- classifier 'rules' (the default) reads head_stats.pattern, every map of the run; 'cnn'
+-- classifier 'stored' (the default) reads head_stats.pattern, every map of the run: the types
+-- the ingest gave (the shipped classifier) or the last `attnwh patterns reclassify`; 'cnn'
 -- reads the labels a trained CNN gave the stored thumbnails (`attnwh patterns reclassify
 -- --classifier cnn`), a seeded sample of examples. share_low, share_high = the 95 %
 -- percentile bootstrap interval of the share over n_boot (default 1000) resamples of the
@@ -18,7 +19,7 @@ WITH settings AS (
 ),
 labelled AS (
     SELECT run_id, example_id, pattern FROM head_stats
-    WHERE coalesce($classifier, 'rules') = 'rules' AND pattern IS NOT NULL
+    WHERE coalesce($classifier, 'stored') = 'stored' AND pattern IS NOT NULL
     UNION ALL
     SELECT run_id, example_id, cnn_pattern FROM pattern_thumbnails
     WHERE $classifier = 'cnn' AND cnn_pattern IS NOT NULL

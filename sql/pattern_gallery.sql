@@ -1,9 +1,10 @@
 -- name: pattern_gallery
--- title: Typical and borderline stored map thumbnails of each pattern type, with the scores that decided the type
+-- title: Typical and borderline stored map thumbnails of each pattern type, with the rules' scores
 -- params: model, task
--- Per pattern type (the rules' label) among the stored thumbnails of statistics runs: the two
--- maps furthest from every threshold of the rules (kind 'typical', the largest
--- pattern_margin) and the two nearest one (kind 'borderline', the smallest), ties broken by a
+-- Per pattern type (the stored type, head_stats.pattern) among the stored thumbnails of
+-- statistics runs: the two maps the classifier that gave the types was surest of (kind
+-- 'typical', the largest pattern_margin) and the two it was least sure of (kind
+-- 'borderline', the smallest), ties broken by a
 -- fixed hash of the map's keys so the same warehouse always shows the same maps; a type with
 -- fewer than four maps shows what it has, typical first. thumbnail is the 32 x 32 map
 -- (row-major) of `attnwh ingest --thumbnails N`; vertical, diagonal and block are the rules'

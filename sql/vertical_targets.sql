@@ -1,8 +1,8 @@
 -- name: vertical_targets
 -- title: Where the column mass of vertical maps lands: [CLS], [SEP], punctuation or elsewhere
 -- params: model, task
--- One row per statistics run and type (vertical, vertical+diagonal, as the rules labelled the
--- maps): of the maps' column mass (off the diagonal band; head_stats.col_*), the share on
+-- One row per statistics run and type (vertical, vertical+diagonal, as stored in
+-- head_stats.pattern): of the maps' column mass (off the diagonal band; head_stats.col_*), the share on
 -- [CLS], on the [SEP]s, on punctuation, and on the heaviest other single token ("elsewhere"),
 -- as ratios of sums over the maps; mean_column_mass is the mean per map. Kovaleva et al.
 -- call vertical attention "predominantly, if not exclusively" special tokens.

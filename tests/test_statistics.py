@@ -131,7 +131,13 @@ def pattern_reference(A: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np
 
 
 def layer_rows(
-    a: np.ndarray, v: np.ndarray, wo: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np.ndarray, rules: bool
+    a: np.ndarray,
+    v: np.ndarray,
+    wo: np.ndarray,
+    cls: np.ndarray,
+    sep: np.ndarray,
+    punct: np.ndarray,
+    rules: bool = False,
 ) -> list[list[float]]:
     """Every head's observed columns of one layer from its maps a (H, n, n), its value
     vectors v (n, H * d) and W_O (hidden, H * d): ||f_h(x_j)|| through the head's slice of W_O."""

@@ -14,7 +14,7 @@ the classifier again without the model.
 The hand-labelled maps are short (at most 64 tokens) and hold five block maps. Trained on
 them alone, the network also reads clear maps outside their range wrongly: on synthetic maps
 of known type (one clean column over 100 tokens, say) it agrees with the type on about half.
-So every fit also sees *anchors*: 20 synthetic maps of each type (seeded, 16 to 104 tokens,
+So every fit also sees *anchors*: 20 synthetic maps of each type (seeded, 10 to 128 tokens,
 from the generator the rules were tuned on), whose inputs ship beside the weights. They
 change how often held-out real maps get the hand label hardly at all, and keep the clear
 synthetic cases right (docs/pattern_labels.md has both numbers).

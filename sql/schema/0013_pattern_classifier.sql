@@ -49,3 +49,7 @@ COMMENT ON COLUMN head_stats.pattern IS 'Pattern type (pattern_types.pattern): a
 COMMENT ON COLUMN head_stats.pattern_margin IS 'How sure the type is, near 0 = borderline: for the shipped classifier the gap between its two largest type probabilities (0..1), for the rules the smallest distance of the scores V, D (and B for pairs) to a threshold they are compared with. NULL for rows written before margins were kept.';
 COMMENT ON COLUMN head_stats_named.pattern IS 'Pattern type by name (head_stats.pattern): heterogeneous | vertical | diagonal | vertical+diagonal | block; NULL for rows written before migration 5.';
 COMMENT ON COLUMN head_stats_named.pattern_margin IS 'How sure the type is (head_stats.pattern_margin): near 0 = borderline.';
+COMMENT ON COLUMN head_patterns.pattern IS 'Type code as stored in head_stats.pattern (pattern_types.pattern).';
+COMMENT ON COLUMN head_patterns_named.pattern IS 'Stored type (head_stats.pattern), by name: heterogeneous | vertical | diagonal | vertical+diagonal | block; NULL if the map has none.';
+COMMENT ON VIEW head_patterns IS 'head_stats rows that have a pattern type, with the type''s name and the rules'' features.';
+COMMENT ON VIEW head_patterns_named IS 'Every map (statistics run, example, layer, head) that has a stored pattern type, a CNN''s type or a hand label, each type by name, with the run''s model, family, dataset, task and split and the features the rules read.';
