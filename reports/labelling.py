@@ -4,7 +4,7 @@ as the CSV that `attnwh patterns import-labels` reads.
 
 The page holds its maps as JSON data (escaped as the report's specs are, so tokens from a
 dataset stay text) and draws each one on a canvas, large, with its tokens on the axes. The
-rules' type is not shown: it would sway the person labelling. Labels are kept in the
+stored type is not shown: it would sway the person labelling. Labels are kept in the
 browser's localStorage per page, so a reload or a closed tab loses nothing.
 """
 

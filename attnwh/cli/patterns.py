@@ -131,11 +131,11 @@ def label(
     task: Annotated[str | None, typer.Option(help="Only maps of this task.")] = None,
     layer: Annotated[int | None, typer.Option(min=0, help="Only maps of this layer (0-based).")] = None,
     type_: Annotated[
-        str | None, typer.Option("--type", help="Only maps the rules gave this type, e.g. vertical.")
+        str | None, typer.Option("--type", help="Only maps of this stored type, e.g. vertical.")
     ] = None,
     order: Annotated[
         Order,
-        typer.Option(help="random: a seeded sample; uncertain: the maps nearest a threshold of the rules first."),
+        typer.Option(help="random: a seeded sample; uncertain: the maps with the smallest stored margin first."),
     ] = Order.random,
     limit: Annotated[int, typer.Option(min=1, help="Maps on the page.")] = 200,
     seed: Annotated[int, typer.Option(help="Seed of the random order.")] = 0,

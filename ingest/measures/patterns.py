@@ -213,7 +213,8 @@ def map_features(a: torch.Tensor, m: PatternMasks) -> tuple[torch.Tensor, torch.
     w = m.row_weight[:, None]  # (B, 1, S)
     # Mean mass per column, then without its band cells: column j loses w_j A[j, j],
     # w_{j+1} A[j+1, j] and w_{j-1} A[j-1, j].
-    column = torch.einsum("bhij,bi->bhj", a, m.row_weight)
+    # As a batched product (einsum would first copy the maps into another layout).
+    column = (m.row_weight[:, None, None, :] @ a)[..., 0, :]
     band_of_column = (
         w * d0 + nn.functional.pad(w[..., 1:] * below, (0, 1)) + nn.functional.pad(w[..., :-1] * above, (1, 0))
     )
@@ -226,11 +227,12 @@ def map_features(a: torch.Tensor, m: PatternMasks) -> tuple[torch.Tensor, torch.
     band_rows = d0 * m.other[:, None] + prev * m.band_prev[:, None] + nxt * m.band_next[:, None]
     band = (band_rows * w).sum(-1)
     # Own-segment mass of each ordinary row (band included: the rules test diagonal first).
-    own = (a @ m.segment_columns[:, None]).gather(-1, m.segment[:, None, :, None].expand(-1, a.shape[1], -1, 1))[..., 0]
+    by_segment = a @ m.segment_columns[:, None]  # (B, H, S, G): each row's mass on each segment's ordinary keys
+    own = by_segment.gather(-1, m.segment[:, None, :, None].expand(-1, a.shape[1], -1, 1))[..., 0]
     per_segment = (own @ m.segment_columns) / m.segment_size[:, None]  # (B, H, G)
     block = (per_segment + m.segment_absent[:, None]).amin(-1) * m.pair[:, None]
     features = torch.stack([col_cls, col_sep, col_punct, other, band, block], dim=-1).clamp_min(0)
-    return features, _look(a, m, column, d0, below, above, own)
+    return features, _look(a, m, column, d0, below, above, own, by_segment.sum(-1))
 
 
 def _look(
@@ -241,6 +243,7 @@ def _look(
     below: torch.Tensor,
     above: torch.Tensor,
     own: torch.Tensor,
+    to_ordinary: torch.Tensor,
 ) -> torch.Tensor:
     """The look features (B, H, len(LOOK_COLUMNS)): the map as a person sees it, drawn
     scaled to its largest weight (x = A / max A over the real cells), reusing what
@@ -271,11 +274,16 @@ def _look(
     off_cells = (n * n - 3 * n + 2).clamp_min(1)
     background = ((n / top - band_total) / off_cells).clamp_min(0)
     levels = torch.tensor(DARK_LEVELS, device=a.device)
-    dark = [((a > level * top[..., None, None]).sum(-1) * real).sum(-1) / (n * n) for level in levels]
+    # Counted as int32 from a uint8 view: summing the bool masks directly would first copy
+    # each one to int64, several times slower on long inputs.
+    dark = [
+        ((a > level * top[..., None, None]).view(torch.uint8).sum(-1, dtype=torch.int32) * real).sum(-1) / (n * n)
+        for level in levels
+    ]
     # Pairs: the mean intensity between ordinary tokens of the same sentence, and across.
     ordinary = m.ordinary[:, None]
     within = (own * ordinary).sum(-1)
-    across = ((a @ m.ordinary[:, None, :, None])[..., 0] * ordinary).sum(-1) - within
+    across = (to_ordinary * ordinary).sum(-1) - within
     sizes = m.segment_columns.sum(1)  # (B, G)
     same_cells = (sizes * sizes).sum(-1)[:, None]
     cross_cells = (sizes.sum(-1) ** 2)[:, None] - same_cells

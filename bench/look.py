@@ -1,0 +1,79 @@
+"""Benchmark: what the look features and the default pattern classifier add to an ingest.
+
+Runs the statistics ingest of one task (batches, the model, the reductions, the rows written
+into a fresh DuckDB file; no context mixing or massive activations, to isolate the patterns)
+twice per repeat, alternating:
+
+- rules only: the look features replaced by zeros and the types given by the rules, what
+  `attnwh ingest` computed before the default classifier;
+- default: look features computed on the device and the shipped classifier, as `attnwh
+  ingest` runs now.
+
+Prints seconds (best of --repeats) and the ratio of the default to the rules only, measured
+in the same run. Usage: ``python bench/look.py [--glue-dir ../shared/data/glue --task sst2]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from attnwh.ingest.encoder.loading import load_encoder
+from attnwh.ingest.measures import patterns
+from attnwh.ingest.runs.loop import IngestOptions, StatisticsCapture, ingest_runs, prepare_tasks
+from attnwh.ingest.sources import files as loaders
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--glue-dir", type=Path, default=None)
+    parser.add_argument("--task", default=None)
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+
+    if args.glue_dir:
+        data = loaders.load_glue(args.glue_dir, args.task or "sst2", "dev")
+    else:
+        data = loaders.load_sample(args.task or "sentiment", "dev")
+    encoder = load_encoder(None, args.device)
+    options = IngestOptions(limit=args.limit, batch_size=args.batch_size)
+    prepared = prepare_tasks(encoder, [data], options)
+    rules = StatisticsCapture(encoder, mixing=False, massive=False)
+    rules.observer.classifier = patterns.THRESHOLDS
+    captures = {
+        "rules only": rules,
+        "default (look + classifier)": StatisticsCapture(encoder, mixing=False, massive=False),
+    }
+    look = patterns._look
+
+    def no_look(a: torch.Tensor, *_: object) -> torch.Tensor:
+        return a.new_zeros((*a.shape[:2], len(patterns.LOOK_COLUMNS)))
+
+    times: dict[str, list[float]] = {name: [] for name in captures}
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(args.repeats + 1):  # the first round warms up
+            for name, capture in captures.items():
+                patterns._look = no_look if capture is rules else look  # type: ignore[assignment]
+                db = Path(tmp) / f"{repeat}-{name[:5]}.duckdb"
+                start = time.perf_counter()
+                ingest_runs(db, capture, prepared, options)
+                if repeat:
+                    times[name].append(time.perf_counter() - start)
+    patterns._look = look  # type: ignore[assignment]
+    n = len(prepared[0].data.examples)
+    print(f"{data.task}/{data.split}: {n} examples, batch size {args.batch_size}, device {encoder.device}")
+    best = {name: min(t) for name, t in times.items()}
+    base = best["rules only"]
+    for name, seconds in best.items():
+        print(f"{name:30s} {seconds:7.2f} s  {n / seconds:7.1f} ex/s  ratio {seconds / base:5.2f}")
+
+
+if __name__ == "__main__":
+    main()
