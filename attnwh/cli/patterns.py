@@ -130,9 +130,7 @@ def label(
     run: RunOpt = None,
     task: Annotated[str | None, typer.Option(help="Only maps of this task.")] = None,
     layer: Annotated[int | None, typer.Option(min=0, help="Only maps of this layer (0-based).")] = None,
-    type_: Annotated[
-        str | None, typer.Option("--type", help="Only maps of this stored type, e.g. vertical.")
-    ] = None,
+    type_: Annotated[str | None, typer.Option("--type", help="Only maps of this stored type, e.g. vertical.")] = None,
     order: Annotated[
         Order,
         typer.Option(help="random: a seeded sample; uncertain: the maps with the smallest stored margin first."),
