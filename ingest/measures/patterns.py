@@ -1,11 +1,10 @@
-"""Attention pattern types (Kovaleva et al. 2019, Fig. 1): features, rules and thumbnails.
+"""Attention pattern types (Kovaleva et al. 2019, Fig. 1): features, rules, look features and thumbnails.
 
 Kovaleva et al. sorted attention maps into five types with a CNN trained on ~400 hand labels
-that were never released. attnwh classifies every (example, layer, head) map with explicit
-rules on a few features of the map, computed on the device while the model runs (in the
-statistics observer, `statistics.py`), and stores the features next to the type so that
-anyone can see why a map got its type and re-label stored rows when the thresholds change
-(`attnwh patterns reclassify`), without the model.
+that were never released. attnwh computes features of every (example, layer, head) map on
+the device while the model runs (in the statistics observer, `statistics.py`) and stores
+them next to the type, so that anyone can see why a map got its type and re-label stored
+rows (`attnwh patterns reclassify`) without the model.
 
 Features, for a map A cropped to the n real tokens (rows = queries, each summing to 1). The
 *band* is the cells with |i - j| <= 1 (self, previous and next token); *ordinary* tokens are
@@ -32,6 +31,13 @@ other (the token after [CLS] attends to its previous token *and* to [CLS]):
 The rules (:class:`Thresholds`, :func:`classify`) read three scores: vertical
 V = col_cls + col_sep + col_punct + col_other ("column mass"), diagonal D = band, block
 B = block.
+
+Look features (:data:`LOOK_COLUMNS`, docs/metrics.md#look-features-and-the-default-classifier)
+read the map as a person sees it, drawn scaled to its largest weight: column and diagonal
+intensities, the background, the shares of cells darker than a few levels, and for pairs the
+intensity within and across the sentences. With the features above they are the inputs of
+the default classifier (`pattern_model.py`), which gives the stored types; the rules stay,
+for explaining a type and for `attnwh patterns reclassify --classifier rules`.
 
 Thumbnails: for a seeded sample of examples, each head's cropped n × n map is resized to
 32 × 32 with ``adaptive_avg_pool2d``: each cell is the mean attention weight over the map
@@ -81,8 +87,8 @@ LOOK_COLUMNS: tuple[str, ...] = (
 )
 # Levels of look_dark_*: shares of the map's largest weight.
 DARK_LEVELS: tuple[float, ...] = (0.02, 0.05, 0.1, 0.25, 0.5)
-COVER_LEVEL = 0.3  # look_col_cover: a cell of the strongest column at least this dark
-DARK_COLUMN_LEVEL = 0.2  # look_cols_dark: a column at least this dark on average
+COVER_LEVEL = 0.3  # look_col_cover: a cell of the strongest column darker than this
+DARK_COLUMN_LEVEL = 0.2  # look_cols_dark: a column darker than this on average
 PATTERN_COLUMNS: tuple[str, ...] = (*FEATURE_COLUMNS, *LOOK_COLUMNS, "pattern", "pattern_margin")
 
 THUMBNAIL_SIZE = 32

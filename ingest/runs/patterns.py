@@ -56,22 +56,22 @@ def reclassify(
     thresholds, in one transaction; returns the number of rows per type after the change.
     Rows without features (written before pattern types existed) are left alone; so, by a
     fitted classifier, are rows without look features (written before it existed), which
-    keep their rules' types."""
+    keep the types they have."""
     where, params = _run_filter(runs)
     rules = isinstance(classifier, patterns.Thresholds)
     columns = patterns.FEATURE_COLUMNS if rules else (*patterns.FEATURE_COLUMNS, *patterns.LOOK_COLUMNS)
-    having = "pattern IS NOT NULL" if rules else "pattern IS NOT NULL AND look_col_1 IS NOT NULL"
+    typed = "pattern IS NOT NULL" if rules else "pattern IS NOT NULL AND look_col_1 IS NOT NULL"
     with transaction(con):
         run_ids = [
             r[0]
             for r in con.execute(
-                f"SELECT DISTINCT run_id FROM head_stats WHERE {having}{where} ORDER BY 1", params
+                f"SELECT DISTINCT run_id FROM head_stats WHERE {typed}{where} ORDER BY 1", params
             ).fetchall()
         ]
         for run_id in run_ids:  # one run at a time keeps memory bounded
             table = con.sql(
                 f"SELECT example_id, layer, head, {', '.join(columns)} FROM head_stats"
-                f" WHERE run_id = $run AND {having}",
+                f" WHERE run_id = $run AND {typed}",
                 params={"run": run_id},
             ).to_arrow_table()
             x = torch.from_numpy(_features(table, columns))
