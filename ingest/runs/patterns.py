@@ -70,8 +70,7 @@ def reclassify(
         ]
         for run_id in run_ids:  # one run at a time keeps memory bounded
             table = con.sql(
-                f"SELECT example_id, layer, head, {', '.join(columns)} FROM head_stats"
-                f" WHERE run_id = $run AND {typed}",
+                f"SELECT example_id, layer, head, {', '.join(columns)} FROM head_stats WHERE run_id = $run AND {typed}",
                 params={"run": run_id},
             ).to_arrow_table()
             x = torch.from_numpy(_features(table, columns))
