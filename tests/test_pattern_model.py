@@ -28,26 +28,15 @@ def _data(n: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("candidate", list(pattern_model.CANDIDATES))
 def test_torch_evaluation_equals_scikit_learn(candidate):
-    """Probabilities from the exported weights equal predict_proba of the same fit, refitted
-    here with scikit-learn directly."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.neural_network import MLPClassifier
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
+    """Probabilities from the exported weights equal scikit-learn's predict_proba of the
+    same fitted pipeline, directly and through JSON."""
     x, labels = _data()
-    model = pattern_model.fit(x, labels, candidate, seed=3)
-    spec = pattern_model.CANDIDATES[candidate]
-    if spec["hidden"]:
-        head = MLPClassifier(spec["hidden"], alpha=spec["alpha"], max_iter=3000, random_state=3)
-    else:
-        head = LogisticRegression(C=1.0 / spec["alpha"], max_iter=5000)
-    reference = make_pipeline(StandardScaler(), head).fit(x, labels)
+    fitted = pattern_model.estimator(candidate, seed=3).fit(x, labels)
+    model = pattern_model.from_estimator(fitted, candidate)
     test, _ = _data(50, seed=1)
     expected = np.zeros((50, 5))
-    expected[:, reference.classes_] = reference.predict_proba(test)
+    expected[:, fitted.classes_] = fitted.predict_proba(test)
     np.testing.assert_allclose(model.probabilities(torch.from_numpy(test)).numpy(), expected, atol=1e-5)
-    # And through JSON.
     again = pattern_model.PatternModel.from_json(model.to_json())
     np.testing.assert_allclose(again.probabilities(torch.from_numpy(test)).numpy(), expected, atol=1e-5)
 
@@ -58,6 +47,21 @@ def test_two_classes_and_missing_types_get_zero():
     p = model.probabilities(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(p.sum(1), 1, atol=1e-6)
     assert p[:, [patterns.HETEROGENEOUS, patterns.VERTICAL_DIAGONAL, patterns.BLOCK]].max() == 0
+
+
+def test_single_sentences_are_never_block():
+    """Block attention is defined for pairs: the probabilities of a single sentence's map
+    give block 0 and still sum to 1 (the exact values: test_statistics' reference)."""
+    inputs, labels = pattern_model.anchors()
+    x = torch.from_numpy(inputs[labels == patterns.BLOCK])  # synthetic block maps: pairs
+    pair = pattern_model.INPUT_NAMES.index("pair")
+    assert (x[:, pair] == 1).all()
+    as_pairs = pattern_model.default().probabilities(x)
+    assert (as_pairs.argmax(-1) == patterns.BLOCK).float().mean() > 0.9
+    x[:, pair] = 0
+    as_single = pattern_model.default().probabilities(x)
+    assert (as_single[:, patterns.BLOCK] == 0).all()
+    np.testing.assert_allclose(as_single.sum(-1).numpy(), 1, atol=1e-6)
 
 
 def test_margin_is_the_gap_between_the_two_likeliest_types():

@@ -87,9 +87,12 @@ def learned_reference(features: list[float], look: list[float]) -> tuple[int, fl
     for k, layer in enumerate(weights["layers"]):
         h = h @ np.array(layer["weight"]) + np.array(layer["bias"])
         h = np.maximum(h, 0) if k < len(weights["layers"]) - 1 else h
-    p = np.exp(h - h.max()) / np.exp(h - h.max()).sum()
+    p = dict(zip(weights["classes"], np.exp(h - h.max()) / np.exp(h - h.max()).sum()))
+    if col["block"] <= 0:  # a single sentence: never block
+        p["block"] = 0.0
+    p = np.array([p.get(name, 0.0) for name in PATTERN_TYPES]) / sum(p.values())
     order = np.argsort(p)[::-1]
-    return PATTERN_TYPES.index(weights["classes"][order[0]]), p[order[0]] - p[order[1]]
+    return int(order[0]), p[order[0]] - p[order[1]]
 
 
 def pattern_reference(A: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np.ndarray, rules: bool) -> list[float]:

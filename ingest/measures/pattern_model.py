@@ -85,7 +85,7 @@ def inputs(features: torch.Tensor, look: torch.Tensor) -> torch.Tensor:
 class PatternModel:
     """A fitted classifier: standardisation, then dense layers with ReLU between them, then
     a softmax over `classes` (pattern codes; types absent from the training labels get
-    probability 0)."""
+    probability 0, and so does block for single sentences, renormalising the rest)."""
 
     name: str
     mean: np.ndarray
@@ -107,7 +107,10 @@ class PatternModel:
         p = torch.softmax(h, -1)
         out = p.new_zeros((*p.shape[:-1], len(patterns.PATTERN_TYPES)))
         out[..., list(self.classes)] = p
-        return out
+        # Block attention is defined for sentence pairs: a single sentence's map is never one.
+        single = x[..., INPUT_NAMES.index("pair")] == 0
+        out[..., patterns.BLOCK] = torch.where(single, 0.0, out[..., patterns.BLOCK])
+        return out / out.sum(-1, keepdim=True).clamp_min(torch.finfo(out.dtype).tiny)
 
     def classify(self, features: torch.Tensor, look: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(codes, margins) of maps from their features and look features."""
@@ -181,40 +184,52 @@ def assign(
 Anchors = tuple[np.ndarray, np.ndarray] | None
 
 
+def estimator(candidate: str, seed: int = 0) -> Any:
+    """The scikit-learn pipeline (standardisation, then the classifier) of candidate
+    architecture `candidate` (a key of :data:`CANDIDATES`), unfitted."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    spec = CANDIDATES[candidate]
+    if spec["hidden"]:
+        head = MLPClassifier(spec["hidden"], alpha=spec["alpha"], max_iter=3000, random_state=seed)
+    else:
+        head = LogisticRegression(C=1.0 / spec["alpha"], max_iter=5000)
+    return make_pipeline(StandardScaler(), head)
+
+
+def from_estimator(fitted: Any, name: str, settings: dict[str, Any] | None = None) -> PatternModel:
+    """A :class:`PatternModel` with the weights of a fitted :func:`estimator` pipeline."""
+    scaler, head = fitted[0], fitted[-1]
+    if hasattr(head, "coefs_"):  # MLPClassifier
+        layers = [(w.astype(np.float32), b.astype(np.float32)) for w, b in zip(head.coefs_, head.intercepts_)]
+    else:  # LogisticRegression: one layer
+        layers = [(head.coef_.T.astype(np.float32), head.intercept_.astype(np.float32))]
+    return PatternModel(
+        name=name,
+        mean=scaler.mean_.astype(np.float32),
+        scale=scaler.scale_.astype(np.float32),
+        layers=tuple(layers),
+        classes=tuple(int(c) for c in head.classes_),
+        settings=settings or {},
+    )
+
+
 def fit(x: np.ndarray, labels: np.ndarray, candidate: str, seed: int = 0, extra: Anchors = None) -> PatternModel:
     """Fit candidate architecture `candidate` (a key of :data:`CANDIDATES`) to inputs x (n,
     len(INPUT_NAMES)) and pattern codes `labels`, plus the anchor maps `extra` (inputs,
     codes) if given; deterministic for a seed."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.neural_network import MLPClassifier
-    from sklearn.preprocessing import StandardScaler
-
     if extra is not None:
         x, labels = np.concatenate([x, extra[0]]), np.concatenate([labels, extra[1]])
-
+    with warnings.catch_warnings():
+        # A few hundred maps rarely converge to the tolerance; the iteration cap is the stop.
+        warnings.filterwarnings("ignore", message=".*Maximum iterations.*")
+        fitted = estimator(candidate, seed).fit(x, labels)
     spec = CANDIDATES[candidate]
-    scaler = StandardScaler().fit(x)
-    z = scaler.transform(x)
-    layers: list[tuple[np.ndarray, np.ndarray]]
-    if spec["hidden"]:
-        with warnings.catch_warnings():
-            # A few hundred maps rarely converge to the tolerance; the iteration cap is the stop.
-            warnings.filterwarnings("ignore", message=".*Maximum iterations.*")
-            net = MLPClassifier(spec["hidden"], alpha=spec["alpha"], max_iter=3000, random_state=seed).fit(z, labels)
-        layers = [(w.astype(np.float32), b.astype(np.float32)) for w, b in zip(net.coefs_, net.intercepts_)]
-        classes = net.classes_
-    else:
-        linear = LogisticRegression(C=1.0 / spec["alpha"], max_iter=5000).fit(z, labels)
-        layers = [(linear.coef_.T.astype(np.float32), linear.intercept_.astype(np.float32))]
-        classes = linear.classes_
-    return PatternModel(
-        name=candidate,
-        mean=scaler.mean_.astype(np.float32),
-        scale=scaler.scale_.astype(np.float32),
-        layers=tuple(layers),
-        classes=tuple(int(c) for c in classes),
-        settings={"candidate": candidate, **spec, "hidden": list(spec["hidden"]), "seed": seed, "n_maps": len(labels)},
-    )
+    settings = {"candidate": candidate, **spec, "hidden": list(spec["hidden"]), "seed": seed, "n_maps": len(labels)}
+    return from_estimator(fitted, candidate, settings)
 
 
 def predict(model: PatternModel, x: np.ndarray) -> np.ndarray:
