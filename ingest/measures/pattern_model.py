@@ -33,6 +33,7 @@ the margin the gap between the two largest probabilities (0 = a toss-up, 1 = cer
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import warnings
@@ -93,13 +94,22 @@ class PatternModel:
     layers: tuple[tuple[np.ndarray, np.ndarray], ...]  # (weight (in, out), bias (out,))
     classes: tuple[int, ...]
     settings: dict[str, Any] = field(default_factory=dict)
+    # The weights as tensors per device, made once: a copy to an accelerator per layer and
+    # batch would wait for the device each time.
+    _on: dict[torch.device, list[torch.Tensor]] = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def _tensors(self, device: torch.device) -> list[torch.Tensor]:
+        if device not in self._on:
+            arrays = [self.mean, self.scale, *(a for layer in self.layers for a in layer)]
+            self._on[device] = [torch.from_numpy(a).to(device) for a in arrays]
+        return self._on[device]
 
     def probabilities(self, x: torch.Tensor) -> torch.Tensor:
         """(…, len(PATTERN_TYPES)) probabilities from inputs (…, len(INPUT_NAMES))."""
-        device = x.device
-        h = (x.float() - torch.from_numpy(self.mean).to(device)) / torch.from_numpy(self.scale).to(device)
-        for k, (weight, bias) in enumerate(self.layers):
-            h = h @ torch.from_numpy(weight).to(device) + torch.from_numpy(bias).to(device)
+        mean, scale, *weights = self._tensors(x.device)
+        h = (x.float() - mean) / scale
+        for k in range(len(self.layers)):
+            h = h @ weights[2 * k] + weights[2 * k + 1]
             if k < len(self.layers) - 1:
                 h = torch.relu(h)
         if h.shape[-1] == 1:  # two classes: scikit-learn keeps one logit, of the second
@@ -261,7 +271,7 @@ def fit_selected(x: np.ndarray, labels: np.ndarray, seed: int = 0, extra: Anchor
     the default classifier's training procedure."""
     chosen, scores = select(x, labels, seed=seed, extra=extra)
     model = fit(x, labels, chosen, seed, extra)
-    return PatternModel(**{**model.__dict__, "settings": {**model.settings, "inner_macro_f1": scores}})
+    return dataclasses.replace(model, settings={**model.settings, "inner_macro_f1": scores})
 
 
 def features_of(rows: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
