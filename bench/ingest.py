@@ -13,17 +13,15 @@ Usage: ``python bench/ingest.py [--glue-dir ../shared/data/glue --task sst2] [--
 
 from __future__ import annotations
 
-import argparse
 import time
-from pathlib import Path
 
 import torch
+from common import load_task, task_parser
 from transformers import AutoModel
 
 from attnwh.ingest.encoder.encoding import TokenKinds, collate, encode_task, length_buckets
 from attnwh.ingest.encoder.loading import bundled_model_path, load_encoder
 from attnwh.ingest.runs.loop import StatisticsCapture
-from attnwh.ingest.sources import files as loaders
 
 
 def eager_maps_statistics(model, kinds: TokenKinds, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -54,19 +52,8 @@ def best_of(repeats: int, fn) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--glue-dir", type=Path, default=None)
-    parser.add_argument("--task", default=None)
-    parser.add_argument("--limit", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--device", default="auto")
-    args = parser.parse_args()
-
-    if args.glue_dir:
-        data = loaders.load_glue(args.glue_dir, args.task or "sst2", "dev")
-    else:
-        data = loaders.load_sample(args.task or "sentiment", "dev")
+    args = task_parser(__doc__.splitlines()[0]).parse_args()
+    data = load_task(args)
     data = data.sample(args.limit, 42)
     encoder = load_encoder(None, args.device)
     encoded = encode_task(encoder.tokenizer, data, encoder.max_length)

@@ -14,31 +14,20 @@ the same run. Usage: ``python bench/mixing.py [--glue-dir ../shared/data/glue --
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
 
+from common import load_task, task_parser
+
 from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.runs.loop import IngestOptions, StatisticsCapture, ingest_runs, prepare_tasks
-from attnwh.ingest.sources import files as loaders
 from attnwh.sql import warehouse
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--glue-dir", type=Path, default=None)
-    parser.add_argument("--task", default=None)
-    parser.add_argument("--limit", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--device", default="auto")
-    args = parser.parse_args()
-
-    if args.glue_dir:
-        data = loaders.load_glue(args.glue_dir, args.task or "sst2", "dev")
-    else:
-        data = loaders.load_sample(args.task or "sentiment", "dev")
+    args = task_parser(__doc__.splitlines()[0]).parse_args()
+    data = load_task(args)
     encoder = load_encoder(None, args.device)
     options = IngestOptions(limit=args.limit, batch_size=args.batch_size)
     prepared = prepare_tasks(encoder, [data], options)

@@ -279,12 +279,11 @@ def _look(
     band_total = look_self * n + (look_prev + look_next) * (n - 1)
     off_cells = (n * n - 3 * n + 2).clamp_min(1)
     background = ((n / top - band_total) / off_cells).clamp_min(0)
-    levels = torch.tensor(DARK_LEVELS, device=a.device)
     # Counted as int32 from a uint8 view: summing the bool masks directly would first copy
     # each one to int64, several times slower on long inputs.
     dark = [
         ((a > level * top[..., None, None]).view(torch.uint8).sum(-1, dtype=torch.int32) * real).sum(-1) / (n * n)
-        for level in levels
+        for level in DARK_LEVELS
     ]
     # Pairs: the mean intensity between ordinary tokens of the same sentence, and across.
     ordinary = m.ordinary[:, None]
