@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from attnwh.ingest.sources import files as loaders
@@ -28,3 +31,32 @@ def load_task(args: argparse.Namespace) -> TaskData:
     if args.glue_dir:
         return loaders.load_glue(args.glue_dir, args.task or "sst2", "dev")
     return loaders.load_sample(args.task or "sentiment", "dev")
+
+
+def alternate(runs: dict[str, Callable[[int], object]], repeats: int) -> dict[str, list[float]]:
+    """Seconds of each run per repeat, after one warm-up round. The runs take turns, and the
+    order flips every repeat (A B, B A, …), so a slow spell of a shared machine falls on
+    each of them alike; each run is called with the repeat's number."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for repeat in range(repeats + 1):
+        order = list(runs) if repeat % 2 == 0 else list(reversed(runs))
+        for name in order:
+            start = time.perf_counter()
+            runs[name](repeat)
+            if repeat:
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
+def print_ratios(times: dict[str, list[float]], baseline: str, n_examples: int) -> None:
+    """Per run: the best time, and its ratio to the baseline two ways: best against best, and
+    the median over repeats of the ratio within each repeat (robust to drift on a shared
+    machine), with the range of those ratios."""
+    base = times[baseline]
+    for name, seconds in times.items():
+        paired = sorted(s / b for s, b in zip(seconds, base, strict=True))
+        best = min(seconds)
+        print(
+            f"{name:30s} {best:7.2f} s  {n_examples / best:7.1f} ex/s  ratio best {best / min(base):5.2f}"
+            f"  median {statistics.median(paired):5.2f} [{paired[0]:.2f}, {paired[-1]:.2f}]"
+        )

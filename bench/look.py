@@ -2,7 +2,7 @@
 
 Runs the statistics ingest of one task (batches, the model, the reductions, the rows written
 into a fresh DuckDB file; no context mixing or massive activations, to isolate the patterns)
-twice per repeat, alternating:
+twice per repeat, taking turns (A B, B A, …):
 
 - rules only: the look features replaced by zeros and the types given by the rules, what
   `attnwh ingest` computed before the default classifier;
@@ -10,17 +10,17 @@ twice per repeat, alternating:
   ingest` runs now.
 
 Prints seconds (best of --repeats) and the ratio of the default to the rules only, measured
-in the same run. Usage: ``python bench/look.py [--glue-dir ../shared/data/glue --task sst2]``
+in the same run: best against best, and the median of the ratios within each repeat. Usage: ``python bench/look.py [--glue-dir ../shared/data/glue --task sst2]``
 """
 
 from __future__ import annotations
 
 import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from common import load_task, task_parser
+from common import alternate, load_task, print_ratios, task_parser
 
 from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures import patterns
@@ -44,23 +44,20 @@ def main() -> None:
     def no_look(a: torch.Tensor, *_: object) -> torch.Tensor:
         return a.new_zeros((*a.shape[:2], len(patterns.LOOK_COLUMNS)))
 
-    times: dict[str, list[float]] = {name: [] for name in captures}
     with tempfile.TemporaryDirectory() as tmp:
-        for repeat in range(args.repeats + 1):  # the first round warms up
-            for name, capture in captures.items():
-                patterns._look = no_look if capture is rules else look  # type: ignore[assignment]
-                db = Path(tmp) / f"{repeat}-{name[:5]}.duckdb"
-                start = time.perf_counter()
-                ingest_runs(db, capture, prepared, options)
-                if repeat:
-                    times[name].append(time.perf_counter() - start)
+
+        def run(name: str) -> Callable[[int], None]:
+            def ingest(repeat: int) -> None:
+                patterns._look = no_look if captures[name] is rules else look  # type: ignore[assignment]
+                ingest_runs(Path(tmp) / f"{repeat}-{name[:5]}.duckdb", captures[name], prepared, options)
+
+            return ingest
+
+        times = alternate({name: run(name) for name in captures}, args.repeats)
     patterns._look = look  # type: ignore[assignment]
     n = len(prepared[0].data.examples)
     print(f"{data.task}/{data.split}: {n} examples, batch size {args.batch_size}, device {encoder.device}")
-    best = {name: min(t) for name, t in times.items()}
-    base = best["rules only"]
-    for name, seconds in best.items():
-        print(f"{name:30s} {seconds:7.2f} s  {n / seconds:7.1f} ex/s  ratio {seconds / base:5.2f}")
+    print_ratios(times, "rules only", n)
 
 
 if __name__ == "__main__":

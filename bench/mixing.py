@@ -1,7 +1,7 @@
 """Benchmark: what context mixing (residual + LayerNorm) and massive activations add to an ingest.
 
 Runs the whole statistics ingest of one task (batches, the model, the reductions, the rows
-written into a fresh DuckDB file) twice per repeat, alternating:
+written into a fresh DuckDB file) twice per repeat, taking turns (A B, B A, …):
 
 - baseline: head statistics, pattern features and thumbnails only (``mixing=False,
   massive=False``), what `attnwh ingest` stored before;
@@ -9,16 +9,17 @@ written into a fresh DuckDB file) twice per repeat, alternating:
   `attnwh ingest` runs now.
 
 Prints seconds (best of --repeats) and the ratio of the default to the baseline, measured in
-the same run. Usage: ``python bench/mixing.py [--glue-dir ../shared/data/glue --task sst2]``
+the same run: best against best, and the median of the ratios within each repeat. Usage:
+``python bench/mixing.py [--glue-dir ../shared/data/glue --task sst2 --repeats 5]``
 """
 
 from __future__ import annotations
 
 import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
 
-from common import load_task, task_parser
+from common import alternate, load_task, print_ratios, task_parser
 
 from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.runs.loop import IngestOptions, StatisticsCapture, ingest_runs, prepare_tasks
@@ -35,28 +36,31 @@ def main() -> None:
         "baseline (statistics only)": StatisticsCapture(encoder, mixing=False, massive=False),
         "default (+ mixing, massive)": StatisticsCapture(encoder),
     }
-    times: dict[str, list[float]] = {name: [] for name in captures}
-    counts: dict[str, dict[str, int]] = {}
+    last: dict[str, Path] = {}  # each variant's latest warehouse, to count its rows
     with tempfile.TemporaryDirectory() as tmp:
-        for repeat in range(args.repeats + 1):  # the first round warms up
-            for name, capture in captures.items():
-                db = Path(tmp) / f"{repeat}-{len(times[name])}-{name[:7]}.duckdb"
-                start = time.perf_counter()
-                ingest_runs(db, capture, prepared, options)
-                seconds = time.perf_counter() - start
-                if repeat:
-                    times[name].append(seconds)
-                con = warehouse.connect(db, read_only=True)
-                tables = ("head_stats", "head_mixing", "layer_mixing", "massive_activations")
-                counts[name] = {t: warehouse.one_row(con, f"SELECT count(*) FROM {t}")[0] for t in tables}
-                con.close()
+
+        def run(name: str) -> Callable[[int], None]:
+            def ingest(repeat: int) -> None:
+                last[name] = Path(tmp) / f"{repeat}-{name[:7]}.duckdb"
+                ingest_runs(last[name], captures[name], prepared, options)
+
+            return ingest
+
+        times = alternate({name: run(name) for name in captures}, args.repeats)
+        counts = {name: row_counts(db) for name, db in last.items()}
     n = len(prepared[0].data.examples)
     print(f"{data.task}/{data.split}: {n} examples, batch size {args.batch_size}, device {encoder.device}")
-    best = {name: min(t) for name, t in times.items()}
-    base = best["baseline (statistics only)"]
-    for name, seconds in best.items():
-        rows = ", ".join(f"{t} {c}" for t, c in counts[name].items())
-        print(f"{name:30s} {seconds:7.2f} s  {n / seconds:7.1f} ex/s  ratio {seconds / base:5.2f}  ({rows})")
+    print_ratios(times, "baseline (statistics only)", n)
+    for name, found in counts.items():
+        print(f"{name}: " + ", ".join(f"{t} {c}" for t, c in found.items()))
+
+
+def row_counts(db: Path) -> dict[str, int]:
+    con = warehouse.connect(db, read_only=True)
+    tables = ("head_stats", "head_mixing", "layer_mixing", "massive_activations")
+    counts = {t: warehouse.one_row(con, f"SELECT count(*) FROM {t}")[0] for t in tables}
+    con.close()
+    return counts
 
 
 if __name__ == "__main__":

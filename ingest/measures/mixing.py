@@ -89,6 +89,13 @@ class ContextMixing:
         # the symmetric K_j takes under half the multiplications of forming f_h(x_j) (width
         # wide) and then their Gram matrix.
         self._upper: dict[int, list[torch.Tensor]] = {}
+        # The triangle comes out packed, row by row (h, g ≥ h); these pick K_j whole, and its
+        # diagonal, from the packed values.
+        heads = range(num_heads)
+        place = {pair: i for i, pair in enumerate((h, g) for h in heads for g in heads if g >= h)}
+        device = next((o.dense.weight.device for o in outputs.values()), None)
+        self._whole = torch.tensor([place[min(h, g), max(h, g)] for h in heads for g in heads], device=device)
+        self._diagonal = torch.tensor([place[h, h] for h in heads], device=device)
         for module, output in outputs.items():
             if output.norm is None:
                 continue
@@ -135,81 +142,84 @@ class ContextMixing:
         probs: torch.Tensor,
         value: torch.Tensor,
         row_weight: torch.Tensor,
-        targets: torch.Tensor,
+        columns: torch.Tensor,
         next_ok: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, H, len(HEAD_COLUMNS)) and (B, len(LAYER_COLUMNS)) for one layer; `row_weight`
-        (B, S) is 1/n on real rows, `targets` (B, 1, S, 3) the [CLS], [SEP] and punctuation
-        columns, `next_ok` (B, S - 1) whether row i has a real right neighbour."""
+        (B, S) is 1/n on real rows, `columns` (B, 1, S, 4) the [CLS], [SEP] and punctuation
+        columns and a column of ones, `next_ok` (B, S - 1) whether row i has a real right
+        neighbour."""
         x = self._inputs[id(module)].float()
         a, v = probs.float(), value.float()
-        batch, heads, length, _ = v.shape
+        batch, heads, length, d = v.shape
+        n = batch * length
         tiny = torch.finfo(torch.float32).tiny
-        # Every token n of the batch at once (many small per-example products are several
-        # times slower on a CPU): v_h,n by head, and by token.
-        by_head = v.permute(1, 0, 2, 3).reshape(heads, batch * length, -1)  # (H, N, d)
-        by_token = by_head.transpose(0, 1)  # (N, H, d)
-        gram = v.new_empty(batch * length, heads, heads)  # K_n[h, g] = <f_h(x_n), f_g(x_n)>
-        for h, upper in enumerate(self._upper[id(module)]):
-            k = ((by_head[h] @ upper).view(batch * length, heads - h, -1) * by_token[:, h:]).sum(-1)
-            gram[:, h, h:] = k
-            gram[:, h + 1 :, h] = k[:, 1:]
-        gram = gram.view(batch, length, heads, heads)
-        xs = self._gammas[id(module)] * _centred(x)  # σ_i·r_i
+        # Every token of the batch at once, in few, large operations: on a CPU each costs a few
+        # microseconds before it computes anything, and many small per-example products are
+        # several times slower. v_h,n by token, (N, H, d): no copy where the model lays the
+        # heads out along the width (BERT-like); each head's (N, d) slice is a strided matrix.
+        by_token = v.transpose(1, 2).reshape(n, heads, d)
+        packed = torch.cat(  # K_n[h, g] = <f_h(x_n), f_g(x_n)> for g ≥ h
+            [
+                torch.mm(by_token[:, h], upper).view(n, heads - h, d).mul_(by_token[:, h:]).sum(-1)
+                for h, upper in enumerate(self._upper[id(module)])
+            ],
+            dim=1,
+        )
+        gram = packed.index_select(1, self._whole).view(batch, length, heads, heads)
+        norms = packed.index_select(1, self._diagonal).clamp_min_(0).sqrt_()  # ||f_h(x_n)||
+        norms = norms.view(batch, length, heads).transpose(1, 2)  # (B, H, S)
+        xs = _centred(x).mul_(self._gammas[id(module)])  # σ_i·r_i
         x_norm = xs.norm(dim=-1)  # (B, S)
         # <f_h(x_i), r_i> = v_h,i · (P_h r_i): one (tokens × width) @ (width × heads·d) product.
-        projected = (xs.reshape(batch * length, -1) @ self._stacked[id(module)]).view(batch * length, heads, -1)
-        cross = (projected * by_token).sum(-1).view(batch, length, heads)
-        norms = gram.diagonal(dim1=-2, dim2=-1).clamp_min(0).sqrt().transpose(1, 2)  # ||f_h(x_j)||: (B, H, S)
+        projected = torch.mm(xs.view(n, -1), self._stacked[id(module)]).view(n, heads, d)
+        cross = projected.mul_(by_token).sum(-1).view(batch, length, heads)
 
         # Per head: ||t_h,ij|| = A^h[i,j] ||f_h(x_j)|| up to σ_i, which every share divides out.
-        head_sums = _target_sums(a, norms, targets, next_ok)  # (B, H, S, 7)
-        head_total = head_sums[..., 6]  # (B, H, S)
-        head_rows = torch.cat(
-            [
-                head_sums[..., :6] / head_total[..., None].clamp_min(tiny),
-                (x_norm[:, None] / (x_norm[:, None] + head_total).clamp_min(tiny))[..., None],
-            ],
-            dim=-1,
+        head_sums = _target_sums(a, norms, columns, next_ok)  # (B, H, S, 7)
+        head_total = head_sums[..., 6:]  # (B, H, S, 1)
+        residual = x_norm[:, None, :, None].expand(-1, heads, -1, -1)
+        head_rows = torch.cat([head_sums[..., :6], residual], dim=-1).div_(
+            torch.cat([head_total.expand(-1, -1, -1, 6), residual + head_total], dim=-1).clamp_min_(tiny)
         )
-        per_head = torch.einsum("bhsk,bs->bhk", head_rows, row_weight)
+        per_head = (row_weight[:, None, None] @ head_rows).squeeze(-2)  # mean over the real rows
 
         # Per layer: c_ij² = a_ijᵀ K_j a_ij (+ the residual's terms on the diagonal), with
         # K_j[h, g] = <f_h(x_j), f_g(x_j)> and a_ij the heads' weights A^h[i, j]. Laid out
         # key-major (B, j, h, i) so one batched product applies every K_j and the sum over
         # heads runs along contiguous rows.
         per_key = a.permute(0, 3, 1, 2).contiguous()  # (B, j, H, i)
-        squared = (torch.matmul(gram, per_key) * per_key).sum(-2).transpose(1, 2)  # (B, i, j)
+        squared = torch.matmul(gram, per_key).mul_(per_key).sum(-2).transpose(1, 2)  # (B, i, j)
         diagonal = 2 * (a.diagonal(dim1=-2, dim2=-1) * cross.transpose(1, 2)).sum(1) + x_norm**2
-        squared = squared + torch.diag_embed(diagonal)
-        c = squared.clamp_min(0).sqrt()[:, None]  # (B, 1, S, S)
-        layer_sums = _target_sums(c, None, targets, next_ok)[:, 0]  # (B, S, 7)
+        squared.diagonal(dim1=-2, dim2=-1).add_(diagonal)
+        c = squared.clamp_min_(0).sqrt_()[:, None]  # (B, 1, S, S)
+        layer_sums = _target_sums(c, None, columns, next_ok)[:, 0]  # (B, S, 7)
         shares = layer_sums[..., :6] / layer_sums[..., 6:].clamp_min(tiny)
         layer_rows = torch.cat(
             [
                 (1 - shares[..., 3:4]),  # mixing ratio: everything but j = i
-                (x_norm / (x_norm + head_total.sum(1)).clamp_min(tiny))[..., None],
+                (x_norm / (x_norm + head_total[..., 0].sum(1)).clamp_min(tiny))[..., None],
                 shares,
             ],
             dim=-1,
         )
-        per_layer = torch.einsum("bsk,bs->bk", layer_rows, row_weight)
+        per_layer = (row_weight[:, None] @ layer_rows).squeeze(-2)
         return per_head, per_layer
 
 
 def _target_sums(
-    weights: torch.Tensor, scale: torch.Tensor | None, targets: torch.Tensor, next_ok: torch.Tensor
+    weights: torch.Tensor, scale: torch.Tensor | None, columns: torch.Tensor, next_ok: torch.Tensor
 ) -> torch.Tensor:
     """Per row i of the non-negative contributions weights[..., i, j] · scale[..., j] ((B, H, S,
     S) and (B, H, S), no scale meaning 1): the sums over the [CLS], [SEP] and punctuation
     columns, over j = i, i - 1 and i + 1 (0 where no real neighbour), and over every j:
-    (B, H, S, 7). The scale multiplies the (S, 4) right-hand side, not the (S, S) weights."""
-    columns = torch.cat([targets, torch.ones_like(targets[..., :1])], dim=-1).expand(-1, weights.shape[1], -1, -1)
+    (B, H, S, 7). `columns` (B, 1, S, 4) holds the three target columns and ones; the scale
+    multiplies them, not the (S, S) weights."""
     diagonals = [weights.diagonal(offset=k, dim1=-2, dim2=-1) for k in (0, -1, 1)]  # j = i, i - 1, i + 1
     if scale is not None:
         columns = scale[..., None] * columns
         diagonals = [diagonals[0] * scale, diagonals[1] * scale[..., :-1], diagonals[2] * scale[..., 1:]]
-    sums = weights @ columns.to(weights.dtype)  # (B, H, S, 4)
+    sums = weights @ columns  # (B, H, S, 4)
     prev = nn.functional.pad(diagonals[1], (1, 0))
     nxt = nn.functional.pad(diagonals[2] * next_ok[:, None], (0, 1))
     return torch.cat([sums[..., :3], torch.stack([diagonals[0], prev, nxt], dim=-1), sums[..., 3:]], dim=-1)

@@ -71,7 +71,7 @@ class _Batch:
 
     masks: patterns.PatternMasks
     row_weight: torch.Tensor  # (B, S): 1/n on the n real rows, 0 on padding
-    targets: torch.Tensor  # (B, 1, S, 3): [CLS], [SEP] and punctuation columns
+    columns: torch.Tensor  # (B, 1, S, 4): [CLS], [SEP] and punctuation columns, and ones
     next_ok: torch.Tensor  # (B, S - 1): row i has a real right neighbour
 
 
@@ -125,7 +125,7 @@ class HeadStatistics:
         self._batch = _Batch(
             masks=patterns.PatternMasks(key_mask, cls, sep, punct),
             row_weight=real / real.sum(-1, keepdim=True),  # mean over the n real rows
-            targets=torch.stack([cls, sep, punct], dim=-1).float()[:, None],  # (B, 1, S, 3)
+            columns=torch.stack([cls, sep, punct, torch.ones_like(cls)], dim=-1).float()[:, None],
             next_ok=real[:, 1:],  # row i has a real right neighbour
         )
         self._layers = []
@@ -142,9 +142,8 @@ class HeadStatistics:
         # One pass over the maps for all shares: columns [cls, sep, punct] weighted by A, then
         # the same columns and a column of ones weighted by A * norms (numerators and the
         # row sum that renormalises them).
-        targets = batch.targets.expand(-1, a.shape[1], -1, -1)
-        columns = torch.cat([targets, norms[..., None] * targets, norms[..., None]], dim=-1)
-        mixed = a @ columns  # (B, H, S, 7)
+        columns = batch.columns.expand(-1, a.shape[1], -1, -1)
+        mixed = a @ torch.cat([columns[..., :3], norms[..., None] * columns], dim=-1)  # (B, H, S, 7)
         norm_shares = mixed[..., 3:6] / mixed[..., 6:].clamp_min(torch.finfo(torch.float32).tiny)
         prev = a.diagonal(offset=-1, dim1=-2, dim2=-1)  # A[i, i-1] for i >= 1
         nxt = a.diagonal(offset=1, dim1=-2, dim2=-1) * batch.next_ok[:, None]  # A[i, i+1]
@@ -165,7 +164,7 @@ class HeadStatistics:
         code, margin = pattern_model.assign(self.classifier, features, look)
         self._layers.append(torch.cat([stats, features, look, code[..., None].float(), margin[..., None]], dim=-1))
         if self.mixing is not None:
-            per_head, per_layer = self.mixing.observe(module, a, v, batch.row_weight, batch.targets, batch.next_ok)
+            per_head, per_layer = self.mixing.observe(module, a, v, batch.row_weight, batch.columns, batch.next_ok)
             self._mixing_heads.append(per_head)
             self._mixing_layers.append(per_layer)
         if self._thumb_rows:
