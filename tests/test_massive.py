@@ -191,6 +191,24 @@ def test_short_rows_ties_and_repeated_medians():
     assert massive.scan([], real, cls, sep, punct)["row"].shape == (0,)
 
 
+@pytest.mark.parametrize("layers_per_chunk", [1, 2])
+def test_scan_in_chunks_of_layers_equals_one_pass(monkeypatch, layers_per_chunk):
+    """Where a batch's layers do not fit in one working copy, the scan takes them a few at a
+    time (here 1 or 2 of 3, by lowering the limit) and must find the same rows."""
+    generator = torch.Generator().manual_seed(3)
+    hidden = [torch.randn(4, 6, 5, generator=generator) for _ in range(3)]
+    real = torch.zeros(4, 6, dtype=torch.bool)
+    for row, n in enumerate([6, 3, 1, 5]):
+        real[row, :n] = True
+    masks = (real & (torch.arange(6) == 0), torch.zeros_like(real), torch.zeros_like(real))
+    whole = massive.scan(hidden, real, *masks)
+    monkeypatch.setattr(massive, "_CHUNK_ENTRIES", layers_per_chunk * 4 * 6 * 5)
+    chunked = massive.scan(hidden, real, *masks)
+    assert set(chunked) == set(whole) and len(whole["row"]) == 3 * (8 + 8 + 5 + 8)
+    for name, values in whole.items():
+        np.testing.assert_array_equal(chunked[name], values)
+
+
 @pytest.mark.parametrize("kind", ["spread", "ties", "zeros", "straddling"])
 def test_exact_medians_equal_numpy_at_any_two_places(kind):
     """The radix selection against np.sort, at the two middle places and at arbitrary ones:

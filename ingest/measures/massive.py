@@ -66,16 +66,51 @@ def scan(
             raise ValueError(f"hidden states of shape {tuple(h.shape)}, expected {(batch, seq, width)}")
     layers = len(hidden_states)
     k = min(top_k, seq * width)
-    # Every layer at once, as rows (layer, batch row): a handful of large operations instead
-    # of the same small ones per layer. The stacked copy leaves the model's outputs alone;
-    # its padding tokens are set to 0, at or below every real magnitude (written token by
-    # token: a fill through an entry-wise boolean mask is several times slower on a CPU).
+    entries = real.sum(-1) * width  # (B,) real magnitudes per row
+    # Several layers at once, as rows (layer, batch row): a handful of large operations instead
+    # of the same small ones per layer, as many layers as keep the working copy under
+    # _CHUNK_ENTRIES (long inputs of a large model go one layer at a time).
+    per_chunk = max(1, _CHUNK_ENTRIES // (batch * seq * width))
+    found = [
+        _top_and_median(hidden_states[first : first + per_chunk], real, entries, k)
+        for first in range(0, layers, per_chunk)
+    ]
+    median, top, index = (torch.cat(parts) for parts in zip(*found, strict=True))
+    shape = (batch, layers, k)
+    # Rows are (layer, B); the output is ordered by batch row first.
+    top = top.view(layers, batch, k).transpose(0, 1)
+    index = index.view(layers, batch, k).transpose(0, 1)
+    median = median.view(layers, batch).transpose(0, 1)[..., None].expand(shape)
+    position = index // width
+    kinds = token_kind_codes(cls, sep, punct).gather(1, position.reshape(batch, -1)).view(shape)
+    row, layer, rank = torch.meshgrid(*(torch.arange(n, device=top.device) for n in shape), indexing="ij")
+    keep = rank < entries[:, None, None]  # a row with fewer real entries than k keeps those
+    return _columns(
+        [t[keep].cpu().numpy() for t in (row, layer, rank + 1, top, index % width, position, kinds, median)]
+    )
+
+
+# The most entries the scan stacks at once (64 MiB in float32), so it never holds much more
+# than one layer's output beyond the model's own where one layer is that large.
+_CHUNK_ENTRIES = 2**24
+
+
+def _top_and_median(
+    hidden_states: Sequence[torch.Tensor], real: torch.Tensor, entries: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The median, the top k magnitudes and their flat indices of each row (layer, batch row)
+    of these layers' outputs: shapes (L·B,), (L·B, k), (L·B, k)."""
+    layers = len(hidden_states)
+    batch, seq = real.shape
+    # The stacked copy leaves the model's outputs alone; its padding tokens are set to 0, at
+    # or below every real magnitude (token by token: a fill through an entry-wise boolean
+    # mask is several times slower on a CPU).
     values = torch.stack([h.detach() for h in hidden_states]).float().abs_()
+    width = values.shape[-1]
     padded = ~real  # (B, S)
     values.view(layers, batch * seq, width).index_fill_(1, padded.flatten().nonzero().flatten(), 0.0)
     values = values.view(layers * batch, seq * width)
-    padded = padded.repeat(layers, 1)  # (layer · B, S)
-    entries = (real.sum(-1) * width).repeat(layers)  # real magnitudes per row
+    padded, entries = padded.repeat(layers, 1), entries.repeat(layers)
     # Padding takes the first places of a row; the middle of the real entries is then at
     # these places of the whole row.
     lower_place = seq * width - entries + (entries - 1) // 2
@@ -89,19 +124,7 @@ def scan(
         redo = values[short].view(-1, seq, width)
         redo[padded[short]] = -1.0
         top[short], index[short] = redo.view(redo.shape[0], -1).topk(k, dim=-1)
-    shape = (batch, layers, k)
-    # Rows are (layer, B); the output is ordered by batch row first.
-    top = top.view(layers, batch, k).transpose(0, 1)
-    index = index.view(layers, batch, k).transpose(0, 1)
-    median = median.view(layers, batch).transpose(0, 1)[..., None].expand(shape)
-    entries = entries[:batch]  # the same for every layer
-    position = index // width
-    kinds = token_kind_codes(cls, sep, punct).gather(1, position.reshape(batch, -1)).view(shape)
-    row, layer, rank = torch.meshgrid(*(torch.arange(n, device=top.device) for n in shape), indexing="ij")
-    keep_rank = rank < entries[:, None, None]  # a row with fewer real entries than k keeps those
-    return _columns(
-        [t[keep_rank].cpu().numpy() for t in (row, layer, rank + 1, top, index % width, position, kinds, median)]
-    )
+    return median, top, index
 
 
 # Radix buckets of exact_medians: the high bits of a float32 read as an integer, here its
