@@ -1,13 +1,18 @@
-"""What the ingest benchmarks share: the task options and loading the task they time."""
+"""What the ingest benchmarks share: the task options, loading the task they time, and timing
+variants of the statistics ingest against each other."""
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+from attnwh.ingest.encoder.loading import EncoderModel, load_encoder
+from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, StatisticsCapture, ingest_runs, prepare_tasks
 from attnwh.ingest.sources import files as loaders
 from attnwh.ingest.sources.examples import TaskData
 
@@ -31,6 +36,45 @@ def load_task(args: argparse.Namespace) -> TaskData:
     if args.glue_dir:
         return loaders.load_glue(args.glue_dir, args.task or "sst2", "dev")
     return loaders.load_sample(args.task or "sentiment", "dev")
+
+
+def prepare_ingest(args: argparse.Namespace) -> tuple[EncoderModel, IngestOptions, PreparedTask]:
+    """The bundled model on --device, the ingest options of the arguments, and the task
+    (:func:`load_task`) prepared for it."""
+    encoder = load_encoder(None, args.device)
+    options = IngestOptions(limit=args.limit, batch_size=args.batch_size)
+    (prepared,) = prepare_tasks(encoder, [load_task(args)], options)
+    return encoder, options, prepared
+
+
+Found = TypeVar("Found")
+
+
+def time_ingests(
+    captures: dict[str, StatisticsCapture],
+    prepared: PreparedTask,
+    options: IngestOptions,
+    repeats: int,
+    before: Callable[[str], None] = lambda name: None,
+    inspect: Callable[[Path], Found] | None = None,
+) -> tuple[dict[str, list[float]], dict[str, Found]]:
+    """Seconds of the whole ingest of the task into a fresh warehouse under each capture, per
+    repeat (:func:`alternate`); `before` is called with the variant's name before each of its
+    ingests, and `inspect` on each variant's last warehouse."""
+    last: dict[str, Path] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+
+        def run(name: str) -> Callable[[int], None]:
+            def ingest(repeat: int) -> None:
+                before(name)
+                last[name] = Path(tmp) / f"{repeat}-{list(captures).index(name)}.duckdb"
+                ingest_runs(last[name], captures[name], [prepared], options)
+
+            return ingest
+
+        times = alternate({name: run(name) for name in captures}, repeats)
+        found = {name: inspect(db) for name, db in last.items()} if inspect else {}
+    return times, found
 
 
 def alternate(runs: dict[str, Callable[[int], object]], repeats: int) -> dict[str, list[float]]:

@@ -15,24 +15,16 @@ in the same run: best against best, and the median of the ratios within each rep
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Callable
-from pathlib import Path
-
 import torch
-from common import alternate, load_task, print_ratios, task_parser
+from common import prepare_ingest, print_ratios, task_parser, time_ingests
 
-from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures import patterns
-from attnwh.ingest.runs.loop import IngestOptions, StatisticsCapture, ingest_runs, prepare_tasks
+from attnwh.ingest.runs.loop import StatisticsCapture
 
 
 def main() -> None:
     args = task_parser(__doc__.splitlines()[0]).parse_args()
-    data = load_task(args)
-    encoder = load_encoder(None, args.device)
-    options = IngestOptions(limit=args.limit, batch_size=args.batch_size)
-    prepared = prepare_tasks(encoder, [data], options)
+    encoder, options, prepared = prepare_ingest(args)
     rules = StatisticsCapture(encoder, mixing=False, massive=False)
     rules.observer.classifier = patterns.THRESHOLDS
     captures = {
@@ -44,18 +36,12 @@ def main() -> None:
     def no_look(a: torch.Tensor, *_: object) -> torch.Tensor:
         return a.new_zeros((*a.shape[:2], len(patterns.LOOK_COLUMNS)))
 
-    with tempfile.TemporaryDirectory() as tmp:
+    def swap(name: str) -> None:
+        patterns._look = no_look if captures[name] is rules else look  # type: ignore[assignment]
 
-        def run(name: str) -> Callable[[int], None]:
-            def ingest(repeat: int) -> None:
-                patterns._look = no_look if captures[name] is rules else look  # type: ignore[assignment]
-                ingest_runs(Path(tmp) / f"{repeat}-{name[:5]}.duckdb", captures[name], prepared, options)
-
-            return ingest
-
-        times = alternate({name: run(name) for name in captures}, args.repeats)
+    times, _ = time_ingests(captures, prepared, options, args.repeats, before=swap)
     patterns._look = look  # type: ignore[assignment]
-    n = len(prepared[0].data.examples)
+    data, n = prepared.data, len(prepared.data.examples)
     print(f"{data.task}/{data.split}: {n} examples, batch size {args.batch_size}, device {encoder.device}")
     print_ratios(times, "rules only", n)
 

@@ -15,40 +15,23 @@ the same run: best against best, and the median of the ratios within each repeat
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
-from common import alternate, load_task, print_ratios, task_parser
+from common import prepare_ingest, print_ratios, task_parser, time_ingests
 
-from attnwh.ingest.encoder.loading import load_encoder
-from attnwh.ingest.runs.loop import IngestOptions, StatisticsCapture, ingest_runs, prepare_tasks
+from attnwh.ingest.runs.loop import StatisticsCapture
 from attnwh.sql import warehouse
 
 
 def main() -> None:
     args = task_parser(__doc__.splitlines()[0]).parse_args()
-    data = load_task(args)
-    encoder = load_encoder(None, args.device)
-    options = IngestOptions(limit=args.limit, batch_size=args.batch_size)
-    prepared = prepare_tasks(encoder, [data], options)
+    encoder, options, prepared = prepare_ingest(args)
     captures = {
         "baseline (statistics only)": StatisticsCapture(encoder, mixing=False, massive=False),
         "default (+ mixing, massive)": StatisticsCapture(encoder),
     }
-    last: dict[str, Path] = {}  # each variant's latest warehouse, to count its rows
-    with tempfile.TemporaryDirectory() as tmp:
-
-        def run(name: str) -> Callable[[int], None]:
-            def ingest(repeat: int) -> None:
-                last[name] = Path(tmp) / f"{repeat}-{name[:7]}.duckdb"
-                ingest_runs(last[name], captures[name], prepared, options)
-
-            return ingest
-
-        times = alternate({name: run(name) for name in captures}, args.repeats)
-        counts = {name: row_counts(db) for name, db in last.items()}
-    n = len(prepared[0].data.examples)
+    times, counts = time_ingests(captures, prepared, options, args.repeats, inspect=row_counts)
+    data, n = prepared.data, len(prepared.data.examples)
     print(f"{data.task}/{data.split}: {n} examples, batch size {args.batch_size}, device {encoder.device}")
     print_ratios(times, "baseline (statistics only)", n)
     for name, found in counts.items():
@@ -56,6 +39,7 @@ def main() -> None:
 
 
 def row_counts(db: Path) -> dict[str, int]:
+    """Rows of the tables the two variants differ in."""
     con = warehouse.connect(db, read_only=True)
     tables = ("head_stats", "head_mixing", "layer_mixing", "massive_activations")
     counts = {t: warehouse.one_row(con, f"SELECT count(*) FROM {t}")[0] for t in tables}
