@@ -20,6 +20,10 @@ import duckdb
 from attnwh.errors import AttnwhError, DatabaseInUseError, UsageError
 
 _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
+# Bytes 8–11 of every DuckDB database file (after a checksum). DuckDB opens an existing file
+# that lacks them but has a data extension (.csv, .parquet, .json, …) as an empty in-memory
+# database without a word, so whatever a command "wrote" there would be lost.
+_DUCKDB_MAGIC = b"DUCK"
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -42,6 +46,7 @@ def connect(path: Path | str, read_only: bool = False, apply_migrations: bool = 
     path = Path(path)
     if read_only and not path.exists():
         raise UsageError(f"no warehouse at {path}; create one with `attnwh ingest`")
+    check_file(path)
     try:
         con = duckdb.connect(str(path), read_only=read_only)
     except duckdb.IOException as exc:
@@ -98,6 +103,34 @@ def one_row(con: duckdb.DuckDBPyConnection, sql: str, params: list[object] | Non
     if row is None:
         raise AttnwhError(f"expected a row from: {' '.join(sql.split())[:80]}")
     return row
+
+
+def check_file(path: Path | str) -> None:
+    """Refuse a `path` that exists and is not a DuckDB database file (a CSV, Parquet, SQLite
+    or empty file, a folder): a new warehouse is only ever created where nothing is."""
+    path = Path(path)
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise UsageError(f"--db {path} is a folder, not a DuckDB file; give a file name")
+    with path.open("rb") as file:
+        head = file.read(16)
+    if head[8:12] != _DUCKDB_MAGIC:
+        raise UsageError(
+            f"--db {path} exists and is not a DuckDB database file ({_looks_like(head)}); "
+            "give an existing warehouse or a new file name"
+        )
+
+
+def _looks_like(head: bytes) -> str:
+    """A few words on what a file that is not a DuckDB database seems to hold, from its start."""
+    if not head:
+        return "it is empty"
+    if head.startswith(b"PAR1"):
+        return "it is a Parquet file"
+    if head.startswith(b"SQLite format 3"):
+        return "it is an SQLite database"
+    return "it holds other binary data" if b"\0" in head else "it holds text"
 
 
 def check_writable(path: Path | str) -> None:

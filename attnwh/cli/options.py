@@ -64,11 +64,24 @@ ValueZeroingOpt = Annotated[
 ]
 
 
-# --db: one name, one default (DEFAULT_DB), one environment variable; the help says what the
-# command does with the file.
-DbOpt = Annotated[Path, typer.Option("--db", help="Warehouse file (created if missing).", envvar=DB_ENVVAR)]
-ReadDbOpt = Annotated[Path, typer.Option("--db", help="Warehouse file.", envvar=DB_ENVVAR)]
-RecordDbOpt = Annotated[Path, typer.Option("--db", help="Warehouse file to record the run in.", envvar=DB_ENVVAR)]
+def _warehouse_file(path: Path) -> Path:
+    """--db is checked as it is parsed, before any work: an existing file that is not a DuckDB
+    database (a CSV, a Parquet file) is refused, where DuckDB would silently store nothing."""
+    from attnwh.sql.warehouse import check_file
+
+    check_file(path)
+    return path
+
+
+# --db: one name, one default (DEFAULT_DB), one environment variable, one check; the help says
+# what the command does with the file.
+def _db_option(help: str) -> Any:
+    return typer.Option("--db", help=help, envvar=DB_ENVVAR, callback=_warehouse_file)
+
+
+DbOpt = Annotated[Path, _db_option("Warehouse file (created if missing).")]
+ReadDbOpt = Annotated[Path, _db_option("Warehouse file.")]
+RecordDbOpt = Annotated[Path, _db_option("Warehouse file to record the run in.")]
 
 DeviceOpt = Annotated[Device, typer.Option(help="Where to run the model.")]
 
