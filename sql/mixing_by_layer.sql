@@ -1,13 +1,14 @@
 -- name: mixing_by_layer
--- title: Context mixing per layer: [CLS] and [SEP] shares under four lenses, mixing ratio, residual share
+-- title: Context mixing per layer: [CLS] and [SEP] shares under four lenses, mixing ratio and share, residual share
 -- params: model, task
 -- One row per statistics run, layer and target ([CLS], [SEP], punctuation, self). weight
 -- and value_norm are head_stats' shares averaged over the layer's heads; heads_ln is
 -- head_mixing's post-LayerNorm share averaged over the heads; layer_ln is the whole block's
 -- (every head and the residual, layer_mixing.rn_*), value_zeroing the layer's
--- (layer_mixing.vz_*, NULL unless --value-zeroing layer). mixing_ratio and residual_share
--- are the layer's (Kobayashi et al. 2021): how much of each token's post-LayerNorm output
--- comes from other tokens, and the residual's share of the terms. Means over the run's
+-- (layer_mixing.vz_*, NULL unless --value-zeroing layer). mixing_ratio, mixing_share and
+-- residual_share are the layer's (Kobayashi et al. 2021): how much of each token's
+-- post-LayerNorm output comes from other tokens (the paper's ratio of summed vectors, and the
+-- larger share of summed norms), and the residual's share of the terms. Means over the run's
 -- examples (docs/metrics.md#context-mixing).
 WITH weights AS (
     SELECT run_id, layer,
@@ -25,7 +26,8 @@ layers AS (
     SELECT run_id, layer,
            avg(rn_to_cls) AS l_cls, avg(rn_to_sep) AS l_sep, avg(rn_to_punct) AS l_punct, avg(rn_to_self) AS l_self,
            avg(vz_to_cls) AS z_cls, avg(vz_to_sep) AS z_sep, avg(vz_to_punct) AS z_punct, avg(vz_to_self) AS z_self,
-           avg(mixing_ratio) AS mixing_ratio, avg(residual_share) AS residual_share
+           avg(mixing_ratio) AS mixing_ratio, avg(mixing_share) AS mixing_share,
+           avg(residual_share) AS residual_share
     FROM layer_mixing GROUP BY ALL
 ),
 joined AS (
@@ -49,6 +51,6 @@ lenses AS (
     SELECT *, 'self', 4, w_self, NULL, h_self, l_self, z_self FROM joined
 )
 SELECT model, task, split, run_id, layer, target, weight, value_norm, heads_ln, layer_ln, value_zeroing,
-       mixing_ratio, residual_share, examples
+       mixing_ratio, mixing_share, residual_share, examples
 FROM lenses
 ORDER BY model, task, split, run_id, layer, target_order;

@@ -67,6 +67,7 @@ ROWS: dict[int, list[str]] = {
         " n_labels, folds, seed, cv_macro_f1, cv_agreement) VALUES ('fit', 0.4, 0.3, 0.2, 0.2, 0.6, 10, 5, 0, 0.7, 0.8)",
     ],
     13: [],  # look-feature columns of head_stats (0013_pattern_classifier.sql): no new table
+    14: [],  # layer_mixing.mixing_share (0014_mixing_ratio.sql): no new table
 }
 
 
@@ -161,3 +162,27 @@ def test_a_file_of_an_earlier_version_upgrades_with_its_rows(tmp_path, version):
             assert con.execute("SELECT count(*) FROM pattern_types").fetchall()[0][0] == 5
         finally:
             con.close()
+
+
+def test_the_old_mixing_ratio_moves_to_mixing_share(tmp_path):
+    """Before migration 14, layer_mixing.mixing_ratio held the share of summed norms: it moves
+    to mixing_share, and the ratio of summed vectors, which stored rows cannot give, is NULL."""
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    try:
+        con.execute(
+            "CREATE TABLE schema_migrations "
+            "(version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
+        )
+        for v, name, sql in warehouse.migrations()[:13]:
+            con.execute(sql)
+            con.execute("INSERT INTO schema_migrations VALUES (?, ?, current_timestamp)", [v, name])
+        con.execute(ROWS[11][1].format(run=1))
+    finally:
+        con.close()
+    con = warehouse.connect(path)
+    try:
+        rows = con.execute("SELECT mixing_ratio, mixing_share FROM layer_mixing").fetchall()
+        assert rows == [(None, pytest.approx(0.3))]
+    finally:
+        con.close()

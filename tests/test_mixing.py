@@ -96,8 +96,19 @@ def _reference(model, tokenizer, ids: list[int], types: list[int] | None) -> tup
     inputs = {"input_ids": torch.tensor([ids])}
     if types is not None and "token_type_ids" in inspect.signature(model.forward).parameters:
         inputs["token_type_ids"] = torch.tensor([types])
+    # Each attention block's LayerNorm input z_i = x_i + Σ_h Σ_j A^h[i,j] f_h(x_j) + b_O, as the
+    # model computed it: the mixing ratio's sum over tokens is read from it, not rebuilt.
+    ln_inputs: dict[int, np.ndarray] = {}
+    hooks = [
+        layer.attention.output.LayerNorm.register_forward_pre_hook(
+            lambda m, args, k=k: ln_inputs.__setitem__(k, args[0][0].double().numpy())
+        )
+        for k, layer in enumerate(model.encoder.layer)
+    ]
     with torch.no_grad():
         out = model(**inputs, output_attentions=True, output_hidden_states=True)
+    for hook in hooks:
+        hook.remove()
     cls, sep, punct = (m[0].numpy().astype(float) for m in TokenKinds(tokenizer).masks(torch.tensor([ids])))
     n = len(ids)
     near = {name: np.eye(n, k=k) for name, k in (("self", 0), ("prev", -1), ("next", 1))}
@@ -133,8 +144,17 @@ def _reference(model, tokenizer, ids: list[int], types: list[int] | None) -> tup
         heads_out.append(rows)
         g = np.einsum("hij,hjd->ijd", a, f) + np.eye(n)[..., None] * r[:, None, :]
         c = np.linalg.norm(g, axis=-1)
-        mixing = ((c.sum(1) - np.diag(c)) / c.sum(1)).mean()
-        layers_out.append([mixing, float(np.mean(r_norm / (r_norm + head_sum))), *shares(c)])
+        # Kobayashi et al.'s mixing ratio from summed vectors: Σ_j g_ij is γ ⊙ centred (z_i − b_O),
+        # from the model's own LayerNorm input; σ_i scales m_i and p_i alike and cancels.
+        b_o = attn.output.dense.bias.detach().double().numpy()
+        z = ln_inputs[k] - b_o
+        summed = (z - z.mean(-1, keepdims=True)) * gamma
+        own = g[np.arange(n), np.arange(n)]  # c_ii: the token's own heads' terms and its residual
+        m = np.linalg.norm(summed - own, axis=-1)
+        p = np.linalg.norm(own, axis=-1)
+        ratio = float(np.mean(m / (m + p)))
+        share = float(np.mean((c.sum(1) - np.diag(c)) / c.sum(1)))
+        layers_out.append([ratio, share, float(np.mean(r_norm / (r_norm + head_sum))), *shares(c)])
     return np.array(heads_out), np.array(layers_out)
 
 
@@ -165,6 +185,10 @@ def test_stored_shares_match_numpy_from_eager_maps(strong, family, pair):
         np.testing.assert_allclose(got_layers[i], layers, atol=1e-5, rtol=0)
     # The heads carry weight here, so the comparison above tests the mixing, not only the residual.
     assert got_layers[..., LAYER_COLUMNS.index("mixing_ratio")].min() > 0.1
+    # Contributions of different tokens cancel in part: the ratio of summed vectors is below
+    # the share of summed norms, row by row, so the two columns cannot be swapped unnoticed.
+    ratio, share = (got_layers[..., LAYER_COLUMNS.index(c)] for c in ("mixing_ratio", "mixing_share"))
+    assert np.all(ratio < share)
     assert got_heads[..., HEAD_COLUMNS.index("rn_to_cls")].std() > 1e-3
 
 
@@ -198,6 +222,8 @@ def test_other_post_ln_families_mix(tiny_model_dir, family):
         for column in ("rn_to_cls", "rn_to_sep", "rn_to_punct", "rn_to_self"):
             values = table[column].to_numpy()
             assert np.all((values >= 0) & (values <= 1 + 1e-6)), column
+    share = layers["mixing_share"].to_numpy()
+    np.testing.assert_allclose(share, 1 - layers["rn_to_self"].to_numpy(), atol=1e-6)
     ratio = layers["mixing_ratio"].to_numpy()
-    np.testing.assert_allclose(ratio, 1 - layers["rn_to_self"].to_numpy(), atol=1e-6)
+    assert np.all((ratio > 0) & (ratio < share))
     assert np.all(layers["rn_to_sep"].to_numpy() > 0)

@@ -15,8 +15,16 @@ Per head, its shares (docs/metrics.md#context-mixing) are those of ||t_h,ij|| = 
 so neither it nor the layer's output is needed. Per layer, the full contribution of token j
 to token i is c_ij = ||Σ_h t_h,ij + [i = j] r_i||: its square is a quadratic form in the
 heads' weights with the (heads × heads) Gram matrix of γ ⊙ c(f_h(x_j)) per key, so no tensor
-of size keys × queries × model width is formed. The mixing ratio of row i is
-Σ_{j≠i} c_ij / Σ_j c_ij.
+of size keys × queries × model width is formed.
+
+Two per-layer measures of how much row i takes from other tokens:
+
+- the mixing ratio as Kobayashi et al. define and compute it (their released code's
+  ``attnresln_n_mixing_ratio``), from norms of *summed* vectors: m_i = ||Σ_{j≠i} c_ij||,
+  p_i = ||c_ii||, ratio_i = m_i / (m_i + p_i). The vectors from other tokens partly cancel;
+  Σ_{j≠i} c_ij is computed in head space from the heads' outputs without their own token;
+- the mixing share, Σ_{j≠i} ||c_ij|| / Σ_j ||c_ij||, the share of the summed norms, which
+  counts every token's contribution at its full size and so is larger.
 
 The residual x is what the attention module is called with (true of every post-LN family
 attnwh reads); :meth:`ContextMixing.hooks` keeps it for the layer's observer call.
@@ -36,7 +44,7 @@ from attnwh.ingest.encoder.loading import AttentionOutput
 # Shares of the post-LayerNorm contributions to the targets of head_stats' to_* columns.
 _TARGET_COLUMNS = ("rn_to_cls", "rn_to_sep", "rn_to_punct", "rn_to_self", "rn_to_prev", "rn_to_next")
 HEAD_COLUMNS: tuple[str, ...] = (*_TARGET_COLUMNS, "rn_residual")
-LAYER_COLUMNS: tuple[str, ...] = ("mixing_ratio", "residual_share", *_TARGET_COLUMNS)
+LAYER_COLUMNS: tuple[str, ...] = ("mixing_ratio", "mixing_share", "residual_share", *_TARGET_COLUMNS)
 
 
 def _centred(u: torch.Tensor) -> torch.Tensor:
@@ -195,9 +203,18 @@ class ContextMixing:
         c = squared.clamp_min_(0).sqrt_()[:, None]  # (B, 1, S, S)
         layer_sums = _target_sums(c, None, columns, next_ok)[:, 0]  # (B, S, 7)
         shares = layer_sums[..., :6] / layer_sums[..., 6:].clamp_min(tiny)
+
+        # The mixing ratio: Σ_{j≠i} c_ij as a vector is Σ_h w_h,i P_h with w_h,i the head's
+        # output without its own token, Σ_j A^h[i,j] v_h,j − A^h[i,i] v_h,i: one product with
+        # the stacked P_h, model width wide once per token. p_i = ||c_ii|| is c's diagonal.
+        others = torch.matmul(a, v).sub_(a.diagonal(dim1=-2, dim2=-1)[..., None] * v)  # (B, H, S, d)
+        mixed = torch.mm(others.transpose(1, 2).reshape(n, heads * d), self._stacked[id(module)].t())
+        m = mixed.norm(dim=-1).view(batch, length)
+        p = c[:, 0].diagonal(dim1=-2, dim2=-1)
         layer_rows = torch.cat(
             [
-                (1 - shares[..., 3:4]),  # mixing ratio: everything but j = i
+                (m / (m + p).clamp_min(tiny))[..., None],  # mixing ratio (Kobayashi et al.)
+                (1 - shares[..., 3:4]),  # mixing share: every norm but j = i's
                 (x_norm / (x_norm + head_total[..., 0].sum(1)).clamp_min(tiny))[..., None],
                 shares,
             ],

@@ -39,7 +39,9 @@ import pyarrow.parquet as pq
 from attnwh.errors import UsageError
 from attnwh.sql import runs, warehouse
 
-FORMAT = 1
+# 2: layer_mixing.mixing_ratio is Kobayashi et al.'s ratio (migration 14); a part of format 1
+# holds the share of norms under that name and is refused rather than stored as the ratio.
+FORMAT = 2
 RUN_FILE = "run.json"
 MANIFEST = "manifest.json"
 _RUN_DIR = re.compile(r"^run_key=([0-9a-f]{32})$")
