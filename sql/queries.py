@@ -10,6 +10,7 @@ query reads as "all".
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,9 +57,19 @@ def named_queries() -> dict[str, NamedQuery]:
 
 
 def get_query(name: str) -> NamedQuery:
+    """The named query `name`; an unknown name is refused with the nearest names."""
     queries = named_queries()
     if name not in queries:
-        raise UsageError(f"no query named {name!r}; `attnwh queries` lists them ({', '.join(queries)})")
+        # Names that hold what was typed ("ablation"), then names spelt alike ("head_sumary").
+        holding = sorted((q for q in queries if name.lower() in q), key=lambda q: (q.find(name.lower()), len(q)))
+        alike = difflib.get_close_matches(name, queries, n=3, cutoff=0.75) or difflib.get_close_matches(
+            name, queries, n=2, cutoff=0.6
+        )
+        near = list(dict.fromkeys([*holding, *alike]))[:3]
+        hint = f"did you mean {near[0]}? " if len(near) == 1 else ""
+        if len(near) > 1:
+            hint = f"did you mean {', '.join(near[:-1])} or {near[-1]}? "
+        raise UsageError(f"no query named {name!r}; {hint}`attnwh queries` lists all {len(queries)}")
     return queries[name]
 
 
@@ -84,7 +95,14 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, objec
         relation = con.sql(sql, params=params or None)
         return pa.table({}) if relation is None else relation.to_arrow_table()
     except duckdb.Error as exc:
-        raise UsageError(f"SQL error: {str(exc).splitlines()[0]}") from None
+        raise UsageError(f"SQL error: {error_text(exc)}") from None
+
+
+def error_text(exc: duckdb.Error) -> str:
+    """DuckDB's message on one line, its hints kept ('Did you mean "head_means"?', 'Candidate
+    bindings: …', the LINE of a syntax error); the caret line under it says nothing alone."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    return " ".join(line for line in lines if line and set(line) != {"^"})
 
 
 # Where the known values of a common parameter live: (SQL listing them, what a row is, the

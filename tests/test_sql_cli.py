@@ -103,3 +103,83 @@ def test_sql_and_reports_do_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""
+
+
+def _in_a_terminal(args: list[str], columns: int) -> str:
+    """What the command prints in a real (pseudo-)terminal `columns` wide, escapes removed."""
+    import os
+    import pty
+    import re
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the terminal is its stdout
+        os.environ.update(COLUMNS=str(columns), LINES="40", HF_HUB_OFFLINE="1")
+        os.execv(sys.executable, [sys.executable, "-m", "attnwh", *args])
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.waitpid(pid, 0)
+    return re.sub(r"\x1b\[[0-9;]*m", "", b"".join(chunks).decode("utf-8")).replace("\r", "")
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_a_wide_result_in_a_terminal_shows_every_value(warehouse, columns):
+    """head_summary has 18 columns: squeezed into a terminal's width rich cut every cell to
+    "…"; a result that does not fit is shown a record per row instead, values whole."""
+    shown = _in_a_terminal(["query", "head_summary", "--db", str(warehouse)], columns)
+    assert "…" not in shown
+    assert all(len(line) <= columns for line in shown.splitlines())
+    first = pl.read_csv(
+        subprocess.run(
+            [sys.executable, "-m", "attnwh", "query", "head_summary", "-f", "csv", "--db", str(warehouse)],
+            capture_output=True,
+            check=True,
+        ).stdout
+    ).row(0, named=True)
+    block = shown.split("row 2 of")[0]
+    for name, value in first.items():
+        line = next(line for line in block.splitlines() if line.startswith(name + " "))
+        expected = f"{value:.4g}" if isinstance(value, float) else str(value)
+        assert line.split()[-1] == expected, (name, line)
+
+
+def test_a_narrow_result_in_a_terminal_stays_a_table(warehouse):
+    shown = _in_a_terminal(["sql", "SELECT run_id, kind FROM runs", "--db", str(warehouse)], 80)
+    assert "┃ run_id ┃ kind" in shown and "row 1 of" not in shown
+
+
+@pytest.mark.parametrize(
+    "statement, hint",
+    [
+        ("SELECT * FROM head_meanz", 'Did you mean "head_means"?'),
+        ("SELECT to_clz FROM head_stats", 'Candidate bindings: "to_cls"'),
+        ("SELEC 1", "LINE 1: SELEC 1"),
+    ],
+)
+def test_sql_errors_keep_duckdbs_hint_on_the_one_line(monkeypatch, capsys, warehouse, statement, hint):
+    code, _, err = run(monkeypatch, capsys, "sql", statement, "--db", str(warehouse))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and hint in err, err
+    assert "^" not in err
+
+
+@pytest.mark.parametrize(
+    "name, suggested",
+    [
+        ("head_sumary", ["head_summary"]),  # misspelt
+        ("sinks", ["sink_heads"]),
+        ("ablation", ["ablation_effect", "ablation_summary"]),  # a part of several names
+    ],
+)
+def test_an_unknown_query_name_suggests_the_nearest(monkeypatch, capsys, warehouse, name, suggested):
+    code, _, err = run(monkeypatch, capsys, "query", name, "--db", str(warehouse))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert all(q in err for q in suggested), err
+    assert "did you mean" in err and "lists all" in err
+    assert "frame_heads" not in err  # not every name on one line

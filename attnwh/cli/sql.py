@@ -175,17 +175,42 @@ def emit(frame: pl.DataFrame | pl.Series, format: Format, out: Path | None) -> N
         flat = _flat(frame, format)
         flat.write_json(out) if out else sys.stdout.write(flat.write_json() + "\n")
     else:
-        cells = [[_cell(v) for v in row] for row in frame.iter_rows()]
+        console = Console(file=out.open("w", encoding="utf-8") if out else None)
+        print_table(console, frame, fit=out is None and console.is_terminal)
+
+
+def print_table(console: Console, frame: pl.DataFrame, fit: bool) -> None:
+    """A result as a table; with `fit` (a terminal), one that does not fit the console's width
+    as records instead, one block per row with a line per column, values wrapped: a table
+    squeezed into a terminal would cut every cell to "…". Without `fit` (a file, a pipe) the
+    table is drawn as wide as its content, never folded."""
+    cells = [[_cell(v) for v in row] for row in frame.iter_rows()]
+    widths = [max([len(c)] + [len(row[k]) for row in cells]) for k, c in enumerate(frame.columns)]
+    needed = sum(widths) + 3 * len(widths) + 1  # rich's borders and one space of padding a side
+    if fit and needed > console.width:
+        _print_records(console, frame.columns, cells)
+    else:
+        if not fit:
+            console.width = max(80, needed)
         table = Table(*frame.columns, header_style="bold")
         for row in cells:
             table.add_row(*row)
-        # Off a terminal (a file, a pipe) draw the table as wide as its content, never folded.
-        widths = [max([len(c)] + [len(row[k]) for row in cells]) for k, c in enumerate(frame.columns)]
-        console = Console(file=out.open("w", encoding="utf-8") if out else None)
-        if out is not None or not console.is_terminal:
-            console.width = max(80, sum(widths) + 3 * len(widths) + 1)
         console.print(table)
-        console.print(f"{frame.height} row{'s' if frame.height != 1 else ''}", style="dim")
+    console.print(f"{frame.height} row{'s' if frame.height != 1 else ''}", style="dim")
+
+
+def _print_records(console: Console, columns: list[str], cells: list[list[Text]]) -> None:
+    """One block per row (as psql's expanded display): a rule naming the row, then each
+    column's name and its value, wrapped to the width (never cut)."""
+    label = min(max(len(c) for c in columns), max(console.width // 3, 8))
+    for number, row in enumerate(cells, 1):
+        console.rule(Text(f"row {number} of {len(cells)}", style="dim"), align="left", style="dim")
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold", width=label, overflow="fold")
+        grid.add_column(overflow="fold")
+        for name, value in zip(columns, row, strict=True):
+            grid.add_row(name, value)
+        console.print(grid)
 
 
 def _cell(value: object) -> Text:
