@@ -2,7 +2,7 @@
 head_patterns_named, and ablation_results with its added columns): each equals the same join
 done in polars over the raw tables, pattern types come out by name, a common question is
 answered from one view, a warehouse made at migration 7 gets the views when opened, and the
-README's example queries run."""
+example queries of the docs (docs/queries.md) and of the README run."""
 
 from __future__ import annotations
 
@@ -333,19 +333,22 @@ def test_head_summary_reads_a_warehouse_at_migration_7(tmp_path, monkeypatch, ca
     assert len(json.loads(out)) == 2 * 2 * SIZE["layers"] * SIZE["heads"]
 
 
-def _readme_view_queries() -> list[str]:
-    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("#### Ad hoc SQL", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r'^attnwh sql "(.*)"$', section, re.MULTILINE)
+def _sql_examples(text: str) -> list[str]:
+    return re.findall(r'^attnwh sql "(.*)"$', text, re.MULTILINE)
 
 
-def test_readme_lists_every_view_and_its_examples_run(monkeypatch, capsys, db):
-    queries = _readme_view_queries()
-    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+def test_docs_list_every_view_and_its_examples_run(monkeypatch, capsys, db):
+    root = Path(__file__).parents[1]
+    page = (root / "docs" / "queries.md").read_text(encoding="utf-8")
+    section = page.split("\n## Ad hoc SQL", 1)[1].split("\n## ", 1)[0]
+    queries = _sql_examples(section)
     for view in VIEWS:
-        assert re.search(rf"^\| `{view}` \|", readme, re.MULTILINE), view
+        assert re.search(rf"^\| `{view}` \|", section, re.MULTILINE), view
         assert any(f"FROM {view} " in q for q in queries), view
-    for sql in queries:
+    # The README's worked example too.
+    readme = _sql_examples((root / "README.md").read_text(encoding="utf-8"))
+    assert readme
+    for sql in queries + readme:
         code, out, err = run(monkeypatch, capsys, "sql", sql, "--db", str(db), "--format", "json")
         assert code == 0, (sql, err)
     # The schema command describes each view's columns.
