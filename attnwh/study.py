@@ -158,6 +158,9 @@ class TaskSummary:
     helpful_head: tuple[int, int, float, float | None] | None  # layer, head, delta, adjusted p
     sinks: tuple[int, float, float | None] | None = None  # sink heads disabled together: count, delta, p
     sinks_note: str | None = None  # why there is no sinks combination (AblationSummary.sinks_note)
+    score_examples: int | None = None  # examples the fine-tuned score was measured on
+    ablation_examples: int | None = None  # examples the ablation sweep was scored on
+    mode: str | None = None  # the ablation mode of helpful_head and sinks
 
 
 class StudyHooks(Protocol):
@@ -687,7 +690,18 @@ def _task_summary(task: StudyTask, row: dict, sinks_note: str | None = None) -> 
         else (row["helpful_layer"], row["helpful_head"], row["helpful_delta"], row["helpful_p_adjusted"])
     )
     sinks = None if row.get("sink_heads") is None else (row["sink_heads"], row["sinks_delta"], row["sinks_p_value"])
-    return TaskSummary(task.name, task.metric, row.get("score"), changed, helpful, sinks, sinks_note)
+    return TaskSummary(
+        task.name,
+        task.metric,
+        row.get("score"),
+        changed,
+        helpful,
+        sinks,
+        sinks_note,
+        row.get("score_examples"),
+        row.get("ablation_examples"),
+        row.get("mode"),
+    )
 
 
 def _study_lineage(study_part: dict) -> LineageExtra:

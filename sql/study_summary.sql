@@ -5,15 +5,15 @@
 -- combination of its fine-tuning, compare and ablation runs): score = the fine-tuning run's
 -- score on its evaluation split; changed_layer = the layer with the lowest mean cosine between
 -- base and tuned maps in the compare run (as in finetune_change_by_layer; ties: the lower
--- layer); helpful_* = the head whose disabling raised the score most in the ablation run
--- (largest delta, then lowest adjusted p, then the lower layer and head), NULL when no head's
--- disabling raised it; sink_heads, sinks_delta, sinks_p_value = the ablation run's sinks
+-- layer); ablation_examples = the examples the ablation run scored; helpful_* = the head whose
+-- disabling raised the score most in the ablation run (largest delta, then lowest adjusted p,
+-- then the lower layer and head), NULL when no head's disabling raised it; sink_heads, sinks_delta, sinks_p_value = the ablation run's sinks
 -- combination (every sink head of the tuned model disabled together: how many, the delta and
 -- its unadjusted p), NULL when the run has none. A part whose run is missing is NULL. model is
 -- the tuned model's name as stored; mode uniform or zero; finetune_run, compare_run and
 -- ablation_run are run_ids; NULL = all.
 WITH finetune_scores AS (
-    SELECT r.run_id, r.model_id, r.task, s.metric, s.value
+    SELECT r.run_id, r.model_id, r.task, s.metric, s.value, s.n_examples
     FROM scores AS s
     JOIN runs AS r USING (run_id)
     WHERE r.kind = 'finetune'
@@ -34,7 +34,7 @@ most_changed AS (
     QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY mean_cosine, layer) = 1
 ),
 ablation_heads AS (
-    SELECT a.run_id, r.model_id, r.task, c.mode, a.metric, c.layer, c.head, a.delta, a.p_adjusted
+    SELECT a.run_id, r.model_id, r.task, c.mode, a.metric, c.layer, c.head, a.delta, a.p_adjusted, a.n_examples
     FROM ablations AS a
     JOIN ablation_configs AS c USING (run_id, config_id)
     JOIN runs AS r USING (run_id)
@@ -72,11 +72,13 @@ SELECT
     k.metric,
     f.run_id            AS finetune_run,
     f.value             AS score,
+    f.n_examples        AS score_examples,
     ch.run_id           AS compare_run,
     ch.layer            AS changed_layer,
     ch.mean_cosine,
     h.run_id            AS ablation_run,
     h.mode,
+    h.n_examples        AS ablation_examples,
     CASE WHEN h.delta > 0 THEN h.layer END      AS helpful_layer,
     CASE WHEN h.delta > 0 THEN h.head END       AS helpful_head,
     CASE WHEN h.delta > 0 THEN h.delta END      AS helpful_delta,

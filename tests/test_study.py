@@ -194,17 +194,29 @@ def test_rerun_skips_every_stage(monkeypatch, capsys, studied):
     before = runs(tmp / "w.duckdb")
     weights = {p: p.stat().st_mtime_ns for p in (tmp / "models").rglob("*")}
     report = (tmp / "report.html").stat().st_mtime_ns
+    monkeypatch.setenv("COLUMNS", "80")
     code, out, err = run(monkeypatch, capsys, *study_args(model, glue, tmp))
     assert code == 0, err
     for stage in ("ingest-base", "finetune", "ingest-tuned", "compare", "ablation", "report"):
         assert f"{stage} skipped" in err, (stage, err)
+    # The banner says what each stage is scored on: fine-tuning on the whole eval split (16).
+    banner = " ".join(err.split())
+    assert "scored on every eval example (rte 16, stsb 16); statistics on up to 12 and ablation on up to 12" in banner
     assert runs(tmp / "w.duckdb") == before
     assert {p: p.stat().st_mtime_ns for p in (tmp / "models").rglob("*")} == weights
     assert (tmp / "report.html").stat().st_mtime_ns == report
     # The summary: per task its score, most changed layer and most helpful head, its sink heads
     # disabled together (or why not); then the paths.
     assert "pearson" in out and "accuracy" in out and "rte" in out and "stsb" in out
-    assert "sink heads together (Δ, p)" in out
+    # A block per task in plain words, every line within 80 columns (rich draws 80 wide off a terminal).
+    assert "most helpful head" in out and "sink heads" in out and "most changed layer" in out
+    long = [
+        line
+        for line in out.splitlines()
+        if len(line) > 80 and not line.startswith(("report:", "warehouse:", "models:"))
+    ]
+    assert not long, long
+    assert "examples" in out.split("fine-tuned", 1)[1].splitlines()[0]  # the score says on how many
     assert "statistics run of this model" not in out  # the tuned model's statistics hold the sweep's examples
     assert str((tmp / "report.html").resolve()) in out and str((tmp / "w.duckdb").resolve()) in out
 
@@ -391,7 +403,6 @@ def test_summary_reports_the_sink_heads_disabled_together(monkeypatch, capsys, s
     """A tiny random model has no sink head (the note says so, checked above); with one made
     by hand in the tuned model's statistics, a redone sweep disables it and the summary shows
     how many, the delta and p, as stored."""
-    import re
 
     model, glue, tmp = studied
     db = tmp / "w.duckdb"
@@ -410,8 +421,9 @@ def test_summary_reports_the_sink_heads_disabled_together(monkeypatch, capsys, s
             "AND run_id = (SELECT max(run_id) FROM runs WHERE kind = 'ablation' AND task = 'rte')"
         ).fetchall()
     assert disabled == "0-1"
-    significant = "yes" if p < 0.05 else "no"
-    assert re.search(re.escape(f"1: accuracy {delta:+.4f}, p {p:.2g}") + rf"\s+{significant}\b", out), out
+    significant = "significant" if p < 0.05 else "not significant"
+    shown = " ".join(out.split())  # the sentence may wrap
+    assert f"1 sink head disabled together: accuracy {delta:+.4f}, p {p:.2g}, {significant}" in shown, out
     assert "no sinks combination" not in out
 
 

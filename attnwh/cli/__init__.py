@@ -6,7 +6,9 @@ here, at the edge, and nowhere else.
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
+from typing import Annotated, Any
 
 import typer
 
@@ -21,27 +23,57 @@ from attnwh.cli.sql import queries, query, sql
 from attnwh.cli.study import study
 from attnwh.errors import AttnwhError
 
+# The panels of `attnwh --help`, and the order of the commands in them: what a newcomer runs
+# first, then what reads the warehouse, then the rest.
+RUN, READ, MORE = "Run models", "Read the warehouse", "More"
+ORDER = ("study", "ingest", "finetune", "report", "query", "queries", "sql", "schema", "patterns", "merge")
+
+
+class _RootGroup(HelpGroup):
+    def list_commands(self, ctx: Any) -> list[str]:
+        return sorted(super().list_commands(ctx), key=lambda name: (ORDER + (name,)).index(name))
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"attnwh {importlib.metadata.version('attnwh')}")
+        raise typer.Exit()
+
+
 app = typer.Typer(
     name="attnwh",
-    cls=HelpGroup,
+    cls=_RootGroup,
     help="attnwh: an attention warehouse for transformer encoders. Ingest per-head attention "
     "statistics into DuckDB, then query them with SQL.",
-    no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    ctx: typer.Context,
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_version, help="Show attnwh's version and exit.")
+    ] = False,
+) -> None:
+    """The root of every command: --version, and the help for a bare `attnwh`."""
+    if ctx.invoked_subcommand is None:  # bare `attnwh`: the help
+        print(ctx.get_help())
+
+
+app.command(cls=HelpCommand, rich_help_panel=RUN)(study)
 # A group: bare `attnwh ingest` runs the statistics ingest; `attnwh ingest compare | relations | ablation`.
-app.add_typer(ingest_app, name="ingest")
-app.command(cls=HelpCommand)(merge)
-app.command(cls=HelpCommand)(sql)
-app.command(cls=HelpCommand)(queries)
-app.command(cls=HelpCommand)(query)
-app.command(cls=HelpCommand)(schema)
-app.command(cls=HelpCommand)(report)
-app.command(cls=HelpCommand)(finetune)
-app.command(cls=HelpCommand)(study)
+app.add_typer(ingest_app, name="ingest", rich_help_panel=RUN)
+app.command(cls=HelpCommand, rich_help_panel=RUN)(finetune)
+app.command(cls=HelpCommand, rich_help_panel=READ)(report)
+app.command(cls=HelpCommand, rich_help_panel=READ)(query)
+app.command(cls=HelpCommand, rich_help_panel=READ)(queries)
+app.command(cls=HelpCommand, rich_help_panel=READ)(sql)
+app.command(cls=HelpCommand, rich_help_panel=READ)(schema)
 # A group: `attnwh patterns reclassify | import-labels | train`.
-app.add_typer(patterns_app, name="patterns")
+app.add_typer(patterns_app, name="patterns", rich_help_panel=MORE)
+app.command(cls=HelpCommand, rich_help_panel=MORE)(merge)
 
 
 def main() -> None:

@@ -45,8 +45,15 @@ def make_progress(console: Console, unit: str = "ex", stat: ProgressColumn | Non
     from rich.text import Text
 
     class Speed(ProgressColumn):
+        """The mean rate since the bar started, as the summary line computes it (units done
+        over the run's seconds); rich's own estimate over its last samples shows nothing
+        until two updates have come and then differs from the summary."""
+
         def render(self, task: Any) -> Text:
-            return Text(f"{task.speed:.1f} {unit}/s" if task.speed else f"– {unit}/s", style="cyan")
+            seconds = task.finished_time if task.finished else task.elapsed
+            if not task.completed or not seconds:
+                return Text(f"– {unit}/s", style="cyan")
+            return Text(f"{task.completed / seconds:.1f} {unit}/s", style="cyan")
 
     class Fitted(Progress):
         def get_renderables(self) -> Iterator[RenderableType]:

@@ -206,11 +206,13 @@ def study(
         hooks = _ConsoleHooks(console)
         runner = Study(options, hooks, study_tasks)
     base = runner.base
+    # Fine-tuned models are scored on the whole eval split; statistics and ablations on samples of it.
+    scored = ", ".join(f"{t.name} {len(t.eval.examples)}" for t in runner.tasks)
     console.print(
         f"[bold]{base.name}[/] ({base.family}, {base.num_layers} layers × {base.num_heads} heads) on {base.device}; "
-        f"tasks {', '.join(t.name for t in runner.tasks)}; train ≤ {options.max_train_examples or 'all'} × "
-        f"{options.epochs:g} epochs, eval {options.limit}, ablation {options.ablation_limit} examples; "
-        f"{len(STAGES)} stages → {db}",
+        f"fine-tuning on ≤ {options.max_train_examples or 'all'} train examples × {options.epochs:g} epochs, "
+        f"scored on every eval example ({scored}); statistics on up to {options.limit} and ablation on up to "
+        f"{options.ablation_limit} eval examples per task; {len(STAGES)} stages → {db}",
         highlight=False,
     )
     with (

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Column, Table
+from rich.table import Table
 
 
 def describe(encoder: Any) -> str:
@@ -233,45 +233,60 @@ def _sinks_cell(n: int | None, delta: float | None, p_value: float | None) -> st
 
 
 def print_study(runner: Any, seconds: float) -> None:
-    """Per task of `attnwh study`: the tuned score, the most changed layer, the most helpful
-    head, and the tuned model's sink heads disabled together."""
-    from attnwh.study import is_significant
-
-    table = Table(
-        "task",
-        "fine-tuned score",
-        "most changed layer (mean cosine)",
-        f"most helpful head ({runner.options.modes[0]}: Δ, adjusted p)",
-        # Short headers that never shrink: at 80 columns the wide ones wrap instead.
-        Column("p < 0.05", min_width=len("p < 0.05")),
-        "sink heads together (Δ, p)",
-        Column("p < 0.05", min_width=len("p < 0.05")),
-        box=None,
-    )
-    summaries = runner.summary()
-    for s in summaries:
-        score = "–" if s.score is None else f"{s.metric} {s.score:.4f}"
-        layer = "–" if s.changed_layer is None else f"{s.changed_layer[0]} ({s.changed_layer[1]:.3f})"
-        if s.helpful_head is None:
-            head, significant = "none helped", "–"
-        else:
-            l, h, delta, p = s.helpful_head
-            head = f"{l}-{h} {s.metric} {delta:+.4f}, p adj {p:.2g}" if p is not None else f"{l}-{h} {delta:+.4f}"
-            significant = "yes" if is_significant(p) else "no"
-        if s.sinks is None:
-            sinks, sinks_significant = "–", "–"
-        else:
-            n, delta, p_value = s.sinks
-            sinks = f"{n}: {s.metric} {delta:+.4f}" + ("" if p_value is None else f", p {p_value:.2g}")
-            # One test chosen from the attention statistics, not from the sweep: no correction.
-            sinks_significant = "yes" if is_significant(p_value) else "no"
-        table.add_row(s.task, score, layer, head, significant, sinks, sinks_significant)
+    """Per task of `attnwh study`, a block of plain sentences: the tuned score, the layer whose
+    attention changed most, the head whose disabling helped most, and the tuned model's sink
+    heads disabled together. Blocks rather than a table: the table's seven columns wrapped to
+    eleven lines per task at 80 columns."""
     out = Console()
-    out.print(table)
-    for s in summaries:
-        if s.sinks_note:
-            out.print(f"{s.task}: {s.sinks_note}", highlight=False, soft_wrap=True)
+    for s in runner.summary():
+        out.print(f"[bold]{s.task}[/]", highlight=False)
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(width=len("most helpful head") + 2, style="dim")
+        grid.add_column(overflow="fold")
+        for label, text in study_lines(s):
+            grid.add_row(label, text)
+        out.print(grid)
     out.print(f"report: {runner.options.report.resolve()}", highlight=False, soft_wrap=True)
     out.print(f"warehouse: {runner.options.db.resolve()}", highlight=False, soft_wrap=True)
     out.print(f"models: {runner.options.models_dir.resolve()}", highlight=False, soft_wrap=True)
     out.print(f"study done in {seconds:.1f} s", highlight=False)
+
+
+def study_lines(s: Any) -> list[tuple[str, str]]:
+    """A `TaskSummary` as (label, sentence) pairs."""
+    from attnwh.study import is_significant
+
+    def verdict(p: float | None) -> str:
+        return "significant" if is_significant(p) else "not significant"
+
+    def on(n: int | None) -> str:
+        return "" if n is None else f" on {n} examples"
+
+    lines = []
+    if s.score is None:
+        lines.append(("fine-tuned", "no score"))
+    else:
+        lines.append(("fine-tuned", f"{s.metric} {s.score:.4f}{on(s.score_examples)}"))
+    if s.changed_layer is None:
+        lines.append(("most changed layer", "no comparison"))
+    else:
+        layer, cosine = s.changed_layer
+        lines.append(("most changed layer", f"layer {layer}: mean cosine {cosine:.3f} to the pre-trained maps"))
+    mode = f"{s.mode} disabling{on(s.ablation_examples)}" if s.mode else "disabling"
+    if s.helpful_head is not None:
+        l, h, delta, p = s.helpful_head
+        adjusted = "" if p is None else f", adjusted p {p:.2g}, {verdict(p)}"
+        lines.append(("most helpful head", f"head {l}-{h}: {s.metric} {delta:+.4f} ({mode}){adjusted}"))
+    elif s.mode is not None:
+        lines.append(("most helpful head", f"none helped: disabling no single head raised {s.metric} ({mode})"))
+    else:
+        lines.append(("most helpful head", "no ablation sweep"))
+    if s.sinks is not None:
+        n, delta, p_value = s.sinks
+        # One test chosen from the attention statistics, not from the sweep: no correction.
+        tested = "" if p_value is None else f", p {p_value:.2g}, {verdict(p_value)}"
+        heads = "1 sink head" if n == 1 else f"{n} sink heads"
+        lines.append(("sink heads", f"{heads} disabled together: {s.metric} {delta:+.4f}{tested}"))
+    elif s.sinks_note:
+        lines.append(("sink heads", s.sinks_note))
+    return lines

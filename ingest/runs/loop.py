@@ -271,20 +271,34 @@ def store_stream(
     each run's bar starts with its first part. An exception (Ctrl-C included) marks the runs
     interrupted or failed; what was stored stays, and a rerun resumes from it."""
     by_key = {run.run_key: run for run in opened}
-    current: OpenRun | None = None
-    started = time.perf_counter()
+    order = [run for run in opened if run.units]
+    # A run's clock and bar start when its first unit starts computing (the stream's start,
+    # or the end of the run before it), not when its first part comes back: otherwise the
+    # first unit's time is left out, and the bar's rate and the summary's differ.
+    left = {run.run_key: {u.name for u in run.units} for run in order}
+    started: dict[str, float] = {}
+
+    def begin(index: int) -> None:
+        if index < len(order) and order[index].run_key not in started:
+            started[order[index].run_key] = time.perf_counter()
+            if on_start:
+                on_start(order[index].label, order[index].total)
+
     with runs.marking_failure(con, *(run.run_id for run in opened)):
-        for part in executor.map([u for run in opened for u in run.units]):
+        begin(0)
+        for part in executor.map([u for run in order for u in run.units]):
             run = by_key[part.run_key]
-            if run is not current:
-                current, started = run, time.perf_counter()
-                if on_start:
-                    on_start(run.label, run.total)
+            begin(order.index(run))  # a part ahead of its turn (several workers) starts its run
             rows.store_part(con, run.run_id, part)
             run.n_rows += part.tables[table].num_rows
-            run.seconds = time.perf_counter() - started
+            run.seconds = time.perf_counter() - started[run.run_key]
             if on_batch:
                 on_batch(part.n_examples)
+            waiting = left[run.run_key]
+            if waiting:
+                waiting.discard(part.name)
+                if not waiting:
+                    begin(order.index(run) + 1)
 
 
 def shard_runs(
