@@ -131,3 +131,15 @@ def test_options_that_would_be_ignored_are_refused(monkeypatch, capsys, tmp_path
     code, _, err = run(monkeypatch, capsys, *args, "--db", str(db))
     assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
     assert not db.exists()
+
+
+def test_the_shard_options_say_which_count_from_0_and_which_from_1():
+    commands = _commands()
+    for path in ("attnwh ingest", "attnwh ingest compare", "attnwh ingest ablation"):
+        command = commands[path]
+        assert "I counted from 1" in _param(command, "shard").help, path
+        assert "I counted from 0" in _param(command, "shard_index").help, path
+        assert _param(command, "shards").opts == ["--shards"], path
+        names = [p.name for p in command.params]
+        assert names.index("shard") + 1 == names.index("shard_index") == names.index("shards") - 1, path
+    assert _param(commands["attnwh study"], "shard_index") is None  # the study takes no static shard

@@ -39,3 +39,16 @@ def test_commands_are_listed_study_first_merge_last(monkeypatch, capsys):
 def test_bare_attnwh_shows_the_help_once(monkeypatch, capsys):
     code, out, err = run(monkeypatch, capsys)
     assert code == 0 and out.count("Usage:") == 1 and out.count("╭─ Run models") == 1 and not err
+
+
+def test_ctrl_c_anywhere_is_one_line_and_exit_130(monkeypatch, capsys):
+    # Ctrl-C where no command handles it (here: while the bundled task is read) must not exit 0.
+    from attnwh.ingest.sources import tasks
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tasks, "load_tasks", interrupted)
+    monkeypatch.setattr("attnwh.cli.options.load_tasks", interrupted)
+    code, _, err = run(monkeypatch, capsys, "ingest", "--limit", "2")
+    assert code == 130 and err.strip().splitlines()[-1] == "attnwh: error: interrupted"

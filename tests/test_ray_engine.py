@@ -9,6 +9,7 @@ Needs the ray extra (`pip install 'attnwh[ray]'`), which CI installs.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -251,24 +252,41 @@ def listening():
                 found[fields[9]] = fields[1].rsplit(":", 1)[0]
     return found
 before = listening()
-from attnwh.ingest.runs.ray_engine import connect
-ray = connect(None)
+from attnwh.cli import main
+sys.argv = ["attnwh", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+import ray
 from ray._common.usage import usage_lib
 print("usage", usage_lib.usage_stats_enabled(), os.environ.get("RAY_USAGE_STATS_ENABLED"))
 print("node", ray.util.get_node_ip_address())
+print("logs", ray._private.worker._global_node.get_logs_dir_path())
 for inode, address in listening().items():
     if inode not in before:
         print("listen", address)
-ray.shutdown()
-"""
+"""  # Ray stays up until the process exits, as in a command: its shutdown is on stderr too
 
 LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+# What Ray's own lines look like: its Python loggers ("2026-01-01 10:00:00,123\tWARNING file.py:85 --"),
+# its C++ core ("[2026-01-01 10:00:00,123 E 123 123] core_worker.cc:2465:"), Python warnings
+# from its files, worker output ("(raylet)", "(MapWorker pid=…)").
+RAY_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\.(py|cc|h):\d+|\bray\b|pid=\d+", re.IGNORECASE)
 
 
-def test_a_local_instance_reports_no_usage_and_listens_on_loopback_only(tmp_path):
+def test_a_local_instance_reports_no_usage_listens_on_loopback_only_and_keeps_stderr_clean(tiny_model_dir, tmp_path):
+    """A whole `attnwh ingest --engine ray` with its own local instance, as a user runs it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}  # attnwh must set them itself
+    data = write_pairs(tmp_path / "pairs.tsv", 6)
+    args = ["ingest", "--model", str(tiny_model_dir("bert")), *pair_args(data, tmp_path / "w.duckdb", 3)]
     done = subprocess.run(
-        [sys.executable, "-c", LISTENING], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path
+        [sys.executable, "-c", LISTENING, *args, "--engine", "ray", "--workers", "1", "--device", "cpu"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -277,6 +295,17 @@ def test_a_local_instance_reports_no_usage_and_listens_on_loopback_only(tmp_path
     addresses = [line.split()[1] for line in lines if line.startswith("listen")]
     assert addresses, done.stdout  # Ray did start servers
     assert set(addresses) <= LOOPBACK, addresses
+    # stderr: attnwh's own lines (the model, the bar), none of Ray's; those are in the session's logs.
+    assert [line for line in done.stderr.splitlines() if RAY_LINE.search(line)] == [], done.stderr
+    assert any(line.startswith("pairs") for line in done.stderr.splitlines()), done.stderr  # the bar
+    logs = next(Path(line.split(maxsplit=1)[1]) for line in lines if line.startswith("logs"))
+    assert (logs / "attnwh-driver.log").is_file()
+
+
+def test_the_address_check_passes_a_real_ray_cluster(ray_instance):
+    from attnwh.ingest.runs.ray_engine import check_address
+
+    check_address(ray_instance.get_runtime_context().gcs_address)  # no error: it answers as Ray does
 
 
 def test_study_runs_ingest_compare_and_the_sweep_on_ray(monkeypatch, capsys, tmp_path):

@@ -6,6 +6,7 @@ while nothing is written."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from pathlib import Path
 
@@ -216,18 +217,69 @@ def test_merge_of_a_missing_or_empty_folder_is_one_line(monkeypatch, capsys, tmp
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--shard", "3/2", "--shard-dir", "x"], "between 1 and N"),
+        (["--shard", "3/2", "--shard-dir", "x"], "--shard 3/2: I counts from 1, so it is 1 … 2"),
+        (["--shard", "0/3", "--shard-dir", "x"], "I counts from 1, so it is 1 … 3; for an index counted from 0"),
         (["--shard", "two", "--shard-dir", "x"], "write it as I/N"),
         (["--shard", "1/2"], "give --shard-dir"),
+        (["--shard-index", "0", "--shards", "2"], "give --shard-dir"),
         (["--workers", "3"], "--workers goes with --engine ray"),
-        (["--shard-dir", "x"], "--shard-dir goes with --shard or --engine ray"),
+        (["--shard-dir", "x"], "--shard-dir goes with --shard, --shard-index or --engine ray"),
         (["--engine", "ray", "--shard", "1/2", "--shard-dir", "x"], "does not combine with --engine ray"),
+        (["--engine", "ray", "--shard-index", "0", "--shards", "2", "--shard-dir", "x"], "does not combine"),
+        # The two conventions, each out of range, and mixed.
+        (["--shard-index", "3", "--shards", "3", "--shard-dir", "x"], "the index counts from 0, so it is 0 … 2"),
+        (["--shard-index", "-1", "--shards", "3", "--shard-dir", "x"], "the index counts from 0, so it is 0 … 2"),
+        (["--shard-index", "0", "--shards", "0", "--shard-dir", "x"], "there must be at least 1 shard"),
+        (["--shard-index", "0", "--shard-dir", "x"], "--shard-index goes with --shards N"),
+        (["--shards", "3", "--shard-dir", "x"], "--shards goes with --shard-index I"),
+        (
+            ["--shard", "1/3", "--shard-index", "0", "--shards", "3", "--shard-dir", "x"],
+            "give --shard I/N (I counted from 1) or --shard-index I --shards N (I counted from 0), not both",
+        ),
     ],
 )
 def test_engine_options_in_bad_combinations_fail_with_one_line(monkeypatch, capsys, pairs, tmp_path, extra, message):
     code, _, err = run(monkeypatch, capsys, "ingest", *pair_args(pairs, tmp_path / "w.duckdb"), *extra)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and message in lines[0], err
+    assert not (tmp_path / "w.duckdb").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["ingest"], ["ingest", "compare", "--tuned", "x"], ["ingest", "ablation", "--model", "x", "--task", "sentiment"]],
+)
+def test_every_sharded_command_takes_both_conventions_and_refuses_them_mixed(monkeypatch, capsys, tmp_path, command):
+    db = tmp_path / "w.duckdb"
+    both = ["--shard", "2/3", "--shard-index", "1", "--shards", "3", "--shard-dir", str(tmp_path / "s")]
+    code, _, err = run(monkeypatch, capsys, *command, "--db", str(db), *both)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "not both" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_shard_index_counted_from_0_writes_the_same_part_as_shard_counted_from_1(
+    monkeypatch, capsys, tiny_model_dir, tmp_path
+):
+    """torchrun's RANK 0 (or a Slurm array from 0) is --shard-index 0, the same shard as --shard 1/3."""
+    from attnwh.ingest.runs import shards
+
+    data = write_pairs(tmp_path / "pairs.tsv", N)
+    args = ["ingest", "--model", str(tiny_model_dir("bert")), *pair_args(data, tmp_path / "w.duckdb", 4)]
+    folders = {}
+    for name, shard in [("from1", ["--shard", "1/3"]), ("from0", ["--shard-index", "0", "--shards", "3"])]:
+        folders[name] = tmp_path / name
+        code, out, err = run(monkeypatch, capsys, *args, *shard, "--shard-dir", str(folders[name]))
+        assert code == 0, err
+    (run_dir,) = folders["from1"].iterdir()
+    parts = sorted(p.name for p in run_dir.iterdir() if p.name.startswith("part-"))
+    assert parts == ["part-000000", "part-000003"]  # units 0 and 3 of six: every third, from the first
+    assert sorted(p.name for p in (folders["from0"] / run_dir.name).iterdir()) == sorted(
+        p.name for p in run_dir.iterdir()
+    )
+    for part in parts:
+        a, b = shards.read_part(run_dir / part), shards.read_part(folders["from0"] / run_dir.name / part)
+        assert a.tables.keys() == b.tables.keys()
+        assert all(a.tables[t].equals(b.tables[t]) for t in a.tables), part
     assert not (tmp_path / "w.duckdb").exists()
 
 
@@ -293,3 +345,14 @@ def test_sharded_statistics_equal_the_single_process_on_the_bundled_minilm(monke
     args = ["ingest", "--limit", "12", "--batch-size", "4"]
     single, merged = single_and_sharded(monkeypatch, capsys, args, tmp_path, 2)
     assert_same_rows(single, merged, "head_stats", STATS, 2 * 12 * 6 * 12)  # two sample tasks, 6 layers × 12 heads
+
+
+@pytest.mark.parametrize(
+    "shard",
+    [["--shard", "2/3"], ["--shard=2/3"], ["--shard-index", "1", "--shards", "3"], ["--shard-index=1", "--shards=3"]],
+)
+def test_the_finish_command_of_a_sharded_ablation_drops_either_form_of_shard_options(shard):
+    from attnwh.ingest.runs.shards import _without_shard_options
+
+    command = shlex.join(["attnwh", "ingest", "ablation", "--model", "m", *shard, "--shard-dir", "s", "--db", "w"])
+    assert _without_shard_options(command) == "attnwh ingest ablation --model m --db w"

@@ -80,7 +80,10 @@ def main() -> None:
     """Entry point of the console script and of `python -m attnwh`."""
     try:
         # standalone_mode=False: click's own errors reach us too, to be shown as one line.
-        app(standalone_mode=False)
+        # Typer turns a Ctrl-C outside the commands' own handling (while a model loads, say)
+        # into the return value 130 rather than an exception.
+        if app(standalone_mode=False) == 130:
+            raise typer.Abort()
     except AttnwhError as exc:
         _fail(str(exc), exc.exit_code)
     except typer.TyperException as exc:

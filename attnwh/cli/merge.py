@@ -1,4 +1,5 @@
-"""`attnwh merge`: store the Parquet shards written by `--shard I/N` in the warehouse.
+"""`attnwh merge`: store the Parquet shards written by `--shard I/N` (or `--shard-index I
+--shards N`) in the warehouse.
 
 No torch: merging needs only the warehouse and the shard folder.
 """
@@ -23,9 +24,9 @@ def merge(
     ],
     db: DbOpt = DEFAULT_DB,
 ) -> None:
-    """Merge the shards of `--shard I/N` runs (ingest, compare, ablation) into the warehouse.
+    """Merge the shards of `--shard I/N` or `--shard-index I --shards N` runs (ingest, compare, ablation) into the warehouse.
 
-    Every file is checked first: a partial part (left by a shard that stopped while writing) or a foreign file is refused with one line, and nothing is written. Each part is stored in its own transaction; merging again, or a shard merged twice, adds nothing. A run holding all its examples is complete; one still missing shards is partial until they are merged. An ablation sweep is finished (significance, combinations, importance) by its command without --shard, which merge prints.
+    Every file is checked first: a partial part (left by a shard that stopped while writing) or a foreign file is refused with one line, and nothing is written. Each part is stored in its own transaction; merging again, or a shard merged twice, adds nothing. A run holding all its examples is complete; one still missing shards is partial until they are merged. An ablation sweep is finished (significance, combinations, importance) by its command without the shard options, which merge prints.
     """
     from attnwh.ingest.runs.shards import merge_shards
     from attnwh.sql import warehouse

@@ -216,7 +216,9 @@ EngineOpt = Annotated[
 RayAddressOpt = Annotated[
     str | None,
     typer.Option(
-        help="Ray cluster to join: auto, or ray://host:10001. Default: start a local instance that listens on "
+        help="Ray cluster to join, from one of its nodes: auto (the one `ray start` started on this machine, or "
+        "RAY_ADDRESS) or the head's host:6379. Checked first: an address where no Ray answers fails in seconds. "
+        "Not ray:// (Ray Data does not run through Ray Client). Default: start a local instance that listens on "
         "127.0.0.1 only."
     ),
 ]
@@ -232,10 +234,21 @@ GpusPerWorkerOpt = Annotated[
 ShardOpt = Annotated[
     str | None,
     typer.Option(
-        help="Compute only static slice I of N (e.g. 3/8, the same slices on every machine) and write it to "
-        "--shard-dir instead of the warehouse, for Slurm job arrays or torchrun; `attnwh merge` loads the slices."
+        metavar="I/N",
+        help="Compute only static slice I of N, I counted from 1 (1/8 to 8/8, the same slices on every machine), "
+        "and write it to --shard-dir instead of the warehouse, for Slurm job arrays or torchrun; `attnwh merge` "
+        "loads the slices. Counting from 0: --shard-index with --shards.",
     ),
 ]
+ShardIndexOpt = Annotated[
+    int | None,
+    typer.Option(
+        metavar="I",
+        help="The same as --shard, with I counted from 0 (0 to N-1: torchrun's $RANK, $SLURM_ARRAY_TASK_ID of "
+        "--array=0-7); give --shards N with it. --shard-index 0 --shards 8 is --shard 1/8.",
+    ),
+]
+ShardsOpt = Annotated[int | None, typer.Option(metavar="N", help="How many slices in all, with --shard-index.")]
 ShardDirOpt = Annotated[
     Path | None,
     typer.Option(
@@ -254,11 +267,14 @@ class Engine:
     workers: WorkersOpt = 2
     gpus_per_worker: GpusPerWorkerOpt = None
     shard: ShardOpt = None
+    # Keyword-only: `attnwh study`, which takes no shard, builds the group positionally.
+    shard_index: ShardIndexOpt = dataclasses.field(default=None, kw_only=True)
+    shards: ShardsOpt = dataclasses.field(default=None, kw_only=True)
     shard_dir: ShardDirOpt = None
 
     def options(self, device: str) -> EngineOptions:
         """The engine settings for the library (checked: one line for a bad combination)."""
-        from attnwh.ingest.runs.engine import EngineOptions, parse_shard
+        from attnwh.ingest.runs.engine import EngineOptions, parse_shard, shard_from_index
 
         ray_only = [
             name
@@ -271,15 +287,21 @@ class Engine:
         ]
         if ray_only and self.engine is not EngineChoice.ray:
             raise UsageError(f"{ray_only[0]} goes with --engine ray")
-        if self.shard_dir is not None and self.shard is None and self.engine is not EngineChoice.ray:
-            raise UsageError("--shard-dir goes with --shard or --engine ray")
+        from_zero = self.shard_index is not None or self.shards is not None
+        if self.shard is not None and from_zero:
+            raise UsageError(
+                "give --shard I/N (I counted from 1) or --shard-index I --shards N (I counted from 0), not both"
+            )
+        sharded = self.shard is not None or from_zero
+        if self.shard_dir is not None and not sharded and self.engine is not EngineChoice.ray:
+            raise UsageError("--shard-dir goes with --shard, --shard-index or --engine ray")
         return EngineOptions(
             engine=self.engine.value,
             ray_address=self.ray_address,
             workers=self.workers,
             gpus_per_worker=self.gpus_per_worker,
             device=device,
-            shard=parse_shard(self.shard),
+            shard=shard_from_index(self.shard_index, self.shards) if from_zero else parse_shard(self.shard),
             shard_dir=self.shard_dir,
         )
 

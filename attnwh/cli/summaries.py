@@ -51,7 +51,13 @@ def print_shards(summaries: Sequence[Any], seconds: float) -> None:
     for s in summaries:
         index, count = s.shard
         table.add_row(
-            s.task, s.kind, s.run_key[:12], f"{index}/{count}", str(s.n_units), str(s.n_written), str(s.n_examples)
+            s.task,
+            s.kind,
+            s.run_key[:12],
+            f"{index}/{count} (index {index - 1})",  # both conventions: --shard from 1, --shard-index from 0
+            str(s.n_units),
+            str(s.n_written),
+            str(s.n_examples),
         )
     out = Console()
     out.print(table)

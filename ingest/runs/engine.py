@@ -6,9 +6,11 @@ with `rows.store_part`; the engine only decides who computes:
 - ``local`` (default): this process, unit after unit;
 - ``ray``: a pool of Ray actors, each holding the model once (:mod:`attnwh.ingest.runs.ray_engine`);
   the parts come back through a shard folder and this process, the one writer, stores them;
-- a static shard (``--shard I/N --shard-dir DIR``): this process computes every N-th unit
-  and writes it to DIR, touching no warehouse; ``attnwh merge DIR`` stores them later. For
-  Slurm job arrays and torchrun, where each task gets its own I.
+- a static shard (``--shard I/N`` counted from 1, or ``--shard-index I --shards N`` counted
+  from 0, with ``--shard-dir DIR``): this process computes every N-th unit and writes it to
+  DIR, touching no warehouse; ``attnwh merge DIR`` stores them later. For Slurm job arrays
+  and torchrun, where each task gets its own I (torchrun's RANK counts from 0, a Slurm
+  array from whatever ``--array`` says).
 """
 
 from __future__ import annotations
@@ -34,11 +36,11 @@ ENGINES = ("local", "ray")
 @dataclass(frozen=True)
 class EngineOptions:
     engine: str = "local"  # local | ray
-    ray_address: str | None = None  # None: start a local Ray instance; "auto" or "ray://host:port"
+    ray_address: str | None = None  # None: start a local Ray instance; "auto" or "host:port" (not ray://)
     workers: int = 2  # Ray actors, each holding the model once
     gpus_per_worker: float | None = None  # None: 1 when the cluster has GPUs and --device is not cpu
     device: str = "auto"  # what the user asked for; a Ray worker resolves it where it runs
-    shard: tuple[int, int] | None = None  # static shard I of N (1-based)
+    shard: tuple[int, int] | None = None  # static shard I of N, I counted from 1 (see shard_from_index)
     shard_dir: Path | None = None  # where shards go (static: required; Ray: default beside the warehouse)
 
     def __post_init__(self) -> None:
@@ -49,9 +51,14 @@ class EngineOptions:
             if count < 1 or not 1 <= index <= count:
                 raise UsageError(f"--shard {index}/{count}: I must be between 1 and N")
             if self.shard_dir is None:
-                raise UsageError("--shard writes its part of the work to a folder: give --shard-dir")
+                raise UsageError(
+                    "a static shard (--shard, --shard-index) writes its part of the work to a folder: give --shard-dir"
+                )
             if self.engine != "local":
-                raise UsageError("--shard runs one static slice in this process; it does not combine with --engine ray")
+                raise UsageError(
+                    "a static shard (--shard, --shard-index) runs one slice in this process; "
+                    "it does not combine with --engine ray"
+                )
         if self.engine == "ray":
             from attnwh.ingest.runs.ray_engine import INSTALL_HINT, ray_installed
 
@@ -61,19 +68,50 @@ class EngineOptions:
             raise UsageError("--workers must be at least 1")
         if self.gpus_per_worker is not None and self.gpus_per_worker < 0:
             raise UsageError("--gpus-per-worker cannot be negative")
+        if self.engine == "ray" and self.ray_address is not None:
+            from attnwh.ingest.runs.ray_engine import check_address
+
+            # Now, before any model or data is loaded: Ray would retry for minutes.
+            check_address(self.ray_address)
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
-    """`I/N` (1-based) as (I, N); None stays None."""
+    """`--shard I/N`, I counted from 1 (1 … N), as (I, N); None stays None."""
     if text is None:
         return None
     head, sep, tail = text.partition("/")
     if not sep or not head.strip().isdigit() or not tail.strip().isdigit():
-        raise UsageError(f"--shard {text!r}: write it as I/N, e.g. 3/8")
+        raise UsageError(f"--shard {text!r}: write it as I/N with I counted from 1, e.g. 3/8")
     index, count = int(head), int(tail)
-    if count < 1 or not 1 <= index <= count:
-        raise UsageError(f"--shard {text}: I must be between 1 and N")
+    if count < 1:
+        raise UsageError(f"--shard {text}: N must be at least 1")
+    if not 1 <= index <= count:
+        zero = (
+            f"; for an index counted from 0 (torchrun's RANK, a Slurm array from 0) give --shard-index 0 --shards {count}"
+            if index == 0
+            else ""
+        )
+        raise UsageError(f"--shard {text}: I counts from 1, so it is 1 … {count}{zero}")
     return index, count
+
+
+def shard_from_index(index: int | None, count: int | None) -> tuple[int, int] | None:
+    """`--shard-index I --shards N`, I counted from 0 (0 … N-1), as the same shard's
+    (I + 1, N) that :func:`parse_shard` gives for `--shard I+1/N`; both None stay None."""
+    if index is None and count is None:
+        return None
+    if count is None:
+        raise UsageError("--shard-index goes with --shards N (how many shards in all)")
+    if index is None:
+        raise UsageError("--shards goes with --shard-index I (this shard's index, counted from 0)")
+    if count < 1:
+        raise UsageError(f"--shards {count}: there must be at least 1 shard")
+    if not 0 <= index < count:
+        raise UsageError(
+            f"--shard-index {index} --shards {count}: the index counts from 0, so it is 0 … {count - 1}; "
+            f"for I counted from 1 give --shard I/{count}"
+        )
+    return index + 1, count
 
 
 @dataclass(frozen=True)

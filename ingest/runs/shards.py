@@ -393,10 +393,11 @@ def _merge_run(con: duckdb.DuckDBPyConnection, run: ShardRun, on_part: Callable[
 
 
 def _without_shard_options(command: str | None) -> str | None:
-    """The recorded command of a shard without its --shard and --shard-dir: the command that
-    finishes the run in one process."""
+    """The recorded command of a shard without its shard options (--shard, or --shard-index
+    and --shards, and --shard-dir): the command that finishes the run in one process."""
     if not command:
         return None
+    options = ("--shard", "--shard-index", "--shards", "--shard-dir")
     words = shlex.split(command)
     kept: list[str] = []
     skip = False
@@ -404,10 +405,10 @@ def _without_shard_options(command: str | None) -> str | None:
         if skip:
             skip = False
             continue
-        if word in ("--shard", "--shard-dir"):
+        if word in options:
             skip = True
             continue
-        if word.startswith(("--shard=", "--shard-dir=")):
+        if word.startswith(tuple(f"{option}=" for option in options)):
             continue
         kept.append(word)
     return shlex.join(kept)
