@@ -7,6 +7,8 @@ chart's Vega-Lite spec, and so a researcher can build the same chart in a notebo
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any, TypeVar, cast
 
 import altair as alt
@@ -69,6 +71,35 @@ NEWLINE = "\n"
 _SPLIT = "split(datum.label, '\\n')"
 
 
+def wrapped(label: str, width: int) -> str:
+    """`label` (lines split by newlines) with each line wrapped at spaces into lines of at most
+    `width` characters, for a header above a panel narrower than its label; a word longer than
+    that is broken after a hyphen, slash, dot or underscore (model names), and only one
+    without any keeps a line of its own."""
+    out: list[str] = []
+    for line in label.split(NEWLINE):
+        current = ""
+        for word in line.split(" "):
+            pieces = re.findall(r"[^-/._]*[-/._]?", word)[:-1] if len(word) > width else [word]
+            for k, piece in enumerate(pieces):
+                joined = (current + piece) if k else (f"{current} {piece}" if current else piece)
+                if current and len(joined) > width:
+                    out.append(current.rstrip())
+                    current = piece
+                else:
+                    current = joined
+        out.append(current)
+    return NEWLINE.join(out)
+
+
+def fit_panels(data: pl.DataFrame, px: int) -> pl.DataFrame:
+    """`data` with its `panel` labels wrapped to headers `px` wide (bold 11 px: about 6.5 px a
+    character): a header line wider than its panel is cut, or, where the header may run on,
+    pushes the panels apart and the chart past the page."""
+    labels = {label: wrapped(label, px * 2 // 13) for label in data["panel"].unique().to_list()}
+    return data.with_columns(panel=pl.col("panel").replace_strict(labels, default=None))
+
+
 def _grid_width(frame: pl.DataFrame, cell: int) -> int:
     """Width in px of one layer × head panel of `cell` px squares."""
     heads = int(cast(int, frame["head"].max())) + 1 if frame.height else 12
@@ -107,9 +138,12 @@ def _panels(chart: alt.Chart | alt.LayerChart, columns: int, spacing: int, **hea
         "labelAlign": "left",
         **header,
     }
+    # Each panel draws its own x axis: a shared one goes in a footer under every column of the
+    # last row, so with a short last row (4 runs, 3 columns) the empty places got axes too and
+    # looked like untitled panels without data.
     return chart.facet(
         facet=alt.Facet("panel:N", title=None, header=alt.Header(**header)), columns=columns, spacing=spacing
-    )
+    ).resolve_axis(x="independent")
 
 
 def _layer(*charts: alt.Chart, **kwargs: Any) -> alt.LayerChart:
@@ -187,9 +221,9 @@ def special_tokens_heads(frame: pl.DataFrame) -> alt.HConcatChart:
     norm-weighted ones) are not one dark block beside the strong ones.
 
     `frame` is the `head_summary` query."""
-    data = _long(frame, ["layer", "head"])
     cell = _cell(frame, 13)
     width = _grid_width(frame, cell)
+    data = fit_panels(_long(frame, ["layer", "head"]), width)
     columns = []
     for k, (column, target, weighting) in enumerate(SHARES):
         first = k == 0
@@ -228,9 +262,9 @@ def special_tokens_heads(frame: pl.DataFrame) -> alt.HConcatChart:
             labelAngle=0,
             labelAlign="left",
             labelFontWeight="bold",
-            # The first column's label may run on over the next column's header band, whose
-            # copy is transparent: a long lineage line ("fine-tuned on … from …") stays whole.
-            labelLimit=420 if first else width,
+            # Lines wrapped to the panel's width (fit_panels): a longer first-column label
+            # widened the first column's band and pushed the other five apart.
+            labelLimit=width,
             labelExpr=_SPLIT,
             labelColor="black" if first else "transparent",
         )
@@ -310,23 +344,28 @@ SINK_TOKENS: tuple[str, ...] = ("[CLS]", "[SEP]", "punctuation")
 
 
 def attention_sinks(frame: pl.DataFrame) -> alt.FacetChart:
-    """Heatmaps layer × token kind of Sink^eps (Gu et al. 2025): the share of the layer's heads
-    whose mean attention to that kind exceeds eps, with their count written in the cell, one
+    """Heatmaps layer × token kind of the sink share (Gu et al. 2025's Sink at threshold eps):
+    the share of the layer's heads whose mean attention to that kind exceeds eps, with their count written in the cell, one
     panel per run. `frame` is the `sink_heads` query."""
-    data = frame.with_columns(
-        panel=panel_label(frame),
-        count=pl.format("{}/{}", pl.col("sink_heads"), pl.col("heads")),
-        which_heads=pl.col("which_heads").fill_null("–"),
+    data = fit_panels(
+        frame.with_columns(
+            panel=panel_label(frame),
+            count=pl.format("{}/{}", pl.col("sink_heads"), pl.col("heads")),
+            which_heads=pl.col("which_heads").fill_null("–"),
+        ),
+        3 * 56 + 20,
     )
+    eps = float(cast(float, frame["eps"][0])) if frame.height else 0.3
     base = alt.Chart().encode(
         x=alt.X("token:N", title=None, sort=list(SINK_TOKENS), axis=alt.Axis(labelAngle=0)),
         y=alt.Y("layer:O", title="layer (from 0)"),
     )
     cells = base.mark_rect().encode(
-        # Fixed 0 to 1, so that panels of different models compare by colour.
+        # Fixed 0 to 1, so that panels of different models compare by colour. The title in
+        # words: legends draw text as it is, so the paper's Sink^ε would show its caret.
         color=alt.Color(
             "sink_share:Q",
-            title=["Sink^ε: share of", "the layer's heads"],
+            title=[f"sink share (ε = {eps:g}):", "the layer's heads", "that are sinks"],
             scale=alt.Scale(scheme="oranges", domain=[0, 1]),
         ),
         tooltip=[
@@ -530,13 +569,23 @@ def feature_attention(frame: pl.DataFrame) -> alt.FacetChart:
     an evenly attending head, one row of panels per run. `frame` is `feature_attention`."""
     data = frame.with_columns(panel=relations_label(frame))
     order = ["noun", "verb", "pronoun", "subject", "object", "negation"]
+    # At least 0 to 2, so that 1 (the midpoint) is inside the scale even when no head
+    # reaches twice the even share.
+    top = max(float(cast(float | None, frame["vs_uniform"].max()) or 0.0), 2.0)
     cells = _heatmap(
         data,
         _cell(frame, 13),
         # Diverging around 1, chance (a head attending evenly): white = as a uniform head,
-        # orange = more, purple = less.
+        # orange = more, purple = less. The legend names its midpoint: the default ticks
+        # (0, 2, 4, …) leave the reader to guess where white is.
         color=alt.Color(
-            "vs_uniform:Q", title="× uniform head", scale=alt.Scale(scheme="purpleorange", domainMid=1, domainMin=0)
+            "vs_uniform:Q",
+            title="× uniform head",
+            scale=alt.Scale(scheme="purpleorange", domainMid=1, domain=[0, top]),
+            legend=alt.Legend(
+                values=[0, 1, math.floor(top * 10) / 10],
+                labelExpr="datum.value === 1 ? '1 = uniform' : datum.label",
+            ),
         ),
         tooltip=[
             alt.Tooltip("panel:N", title="run"),
@@ -621,7 +670,7 @@ def pattern_frequency(frame: pl.DataFrame) -> alt.Chart:
                 alt.Tooltip("examples:Q"),
             ],
         )
-        .properties(width=520, height=alt.Step(54))
+        .properties(width=440, height=alt.Step(54))
     )
     return _styled(bars, view_stroke=None)
 
@@ -629,8 +678,13 @@ def pattern_frequency(frame: pl.DataFrame) -> alt.Chart:
 def pattern_layers(frame: pl.DataFrame) -> alt.FacetChart:
     """Stacked bars per layer of the pattern types' shares, one panel per run. `frame` is the
     `pattern_by_layer` query."""
+    layers = int(cast(int, frame["layer"].max())) + 1 if frame.height else 12
+    # Each header line wrapped to its panel's width (bold 11 px: about 6.5 px a character),
+    # never narrower than 160 px: a fine-tuned model's lineage line was cut at the limit.
+    limit = max(22 * layers, 160)
+    data = fit_panels(_with_pattern_order(frame), limit)
     bars = (
-        alt.Chart(_with_pattern_order(frame))
+        alt.Chart(data)
         .mark_bar()
         .encode(
             x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0)),
@@ -647,8 +701,7 @@ def pattern_layers(frame: pl.DataFrame) -> alt.FacetChart:
         )
         .properties(width=alt.Step(22), height=150)
     )
-    layers = int(cast(int, frame["layer"].max())) + 1 if frame.height else 12
-    return _styled(_panels(bars, 3, 16, labelLimit=max(22 * layers, 160)), view_stroke=None)
+    return _styled(_panels(bars, 3, 16, labelLimit=limit), view_stroke=None)
 
 
 def pooled(thumbnail: list[float], size: int = 16) -> list[list[float]]:
@@ -665,21 +718,60 @@ def pooled(thumbnail: list[float], size: int = 16) -> list[list[float]]:
     return [[round(value / top, 4) for value in row] for row in cells]
 
 
+def covered_tokens(tokens: list[str], side: int, cells: int, c: int) -> list[str]:
+    """The tokens under cell `c` of `cells` along one axis of a `side` × `side` thumbnail of
+    the map of `tokens`: ingest pools the n × n map to the thumbnail with adaptive average
+    pooling (bin i covers tokens floor(i n / side) to ceil((i + 1) n / side)), and `pooled`
+    sums side / cells bins into a cell."""
+    n, step = len(tokens), side // cells
+    return tokens[c * step * n // side : -(-(c + 1) * step * n // side)]
+
+
+def token_lines(tokens: list[str], width: int = 18, lines: int = 3) -> list[str]:
+    """`tokens` joined by spaces in lines of at most `width` characters (a longer token gets a
+    line of its own, cut), at most `lines` of them, the last ending in … when some are left."""
+    out: list[str] = []
+    for token in tokens:
+        token = token if len(token) <= width else token[: width - 1] + "…"
+        if out and len(out[-1]) + 1 + len(token) <= width:
+            out[-1] += " " + token
+        elif len(out) < lines:
+            out.append(token)
+        else:
+            out[-1] = out[-1][: width - 1] + "…"
+            break
+    return out
+
+
 def gallery_cells(frame: pl.DataFrame, size: int = 16) -> pl.DataFrame:
     """Long rows (pattern, column, map, query, key, value) of the `pattern_gallery`
     thumbnails, pooled from 32 × 32 to `size` × `size` cells (the page stays small) and
     scaled to each map's largest cell, so that every map uses the whole colour scale;
     `column` is the map's kind and its place among the type's maps of that kind. Cells below
     0.005 are left out: they draw as the white background anyway, and most cells of a map
-    are near 0, so the page stays small."""
+    are near 0, so the page stays small.
+
+    With the example's tokens (`tokens`, kept for examples of at most 64 tokens), each cell
+    names the query and key tokens it covers (`query_tokens`, `key_tokens`), and the map's
+    first row carries its `caption`: a line naming run, layer, head and length, then the
+    tokens, wrapped; a map is unreadable without the sentence it attends over."""
     rows: list[dict] = []
     for r in frame.iter_rows(named=True):
         cells = pooled(r["thumbnail"], size)
+        side = int(round(len(r["thumbnail"]) ** 0.5))
+        tokens: list[str] | None = r.get("tokens")
         margin = "" if r["margin"] is None else f" · margin {r['margin']:.3f}"
         label = (
             f"run {r['run_id']} · L{r['layer']} H{r['head']} · n={r['n_tokens']} · "
             f"V {r['vertical']:.2f} D {r['diagonal']:.2f} B {r['block']:.2f}{margin}"
         )
+        if tokens:
+            spans = [" ".join(covered_tokens(tokens, side, len(cells), c)) for c in range(len(cells))]
+            words = token_lines(tokens)
+        else:
+            spans = [""] * len(cells)
+            words = ["tokens not kept (over 64)" if r["n_tokens"] > 64 else "tokens not stored"]
+        caption: list[str] | None = [f"run {r['run_id']} · L{r['layer']} H{r['head']} · n={r['n_tokens']}", *words]
         for i, row in enumerate(cells):
             for j, value in enumerate(row):
                 if value < 0.005:
@@ -692,8 +784,12 @@ def gallery_cells(frame: pl.DataFrame, size: int = 16) -> pl.DataFrame:
                         "query": i,
                         "key": j,
                         "value": value,
+                        "query_tokens": spans[i],
+                        "key_tokens": spans[j],
+                        "caption": caption,
                     }
                 )
+                caption = None
     return pl.DataFrame(
         rows,
         schema={
@@ -703,6 +799,9 @@ def gallery_cells(frame: pl.DataFrame, size: int = 16) -> pl.DataFrame:
             "query": pl.Int64,
             "key": pl.Int64,
             "value": pl.Float64,
+            "query_tokens": pl.String,
+            "key_tokens": pl.String,
+            "caption": pl.List(pl.String),
         },
     )
 
@@ -712,10 +811,11 @@ GALLERY_COLUMNS = ("typical 1", "typical 2", "borderline 1", "borderline 2")
 
 def pattern_gallery(frame: pl.DataFrame) -> alt.FacetChart:
     """Small heatmaps of stored thumbnails, a row per pattern type: its two most typical and
-    two most borderline maps. `frame` is the `pattern_gallery` query."""
+    two most borderline maps, each with its run, layer, head and tokens written under it and
+    the tokens of each cell in its tooltip. `frame` is the `pattern_gallery` query."""
     data = gallery_cells(frame)
-    maps = (
-        alt.Chart(data)
+    cells = (
+        alt.Chart()
         .mark_rect()
         .encode(
             x=alt.X("key:O", axis=None),
@@ -728,12 +828,23 @@ def pattern_gallery(frame: pl.DataFrame) -> alt.FacetChart:
                 alt.Tooltip("pattern:N", title="type"),
                 alt.Tooltip("column:N", title="shown as"),
                 alt.Tooltip("map:N"),
-                alt.Tooltip("query:O"),
-                alt.Tooltip("key:O"),
+                alt.Tooltip("query_tokens:N", title="query tokens (row)"),
+                alt.Tooltip("key_tokens:N", title="key tokens (column)"),
                 alt.Tooltip("value:Q", format=".2f"),
             ],
         )
-        .properties(width=96, height=96)
+    )
+    # The caption under the map, in pixels from the map's top-left corner: one row per map
+    # carries it (a list of lines, which Vega draws one under the other).
+    captions = (
+        alt.Chart()
+        .transform_filter("isValid(datum.caption)")
+        .mark_text(align="left", baseline="top", fontSize=9, lineHeight=11, color="#333", limit=_GALLERY_SIDE)
+        .encode(text="caption:N", x=alt.value(0), y=alt.value(_GALLERY_SIDE + 4))
+    )
+    maps = (
+        _layer(cells, captions, data=data)
+        .properties(width=_GALLERY_SIDE, height=_GALLERY_SIDE)
         .facet(
             row=alt.Row(
                 "pattern:N",
@@ -742,10 +853,17 @@ def pattern_gallery(frame: pl.DataFrame) -> alt.FacetChart:
                 header=alt.Header(labelAngle=0, labelAlign="left", labelFontWeight="bold"),
             ),
             column=alt.Column("column:N", title=None, sort=list(GALLERY_COLUMNS), header=alt.Header(labelFontSize=11)),
-            spacing={"row": 10, "column": 6},
+            # The captions under the maps count in the rows' height (Vega-Lite lays out facets
+            # by their full bounds), so the spacing is only the gap below them.
+            spacing={"row": 14, "column": 8},
         )
     )
     return _styled(maps, view_stroke="#ddd")
+
+
+# Side in px of a map of the gallery: 16 pooled cells of 7 px, and a caption line of about
+# 20 characters under it.
+_GALLERY_SIDE = 112
 
 
 # Token kinds of massive activations, in the order of attnwh.ingest.measures.massive, with
@@ -890,6 +1008,11 @@ def _interval_around_zero(base: alt.Chart, mark: str, line: alt.Chart) -> alt.La
     return _layer(zero, interval, line)
 
 
+# A ring in a point mark's unit square: the outer circle clockwise, the inner one the other
+# way, so the default nonzero fill leaves the middle empty.
+_RING = "M 1 0 A 1 1 0 1 1 -1 0 A 1 1 0 1 1 1 0 Z M 0.62 0 A 0.62 0.62 0 1 0 -0.62 0 A 0.62 0.62 0 1 0 0.62 0 Z"
+
+
 def ablation_layers(frame: pl.DataFrame) -> alt.LayerChart:
     """The change in task score per disabled layer with its 95 % bootstrap interval, one colour
     per ablation run and metric. `frame` is `layer_ablation`."""
@@ -899,12 +1022,21 @@ def ablation_layers(frame: pl.DataFrame) -> alt.LayerChart:
         xOffset=alt.XOffset("panel:N"),
         color=_run_colour(),
     )
-    points = base.mark_point(filled=True, size=60).encode(
+    # One meaning of a filled dot on the whole page, as the ● of the head heatmap: filled =
+    # significant (adjusted p < 0.05), a ring = not. The ring is a path (Vega-Lite draws no
+    # legend for fillOpacity, so a hollow mark could not be explained in a legend).
+    points = base.mark_point(filled=True, size=80, opacity=1).encode(
         y="delta:Q",
         shape=alt.Shape(
             "significant:N",
             title="adjusted p < 0.05",
-            scale=alt.Scale(domain=[True, False], range=["diamond", "circle"]),
+            scale=alt.Scale(domain=[True, False], range=["circle", _RING]),
+            legend=alt.Legend(
+                labelExpr="datum.value ? 'yes: significant' : 'no'",
+                symbolFillColor="#333",
+                symbolStrokeColor="#333",
+                symbolSize=80,
+            ),
         ),
         tooltip=[
             alt.Tooltip("panel:N", title="run"),
@@ -913,6 +1045,7 @@ def ablation_layers(frame: pl.DataFrame) -> alt.LayerChart:
             alt.Tooltip("value:Q", title="disabled", format=".4f"),
             alt.Tooltip("delta:Q", title="Δ", format="+.4f"),
             alt.Tooltip("p_adjusted:Q", title="p adjusted (BH)", format=".3g"),
+            alt.Tooltip("significant:N", title="adjusted p < 0.05"),
         ],
     )
     return _styled(_interval_around_zero(base, "rule", points).properties(width=alt.Step(28), height=220))
@@ -921,10 +1054,19 @@ def ablation_layers(frame: pl.DataFrame) -> alt.LayerChart:
 def ablation_curve(frame: pl.DataFrame) -> alt.LayerChart:
     """The change in task score with the k most helpful heads disabled together, k = 1, 2, …,
     with its 95 % bootstrap band, one line per ablation run and metric; the dashed line is
-    the baseline. `frame` is `ablation_combinations`."""
-    curve = frame.filter(pl.col("kind") == "top_k")
+    the baseline. `frame` is `ablation_combinations`.
+
+    Only the k heads that did help alone count: the sweep ranks every head, so past
+    `n_helpful` (and for a run where none helped, from k = 1) its combinations hold heads
+    whose own disabling did not raise the score, which the axis title would misname."""
+    curve = frame.filter(pl.col("kind") == "top_k", pl.col("k") <= pl.col("n_helpful"))
     base = alt.Chart(curve.with_columns(panel=ablation_label(curve))).encode(
-        x=alt.X("k:Q", title="heads disabled together (the k that helped most alone)", axis=alt.Axis(tickMinStep=1)),
+        x=alt.X(
+            "k:Q",
+            title="heads disabled together (the k whose own disabling helped most)",
+            # A tick at each k: heads come whole, and Vega's ticks fall on halves (1.5 heads).
+            axis=alt.Axis(values=sorted(set(curve["k"].to_list())), format="d"),
+        ),
         color=_run_colour(),
     )
     line = base.mark_line(point=True).encode(

@@ -8,7 +8,7 @@ from typing import Any
 import altair as alt
 import polars as pl
 
-from attnwh.reports.charts import _line_legend, _styled, panel_label
+from attnwh.reports.charts import _SPLIT, _line_legend, _styled, fit_panels, panel_label
 
 # The lenses of `mixing_by_layer`, from attention weights to what the layer's output shows.
 LENSES: tuple[tuple[str, str], ...] = (
@@ -30,21 +30,51 @@ def lens_rows(frame: pl.DataFrame) -> pl.DataFrame:
     return long.drop_nulls("share").with_columns(lens=pl.col("lens").replace_strict(dict(LENSES)))
 
 
+# Panel width in px: a row's label is drawn above each of its panels, wrapped to this width
+# (fit_panels), since a longer line would be cut or push the panels apart.
+_PANEL_WIDTH = 210
+
+
+# Each lens's dash. Lenses can agree to within a line's width (on MiniLM the weight × value
+# norm and the heads' LayerNorm shares nearly coincide), and a solid line drawn over another
+# hides it: the later lenses are dashed, so the line under them shows through the gaps.
+LENS_DASHES: dict[str, list[int]] = {
+    "attention weight": [1, 0],
+    "weight × value norm": [1, 0],
+    "after residual + LayerNorm (heads)": [6, 3],
+    "after residual + LayerNorm (whole block)": [2, 2],
+    "value zeroing": [8, 3, 2, 3],
+}
+
+
 def context_mixing(frame: pl.DataFrame) -> alt.FacetChart:
     """Per run (rows) and target (columns): the share per layer under each lens, one line per
-    lens. `frame` is the `mixing_by_layer` query."""
+    lens, colour and dash both naming it; the legend lists only the lenses with data (value
+    zeroing only for runs ingested with it). `frame` is the `mixing_by_layer` query."""
     data = lens_rows(frame)
+    data = data.with_columns(header=fit_panels(data, _PANEL_WIDTH)["panel"])
+    present = set(data["lens"].to_list())
+    lenses = [label for _, label in LENSES if label in present]
+    colours = dict(zip((label for _, label in LENSES), ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756")))
+    legend = _line_legend()
     lines = (
         alt.Chart(data)
-        .mark_line(point=alt.OverlayMarkDef(size=25))
+        .mark_line(point=alt.OverlayMarkDef(size=20), strokeWidth=2)
         .encode(
             x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0)),
             y=alt.Y("share:Q", title="mean share", scale=alt.Scale(zero=True, nice=True)),
+            # Colour and dash share field and title, so Vega-Lite merges them into one legend.
             color=alt.Color(
                 "lens:N",
                 title="lens",
-                scale=alt.Scale(domain=[label for _, label in LENSES]),
-                legend=_line_legend(),
+                scale=alt.Scale(domain=lenses, range=[colours[lens] for lens in lenses]),
+                legend=legend,
+            ),
+            strokeDash=alt.StrokeDash(
+                "lens:N",
+                title="lens",
+                scale=alt.Scale(domain=lenses, range=[LENS_DASHES[lens] for lens in lenses]),
+                legend=legend,
             ),
             tooltip=[
                 alt.Tooltip("panel:N", title="run"),
@@ -54,18 +84,25 @@ def context_mixing(frame: pl.DataFrame) -> alt.FacetChart:
                 alt.Tooltip("share:Q", title="mean share", format=".3f"),
             ],
         )
-        .properties(width=200, height=150)
+        .properties(width=_PANEL_WIDTH, height=150)
     )
     header: dict[str, Any] = {
         "labelFontWeight": "bold",
         "labelAnchor": "start",
         "labelAlign": "left",
-        "labelLimit": 320,
     }
     return _styled(
         lines.facet(
-            row=alt.Row("panel:N", title=None, header=alt.Header(labelOrient="top", labelAngle=0, **header)),
-            column=alt.Column("target:N", title=None, sort=list(TARGETS), header=alt.Header(**header)),
+            # The run's label above each panel of its row, wrapped to the panel's width: on
+            # one line a fine-tuned model's label ("… fine-tuned on sentiment from …") was cut.
+            row=alt.Row(
+                "header:N",
+                title=None,
+                header=alt.Header(labelOrient="top", labelAngle=0, labelExpr=_SPLIT, labelLimit=_PANEL_WIDTH, **header),
+            ),
+            column=alt.Column(
+                "target:N", title=None, sort=list(TARGETS), header=alt.Header(labelLimit=_PANEL_WIDTH, **header)
+            ),
             spacing={"row": 14, "column": 12},
         ),
         view_stroke="#ddd",

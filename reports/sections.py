@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import altair as alt
 import duckdb
@@ -45,7 +46,25 @@ class TableBlock:
     rows: list[list[list[str]]]
 
 
-Block = ChartBlock | TableBlock
+@dataclass(frozen=True)
+class NoteBlock:
+    """A sentence in place of a chart that would draw nothing (the data is there, but no row
+    passes the query's test: no massive entry, no head whose disabling helped), saying what
+    was looked for and why there is no chart; `id` is the chart's. An empty chart would show
+    axes or a legend alone, which reads as a drawing error or, worse, as a finding."""
+
+    id: str
+    text: str
+
+
+Block = ChartBlock | TableBlock | NoteBlock
+
+
+def chart_or_note(
+    id: str, caption: str, frame: pl.DataFrame, draw: Callable[[pl.DataFrame], alt.TopLevelMixin], empty: str
+) -> ChartBlock | NoteBlock:
+    """The chart `draw(frame)` under `caption`, or the sentence `empty` when `frame` has no row."""
+    return ChartBlock(id, caption, draw(frame)) if frame.height else NoteBlock(id, empty)
 
 
 @dataclass(frozen=True)
@@ -79,9 +98,14 @@ class Section:
 
 @dataclass(frozen=True)
 class RenderedSection:
+    """A section as the page shows it: its blocks, or a note when it has nothing to draw;
+    `looked` says that its tables hold rows but none passed the test (the note then says
+    what was looked for), not that its data is missing."""
+
     section: Section
     blocks: list[Block] = field(default_factory=list)
     note: str | None = None
+    looked: bool = False
 
 
 def _lineage(ctx: ReportContext, frame: pl.DataFrame) -> pl.DataFrame:
@@ -117,9 +141,10 @@ def _sinks(ctx: ReportContext) -> list[Block]:
     return [
         ChartBlock(
             "chart-attention-sinks",
-            "Attention sinks (Gu et al. 2025): per layer (rows) and token kind (columns), Sink^ε = the share of the "
-            "layer's heads whose mean attention to [CLS], [SEP] or punctuation exceeds ε = 0.3 (the mean over query "
-            "rows and the run's examples, as in the heatmap above), with their count in the cell and, in the "
+            "Attention sinks (Gu et al. 2025): per layer (rows) and token kind (columns), the sink share (their "
+            "Sink with threshold ε = 0.3): the share of the layer's heads whose mean attention to [CLS], [SEP] or "
+            "punctuation exceeds ε (the mean over query rows and the run's examples, as in the heatmap above), "
+            "with their count in the cell and, in the "
             "tooltip, which heads and the largest norm-weighted share among them (Kobayashi et al.: how much of that "
             "attention carries anything); query sink_heads.",
             charts.attention_sinks(_lineage(ctx, ctx.query("sink_heads"))),
@@ -151,15 +176,8 @@ def sinks_text(frame: pl.DataFrame) -> str:
 
 def _sinks_vs_ablation(ctx: ReportContext) -> list[Block]:
     frame = _lineage(ctx, ctx.query("sink_vs_ablation"))
-    found = (
-        " " + sinks_text(frame)
-        if frame.height
-        else " No ablation run has a statistics run of its model on its examples, so the chart is empty: "
-        "`attnwh ingest --model FINETUNED` on the sweep's examples (the same data, seed and a --limit at least the "
-        "sweep's) adds one."
-    )
     return [
-        ChartBlock(
+        chart_or_note(
             "chart-sinks-vs-ablation",
             "Are the sink heads the ones that can be removed? Per head of a fine-tuned model, its sink score (the "
             "largest of its mean attention to [CLS], [SEP] and punctuation, from a statistics run of the same "
@@ -167,8 +185,13 @@ def _sinks_vs_ablation(ctx: ReportContext) -> list[Block]:
             "is disabled (disabled − baseline, as in the ablation heatmap), sink heads (score > ε = 0.3, dotted "
             "line) in orange; each panel's title gives Spearman's ρ across the heads (average ranks for ties) and "
             "its 95 % percentile bootstrap interval over resampled heads. A sink head that matters sits low on "
-            "the right; query sink_vs_ablation." + found,
-            charts.sinks_vs_ablation(frame),
+            "the right; query sink_vs_ablation. " + sinks_text(frame),
+            frame,
+            charts.sinks_vs_ablation,
+            "Are the sink heads the ones that can be removed? No ablation run has a statistics run of its model on "
+            "its examples, so there is no sink score to set against Δ: `attnwh ingest --model FINETUNED` on the "
+            "sweep's examples (the same data, seed and a --limit at least the sweep's) adds one; query "
+            "sink_vs_ablation.",
         )
     ]
 
@@ -223,44 +246,87 @@ def _finetune_change(ctx: ReportContext) -> list[Block]:
     ]
 
 
+def curve_text(frame: pl.DataFrame) -> str:
+    """What the top-k curve leaves out, one sentence per ablation run and metric of an
+    `ablation_combinations` frame whose curve is cut: 'Run 7 (accuracy): no head's own
+    disabling raised the score (none helped), so it has no top-k curve.' or '… 2 heads helped, so its
+    curve stops at k = 2 of the 10 disabled together.'; empty when every curve is whole."""
+    curves = frame.filter(pl.col("kind") == "top_k").group_by("run_id", "metric", maintain_order=True)
+    sentences = []
+    for (run_id, metric), rows in curves:
+        helped, longest = int(rows["n_helpful"][0]), int(cast(int, rows["k"].max()))
+        if helped == 0:
+            sentences.append(
+                f"Run {run_id} ({metric}): no head's own disabling raised the score (none helped), so it has no "
+                "top-k curve."
+            )
+        elif helped < longest:
+            heads = "1 head" if helped == 1 else f"{helped} heads"
+            sentences.append(
+                f"Run {run_id} ({metric}): {heads} helped, so its curve stops at k = {helped} of the {longest} "
+                "disabled together."
+            )
+    return " ".join(sentences)
+
+
 def _ablation(ctx: ReportContext) -> list[Block]:
+    heads = _lineage(ctx, ctx.query("ablation_effect"))
+    layers = _lineage(ctx, ctx.query("layer_ablation"))
+    combinations = _lineage(ctx, ctx.query("ablation_combinations"))
+    cut = curve_text(combinations)
+    curve = combinations.filter(pl.col("kind") == "top_k", pl.col("k") <= pl.col("n_helpful"))
     return [
-        ChartBlock(
+        chart_or_note(
             "chart-ablation-heads",
             "What disabling one head does to the task score (Kovaleva et al. Fig. 8): per layer and head, "
             "Δ = the fine-tuned model's score with that head disabled minus its score with none (red: disabling "
             "hurt, blue: disabling helped), on "
-            "the same examples; ● marks a change whose paired test (exact McNemar for accuracy, permutation otherwise) "
-            "survives the Benjamini–Hochberg correction across the run's heads and layers (adjusted p < 0.05); the "
-            "tooltip gives the 95 % bootstrap interval; query ablation_effect.",
-            charts.ablation_heads(_lineage(ctx, ctx.query("ablation_effect"))),
+            "the same examples; a filled dot ● marks a change whose paired test (exact McNemar for accuracy, "
+            "permutation otherwise) survives the Benjamini–Hochberg correction across the run's heads and layers "
+            "(adjusted p < 0.05), as everywhere on this page; the tooltip gives the 95 % bootstrap interval; query "
+            "ablation_effect.",
+            heads,
+            charts.ablation_heads,
+            "No single head was disabled in these ablation runs, so there is no heatmap; query ablation_effect.",
         ),
-        ChartBlock(
+        chart_or_note(
             "chart-ablation-layers",
             "The same Δ for every head of a layer disabled at once (Kovaleva et al. Fig. 9), with the 95 % paired "
-            "bootstrap interval of the change; a diamond marks adjusted p < 0.05; query layer_ablation.",
-            charts.ablation_layers(_lineage(ctx, ctx.query("layer_ablation"))),
+            "bootstrap interval of the change; a filled dot ● = adjusted p < 0.05 (significant), a ring ○ = not; "
+            "query layer_ablation.",
+            layers,
+            charts.ablation_layers,
+            "No whole layer was disabled in these ablation runs, so there is no chart; query layer_ablation.",
         ),
-        ChartBlock(
+        chart_or_note(
             "chart-ablation-curve",
             "Do helpful heads add up? The change in score with the k heads whose own disabling helped most disabled "
-            "together, k = 1, 2, …, with the 95 % bootstrap band; the heads were chosen on the same examples, so the "
-            "curve is optimistic; query ablation_combinations.",
-            charts.ablation_curve(_lineage(ctx, ctx.query("ablation_combinations"))),
+            "together, k = 1, 2, … up to the number of heads whose own disabling raised the score, with the 95 % "
+            "bootstrap band; the heads were chosen on the same examples, so the curve is optimistic; query "
+            "ablation_combinations." + (" " + cut if cut else ""),
+            curve,
+            charts.ablation_curve,
+            "Do helpful heads add up? "
+            + (cut or "These ablation runs disabled no heads together (`attnwh ingest ablation --top-k K` adds them).")
+            + " Query ablation_combinations.",
         ),
     ]
 
 
 def _importance(ctx: ReportContext) -> list[Block]:
+    effects = _lineage(ctx, ctx.query("ablation_effect"))
     return [
-        ChartBlock(
+        chart_or_note(
             "chart-importance",
             "Does the cheap estimate find the heads that matter? Per head, gradient importance (Michel et al.: mean "
             "over examples of |∂L/∂ξ| for a gate ξ on the head's output) against Δ, the change in score measured "
             "by disabling it (disabled − baseline, as in the heatmap above: the heads that matter are low), with "
             "the Spearman correlation across heads in each panel's title; queries ablation_effect and "
             "importance_vs_ablation.",
-            charts.importance_scatter(_lineage(ctx, ctx.query("ablation_effect")), ctx.query("importance_vs_ablation")),
+            effects.filter(pl.col("importance").is_not_null()),
+            lambda frame: charts.importance_scatter(frame, ctx.query("importance_vs_ablation")),
+            "No head of these ablation runs has a gradient importance (runs made with --no-importance), so there "
+            "is nothing to set against Δ; queries ablation_effect and importance_vs_ablation.",
         )
     ]
 
@@ -392,8 +458,10 @@ def _pattern_gallery(ctx: ReportContext) -> list[Block]:
             "chart-pattern-gallery",
             "Stored maps of each type (rows = queries, columns = keys, [CLS] at the top left), each pooled to "
             "16 × 16 and scaled to its largest cell: the two most typical (the largest margin: the classifier "
-            "that gave the types was surest) and the two most borderline (the smallest); hover a map for its run, "
-            "layer, head, length, the rules' scores V, D, B and its margin; query pattern_gallery.",
+            "that gave the types was surest) and the two most borderline (the smallest). Under each map its run, "
+            "layer (L), head (H), number of tokens n and the start of its tokens (kept for examples of at most 64 "
+            "tokens); hover a cell for the query and key tokens it pools, the rules' scores V, D, B and the margin; "
+            "query pattern_gallery.",
             charts.pattern_gallery(ctx.query("pattern_gallery")),
         )
     ]
@@ -401,22 +469,20 @@ def _pattern_gallery(ctx: ReportContext) -> list[Block]:
 
 def _massive(ctx: ReportContext) -> list[Block]:
     frame = _lineage(ctx, ctx.query("massive_activations"))
-    empty = (
-        ""
-        if frame.height
-        else " No stored entry of these runs passes the thresholds, so the chart is empty (a model with random or "
-        "small weights has none)."
-    )
     return [
-        ChartBlock(
+        chart_or_note(
             "chart-massive-activations",
             "Massive activations (Sun et al. 2024): per layer and hidden dimension, the share of the run's examples "
             "in which the layer's output has an entry with |h| > 100 and > 1000 × the median |h| of that output over "
             "the example's real tokens, counted among the 8 largest entries stored per example and layer; only "
             "dimensions that are ever massive get a column, and only layers that ever have one a row. The letter "
             "names the token kind holding most of the cell's entries (C [CLS], S [SEP], P punctuation, O other), the "
-            "tooltip every kind; query massive_activations." + empty,
-            charts.massive_activations(frame),
+            "tooltip every kind; query massive_activations.",
+            frame,
+            charts.massive_activations,
+            "No massive activations found (Sun et al. 2024): none of the 8 largest hidden-state entries stored per "
+            "example and layer of these runs has |h| > 100 and > 1000 × the median |h| of its layer's output, so "
+            "there is nothing to draw (a model with random or small weights has none); query massive_activations.",
         )
     ]
 
@@ -437,10 +503,12 @@ def _context_mixing(ctx: ReportContext) -> list[Block]:
         ),
         ChartBlock(
             "chart-mixing-ratio",
-            "Mixing ratio per layer (solid): the share of each token's post-LayerNorm attention output that comes "
-            "from other tokens, Σ_{j≠i} c_ij / Σ_j c_ij; and the residual's share of the terms' norms (dashed). "
-            "Kobayashi et al. (2021) found that the residual dominates in BERT, so each layer mixes little; query "
-            "mixing_by_layer.",
+            "Mixing ratio per layer (solid), as Kobayashi et al. (2021) define it: for each token, the norm of what "
+            "the other tokens contribute to its post-LayerNorm attention output, summed as vectors, over that plus "
+            "the norm of its own contribution (residual included), m / (m + p); and the residual's share of the "
+            "terms' norms (dashed). Kobayashi et al. found that the residual dominates in BERT, so each layer "
+            "mixes little. Runs stored before migration 14 have no ratio (ingest them again with --replace); "
+            "query mixing_by_layer, which also gives the larger share of summed norms (mixing_share).",
             mixing_charts.mixing_ratio(frame),
         ),
     ]
@@ -547,6 +615,12 @@ def render_sections(ctx: ReportContext, sections: tuple[Section, ...] = SECTIONS
         if missing:
             note = f"No data for this section yet: run `{section.produced_by}` to add this section."
             rendered.append(RenderedSection(section, note=note))
+            continue
+        blocks = section.build(ctx)
+        if blocks and all(isinstance(b, NoteBlock) for b in blocks):
+            # Nothing to draw: the section counts as one without data, its sentences as its note.
+            note = " ".join(b.text for b in blocks if isinstance(b, NoteBlock))
+            rendered.append(RenderedSection(section, note=note, looked=True))
         else:
-            rendered.append(RenderedSection(section, blocks=section.build(ctx)))
+            rendered.append(RenderedSection(section, blocks=blocks))
     return rendered

@@ -10,7 +10,8 @@
 -- (row-major) of `attnwh ingest --thumbnails N`; vertical, diagonal and block are the rules'
 -- scores V, D and B; slot the map's place among its type's maps of that kind (1, 2); margin is
 -- head_stats.pattern_margin (NULL for rows written before margins were kept, which then
--- count as borderline). model is a model name as stored; NULL = all.
+-- count as borderline); tokens the example's real tokens (example_tokens: kept for examples
+-- of at most 64 real tokens, NULL for longer ones). model is a model name as stored; NULL = all.
 WITH maps AS (
     SELECT
         m.name                                              AS model,
@@ -27,10 +28,12 @@ WITH maps AS (
         p.block,
         s.pattern_margin                                    AS margin,
         t.thumbnail,
+        k.tokens,
         hash(p.run_id, p.example_id, p.layer, p.head)       AS tiebreak
     FROM head_patterns AS p
     JOIN head_stats AS s USING (run_id, example_id, layer, head)
     JOIN pattern_thumbnails AS t USING (run_id, example_id, layer, head)
+    LEFT JOIN example_tokens AS k USING (run_id, example_id)
     JOIN runs AS r USING (run_id)
     JOIN models AS m USING (model_id)
     WHERE r.kind = 'statistics'
@@ -51,6 +54,6 @@ borderline AS (
     QUALIFY slot <= 2
 )
 SELECT model, task, run_id, example_id, layer, head, pattern_name AS pattern, kind, slot, n_tokens,
-       vertical, diagonal, block, margin, thumbnail
+       vertical, diagonal, block, margin, thumbnail, tokens
 FROM (SELECT * FROM typical UNION ALL SELECT * FROM borderline)
 ORDER BY pattern, kind DESC, slot;

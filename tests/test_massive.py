@@ -420,6 +420,5 @@ def test_report_section_says_when_nothing_is_massive(tmp_path):
     with duckdb.connect(str(db)) as con:
         con.execute("UPDATE massive_activations SET magnitude = magnitude / 10")  # all stay below 100
     section = next(s for s in build_report(db).sections if s.section.id == "massive-activations")
-    (block,) = section.blocks
-    assert "No stored entry of these runs passes the thresholds" in block.caption
-    assert next(iter(block.spec()["datasets"].values())) == []
+    # A sentence in place of a chart that would be a legend alone, and not a section with data.
+    assert section.blocks == [] and section.looked and section.note.startswith("No massive activations found")

@@ -62,15 +62,19 @@ def _python_ablation_summary(con, run_id: int, metric: str) -> dict:
     best_layer = max(layers, key=lambda r: r[5])
     helpful = [r for r in heads if r[5] > 0]
     combo = next((r for r in main if r[0] == "helpful"), None)
+    # A head or layer is named only when its disabling raised the score ("none helped" otherwise).
+    head_helped, layer_helped = best_head[5] > 0, best_layer[5] > 0
     return {
         "baseline": main[0][4],
-        "best_head_layer": best_head[1],
-        "best_head": best_head[2],
+        "best_head_layer": best_head[1] if head_helped else None,
+        "best_head": best_head[2] if head_helped else None,
         "best_head_delta": best_head[5],
-        "best_head_p_adjusted": best_head[6],
-        "best_layer": best_layer[1],
+        "best_head_p_adjusted": best_head[6] if head_helped else None,
+        "best_head_name": f"{best_head[1]}-{best_head[2]}" if head_helped else "none helped",
+        "best_layer": best_layer[1] if layer_helped else None,
         "best_layer_delta": best_layer[5],
-        "best_layer_p_adjusted": best_layer[6],
+        "best_layer_p_adjusted": best_layer[6] if layer_helped else None,
+        "best_layer_name": str(best_layer[1]) if layer_helped else "none helped",
         "n_helpful": len(helpful),
         "n_significant": sum(1 for r in helpful if r[6] is not None and r[6] < 0.05),
         "helpful_delta": None if combo is None else combo[5],
