@@ -22,6 +22,7 @@ from attnwh.cli.schema import schema
 from attnwh.cli.sql import queries, query, sql
 from attnwh.cli.study import study
 from attnwh.errors import AttnwhError
+from attnwh.ingest.runs import threads
 
 # The panels of `attnwh --help`, and the order of the commands in them: what a newcomer runs
 # first, then what reads the warehouse, then the rest.
@@ -78,6 +79,9 @@ app.command(cls=HelpCommand, rich_help_panel=MORE)(merge)
 
 def main() -> None:
     """Entry point of the console script and of `python -m attnwh`."""
+    # Before any command imports torch: its OpenMP threads then spin briefly before they sleep,
+    # so a busy machine costs time, not CPU (attnwh.ingest.runs.threads).
+    threads.configure()
     try:
         # standalone_mode=False: click's own errors reach us too, to be shown as one line.
         # Typer turns a Ctrl-C outside the commands' own handling (while a model loads, say)
