@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import duckdb
-import numpy as np
 import polars as pl
 import pytest
 from transformers import AutoModel
 
 from conftest import SHARED_DATA
 from helpers import run
-from test_statistics import reference
+from test_statistics import assert_matches_reference, reference
 
 pytestmark = pytest.mark.e2e
 
@@ -50,7 +49,7 @@ def test_bundled_model_statistics_match_eager(tmp_path):
         expected = reference(
             eager, encoder.tokenizer, encoded.input_ids[i].tolist(), encoded.token_type_ids[i].tolist()
         )
-        np.testing.assert_allclose(stats[i], expected, atol=1e-5, rtol=0)
+        assert_matches_reference(stats[i], expected)
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "glue" / "RTE").is_dir(), reason="shared GLUE data absent")

@@ -41,7 +41,7 @@ from attnwh.ingest.sources.examples import Example, TaskData
 from helpers import SENTENCES, counts, ingest_args, run, write_pairs
 from test_compare import compare_in_db, eager_maps
 from test_relations import CONLLU, EXPECTED_TOTALS
-from test_statistics import layer_rows, task
+from test_statistics import assert_matches_reference, layer_rows, task
 from tiny_models import make_sharp_classifier, make_tiny
 
 FAMILIES = ("modernbert", "deberta-v2", "mpnet")
@@ -153,9 +153,9 @@ def test_statistics_match_eager_output_attentions(tiny, family, pair):
     assert batched.shape == (len(everything), LAYERS, HEADS, len(OBSERVED_COLUMNS))
     for i in everything:
         expected = reference(eager, encoder.tokenizer, encoded.input_ids[i].tolist())
-        np.testing.assert_allclose(batched[i], expected, atol=1e-5, rtol=0, err_msg=f"example {i}")
+        assert_matches_reference(batched[i], expected, err_msg=f"example {i}")
         alone = stats.run(collate(encoded, [i], encoder.tokenizer.pad_token_id, encoder.device))
-        np.testing.assert_allclose(alone[0], batched[i], atol=1e-5, rtol=0)
+        assert_matches_reference(alone[0], batched[i])
     # The statistics must vary, or the comparison above would prove little.
     assert batched[..., STAT_COLUMNS.index("to_cls")].std() > 1e-3
     assert batched[..., STAT_COLUMNS.index("to_punct")].max() > 0
@@ -226,7 +226,7 @@ def test_modernbert_local_layers_see_only_their_window(tiny):
             assert kept is not None
             torch.testing.assert_close(kept[i, :, :n, :n], expected[layer][0], atol=1e-6, rtol=0)
         ids = batch["input_ids"][i, :n].tolist()
-        np.testing.assert_allclose(stats[i], reference(eager, encoder.tokenizer, ids), atol=1e-5, rtol=0)
+        assert_matches_reference(stats[i], reference(eager, encoder.tokenizer, ids))
 
 
 # ---------------------------------------------------------------- disabling heads
