@@ -121,8 +121,25 @@ _KNOWN_VALUES: dict[str, tuple[str, str, str]] = {
     "finetune_run": ("SELECT run_id FROM runs WHERE kind = 'finetune'", "fine-tuning run", "id"),
     "compare_run": ("SELECT run_id FROM runs WHERE kind = 'compare'", "compare run", "id"),
     "ablation_run": ("SELECT run_id FROM runs WHERE kind = 'ablation'", "ablation run", "id"),
+    "statistic": (
+        "SELECT column_name FROM information_schema.columns WHERE table_name IN ('head_stats', 'head_mixing') "
+        "AND column_name NOT IN ('run_id', 'example_id', 'layer', 'head', 'pattern') UNION SELECT 'cosine'",
+        "head",
+        "statistic",
+    ),
+    "kind": ("SELECT DISTINCT kind FROM ablation_configs WHERE config_id <> 0", "ablation configuration", "kind"),
+    "pattern": ("SELECT name FROM pattern_types", "map", "pattern type"),
 }
-_PLURAL = {"id": "ids", "name": "models", "task": "tasks", "mode": "modes", "metric": "metrics"}
+_PLURAL = {
+    "id": "ids",
+    "name": "models",
+    "task": "tasks",
+    "mode": "modes",
+    "metric": "metrics",
+    "statistic": "statistics",
+    "kind": "kinds",
+    "pattern type": "pattern types",
+}
 
 
 def unmatched_params(con: duckdb.DuckDBPyConnection, params: Mapping[str, object]) -> list[str]:
