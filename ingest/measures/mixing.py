@@ -144,24 +144,16 @@ class ContextMixing:
                 handle.remove()
             self._inputs.clear()
 
-    def observe(
-        self,
-        module: nn.Module,
-        probs: torch.Tensor,
-        value: torch.Tensor,
-        row_weight: torch.Tensor,
-        columns: torch.Tensor,
-        next_ok: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, H, len(HEAD_COLUMNS)) and (B, len(LAYER_COLUMNS)) for one layer; `row_weight`
-        (B, S) is 1/n on real rows, `columns` (B, 1, S, 4) the [CLS], [SEP] and punctuation
-        columns and a column of ones, `next_ok` (B, S - 1) whether row i has a real right
-        neighbour."""
+    def contributions(
+        self, module: nn.Module, a: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """For one layer's weights a (B, H, S, S) and values v (B, H, S, d), each up to the
+        row's σ_i: the norms ||γ ⊙ c(f_h(x_j))|| of every head's term per key (B, H, S), the
+        residual's ||r_i|| (B, S), and the whole block's c_ij = ||Σ_h t_h,ij + [i = j] r_i||
+        (B, S, S). Inside :meth:`hooks`, after the module's call."""
         x = self._inputs[id(module)].float()
-        a, v = probs.float(), value.float()
         batch, heads, length, d = v.shape
         n = batch * length
-        tiny = torch.finfo(torch.float32).tiny
         # Every token of the batch at once, in few, large operations: on a CPU each costs a few
         # microseconds before it computes anything, and many small per-example products are
         # several times slower. v_h,n by token, (N, H, d): no copy where the model lays the
@@ -183,6 +175,36 @@ class ContextMixing:
         projected = torch.mm(xs.view(n, -1), self._stacked[id(module)]).view(n, heads, d)
         cross = projected.mul_(by_token).sum(-1).view(batch, length, heads)
 
+        # Per layer: c_ij² = a_ijᵀ K_j a_ij (+ the residual's terms on the diagonal), with
+        # K_j[h, g] = <f_h(x_j), f_g(x_j)> and a_ij the heads' weights A^h[i, j]. Laid out
+        # key-major (B, j, h, i) so one batched product applies every K_j and the sum over
+        # heads runs along contiguous rows.
+        per_key = a.permute(0, 3, 1, 2).contiguous()  # (B, j, H, i)
+        squared = torch.matmul(gram, per_key).mul_(per_key).sum(-2).transpose(1, 2)  # (B, i, j)
+        diagonal = 2 * (a.diagonal(dim1=-2, dim2=-1) * cross.transpose(1, 2)).sum(1) + x_norm**2
+        squared.diagonal(dim1=-2, dim2=-1).add_(diagonal)
+        return norms, x_norm, squared.clamp_min_(0).sqrt_()
+
+    def observe(
+        self,
+        module: nn.Module,
+        probs: torch.Tensor,
+        value: torch.Tensor,
+        row_weight: torch.Tensor,
+        columns: torch.Tensor,
+        next_ok: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, H, len(HEAD_COLUMNS)) and (B, len(LAYER_COLUMNS)) for one layer; `row_weight`
+        (B, S) is 1/n on real rows, `columns` (B, 1, S, 4) the [CLS], [SEP] and punctuation
+        columns and a column of ones, `next_ok` (B, S - 1) whether row i has a real right
+        neighbour."""
+        a, v = probs.float(), value.float()
+        batch, heads, length, d = v.shape
+        n = batch * length
+        tiny = torch.finfo(torch.float32).tiny
+        norms, x_norm, c = self.contributions(module, a, v)
+        c = c[:, None]  # (B, 1, S, S)
+
         # Per head: ||t_h,ij|| = A^h[i,j] ||f_h(x_j)|| up to σ_i, which every share divides out.
         head_sums = _target_sums(a, norms, columns, next_ok)  # (B, H, S, 7)
         head_total = head_sums[..., 6:]  # (B, H, S, 1)
@@ -192,15 +214,6 @@ class ContextMixing:
         )
         per_head = (row_weight[:, None, None] @ head_rows).squeeze(-2)  # mean over the real rows
 
-        # Per layer: c_ij² = a_ijᵀ K_j a_ij (+ the residual's terms on the diagonal), with
-        # K_j[h, g] = <f_h(x_j), f_g(x_j)> and a_ij the heads' weights A^h[i, j]. Laid out
-        # key-major (B, j, h, i) so one batched product applies every K_j and the sum over
-        # heads runs along contiguous rows.
-        per_key = a.permute(0, 3, 1, 2).contiguous()  # (B, j, H, i)
-        squared = torch.matmul(gram, per_key).mul_(per_key).sum(-2).transpose(1, 2)  # (B, i, j)
-        diagonal = 2 * (a.diagonal(dim1=-2, dim2=-1) * cross.transpose(1, 2)).sum(1) + x_norm**2
-        squared.diagonal(dim1=-2, dim2=-1).add_(diagonal)
-        c = squared.clamp_min_(0).sqrt_()[:, None]  # (B, 1, S, S)
         layer_sums = _target_sums(c, None, columns, next_ok)[:, 0]  # (B, S, 7)
         shares = layer_sums[..., :6] / layer_sums[..., 6:].clamp_min(tiny)
 

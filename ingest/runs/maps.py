@@ -1,0 +1,210 @@
+"""One example's attention, on demand: the maps behind a row of the warehouse, token by token.
+
+The warehouse keeps per-example statistics, not maps (n² values per head would not fit at
+dataset scale). To see the evidence behind a finding, :func:`example_maps` runs one example of a
+run again through the run's own model — found from the run (a hub name, or a folder as the run
+gave it, looked for from here and then beside the warehouse), its weights checked against the
+hash the run stored — and returns every head's maps with the tokens, through each lens the
+warehouse stores for a head (docs/metrics.md):
+
+- ``weights``: the attention weights A^h[i, j] (what ``output_attentions`` gives);
+- ``norm``: the weights scaled by the norm of the key's transformed value, A^h[i, j] ·
+  ||f_h(x_j)||, rows renormalised (Kobayashi et al. 2020; head_stats.norm_to_*);
+- ``post_ln``: each head's terms after the residual and LayerNorm, A^h[i, j] · ||γ ⊙
+  c(f_h(x_j))||, rows renormalised (Kobayashi et al. 2021; head_mixing.rn_to_*), post-LN
+  models only;
+
+and per layer ``block``: the whole attention block's contribution of token j to token i,
+every head and the residual after the LayerNorm, c_ij / Σ_j c_ij (layer_mixing's shares).
+Each row of every map sums to 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from attnwh.errors import ModelError, UsageError
+from attnwh.ingest.encoder import capture
+from attnwh.ingest.encoder.available import looks_like_path
+from attnwh.ingest.encoder.encoding import TokenKinds, collate, encode_task
+from attnwh.ingest.encoder.loading import (
+    DEFAULT_MODEL_NAME,
+    EncoderModel,
+    attention_outputs,
+    forward_inputs,
+    load_encoder,
+)
+from attnwh.ingest.measures.mixing import ContextMixing
+from attnwh.ingest.measures.statistics import value_norm_grams
+from attnwh.ingest.sources.examples import Example, TaskData
+from attnwh.sql import warehouse
+
+HEAD_LENSES: tuple[str, ...] = ("weights", "norm", "post_ln")
+LENS_TITLES: dict[str, str] = {
+    "weights": "attention weight",
+    "norm": "weight × value norm",
+    "post_ln": "after residual + LayerNorm (head)",
+    "block": "after residual + LayerNorm (whole block)",
+}
+
+
+@dataclass(frozen=True)
+class ExampleMaps:
+    """One example's maps, (layers, heads, n, n) per head lens and (layers, n, n) for
+    ``block``, with its n tokens; row i is query token i, column j key token j."""
+
+    run_id: int
+    example_id: int
+    model: str
+    tokens: list[str]
+    kinds: list[str]  # per token: "cls", "sep", "punct" or ""
+    layers: tuple[int, ...]  # the model's layers these maps are of, in order
+    maps: dict[str, np.ndarray] = field(repr=False)
+    text_a: str = ""
+    text_b: str | None = None
+    label: str | None = None
+
+    @property
+    def lenses(self) -> tuple[str, ...]:
+        return tuple(self.maps)
+
+
+class _Keep:
+    """Observer that keeps each layer's weights and values of one forward pass, with its
+    post-LN contributions where the model has them."""
+
+    def __init__(self, grams: dict[int, torch.Tensor], mixing: ContextMixing | None) -> None:
+        self.grams, self.mixing = grams, mixing
+        self.maps: dict[str, list[torch.Tensor]] = {name: [] for name in (*HEAD_LENSES, "block")}
+
+    def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        a, v = probs.double(), value.float()
+        self.maps["weights"].append(a)
+        norms = torch.einsum("bhsd,hde,bhse->bhs", v, self.grams[id(module)], v).clamp_min(0).sqrt()
+        self.maps["norm"].append(_rows(a * norms[:, :, None, :].double()))
+        if self.mixing is not None:
+            ln_norms, _, block = self.mixing.contributions(module, probs.float(), v)
+            self.maps["post_ln"].append(_rows(a * ln_norms[:, :, None, :].double()))
+            self.maps["block"].append(_rows(block.double()))
+        return probs
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """Each row of non-negative contributions as shares of the row's total."""
+    return x / x.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+
+
+@torch.inference_mode()
+def compute_maps(
+    encoder: EncoderModel, text_a: str, text_b: str | None = None, max_length: int | None = None
+) -> tuple[list[int], dict[str, np.ndarray]]:
+    """The token ids of one input and every layer's maps of it through each lens the model
+    has (module docstring), in float64; tokenized as an ingest does (truncated to
+    `max_length`, default the model's limit)."""
+    example = Example(position=0, guid=None, text_a=text_a, text_b=text_b, label=None)
+    data = TaskData(dataset="show", task="show", split="show", examples=(example,), labels=None, source="show")
+    encoded = encode_task(encoder.tokenizer, data, max_length or encoder.max_length)
+    batch = collate(encoded, [0], encoder.tokenizer.pad_token_id, encoder.device)
+    outputs = attention_outputs(encoder.model)
+    grams = value_norm_grams({m: o.dense for m, o in outputs.items()}, encoder.num_heads)
+    mixing = ContextMixing(outputs, encoder.num_heads) if ContextMixing.applies(outputs) else None
+    keep = _Keep(grams, mixing)
+    with capture.observing(keep), mixing.hooks() if mixing else contextlib.nullcontext():
+        encoder.model(**forward_inputs(encoder.model, batch))
+    # One example, no padding: each layer's maps are (1, H, n, n), or (1, n, n) for block.
+    return encoded.input_ids[0].tolist(), {
+        lens: torch.cat(found).cpu().numpy() for lens, found in keep.maps.items() if found
+    }
+
+
+def token_kinds(encoder: EncoderModel, ids: Sequence[int]) -> list[str]:
+    """ "cls", "sep", "punct" or "" per token, as the statistics count them."""
+    cls, sep, punct = TokenKinds(encoder.tokenizer).masks(torch.tensor([list(ids)]))
+    return ["cls" if c else "sep" if s else "punct" if p else "" for c, s, p in zip(cls[0], sep[0], punct[0])]
+
+
+def run_model(con, run_id: int, db: Path, model: str | None = None, device: str = "cpu") -> EncoderModel:
+    """The model of run `run_id`, loaded from where the run found it (or from `model`), its
+    weights checked against the hash the run stored."""
+    row = warehouse.first_row(
+        con,
+        "SELECT m.name, m.weights_hash FROM runs AS r JOIN models AS m USING (model_id) WHERE r.run_id = ?",
+        [run_id],
+    )
+    if row is None:
+        raise UsageError(f"no run {run_id} in {db}; `attnwh query runs` lists them")
+    name, stored_hash = row
+    encoder = load_encoder(model or _locate(name, db), device)
+    if encoder.weights_hash != stored_hash:
+        raise ModelError(
+            f"the weights of {model or name} are not those run {run_id} measured (hash {encoder.weights_hash}, "
+            f"stored {stored_hash}): the model changed since; give the run's model with --model"
+        )
+    return encoder
+
+
+def _locate(name: str, db: Path) -> str | None:
+    """Where a stored model name loads from now: None for the bundled MiniLM; a relative
+    folder from here, else beside the warehouse (where `attnwh study` puts its models)."""
+    if name == DEFAULT_MODEL_NAME:
+        return None
+    if looks_like_path(name) and not Path(name).expanduser().exists():
+        beside = db.parent / name
+        if beside.exists():
+            return str(beside)
+    return name
+
+
+def example_maps(
+    db: Path,
+    run_id: int,
+    example_id: int,
+    layers: Sequence[int] | None = None,
+    model: str | None = None,
+    device: str = "cpu",
+) -> ExampleMaps:
+    """The maps of example `example_id` as run `run_id`'s model sees it (module docstring):
+    every lens the model has, of `layers` (default all), with the tokens. `model` loads the
+    run's model from elsewhere (still checked against the stored weights hash)."""
+    db = Path(db)
+    con = warehouse.connect(db, read_only=True)
+    try:
+        row = warehouse.first_row(
+            con,
+            "SELECT e.text_a, e.text_b, e.label, r.max_length FROM run_examples AS x "
+            "JOIN examples AS e USING (example_id) JOIN runs AS r USING (run_id) "
+            "WHERE x.run_id = ? AND x.example_id = ?",
+            [run_id, example_id],
+        )
+        if row is None and warehouse.first_row(con, "SELECT 1 FROM runs WHERE run_id = ?", [run_id]) is not None:
+            raise UsageError(f"example {example_id} is not one of run {run_id}'s examples")
+        encoder = run_model(con, run_id, db, model, device)
+    finally:
+        con.close()
+    assert row is not None  # run_model refuses a run that does not exist
+    text_a, text_b, label, max_length = row
+    chosen = tuple(range(encoder.num_layers)) if layers is None else tuple(layers)
+    if bad := [k for k in chosen if not 0 <= k < encoder.num_layers]:
+        raise UsageError(
+            f"layer {bad[0]} is not one of the model's {encoder.num_layers} layers (0 to {encoder.num_layers - 1})"
+        )
+    ids, maps = compute_maps(encoder, text_a, text_b, max_length)
+    return ExampleMaps(
+        run_id=run_id,
+        example_id=example_id,
+        model=encoder.name,
+        tokens=list(encoder.tokenizer.convert_ids_to_tokens(ids)),
+        kinds=token_kinds(encoder, ids),
+        layers=chosen,
+        maps={lens: m[list(chosen)] for lens, m in maps.items()},
+        text_a=text_a,
+        text_b=text_b,
+        label=label,
+    )
