@@ -620,7 +620,7 @@ class Study:
         if target.exists() and not self.wrote_anything and "report" not in self.options.force:
             result.add(str(target), "kept", wrote=False)
             return
-        built = build_report(self.options.db)
+        built = build_report(self.options.db, token_maps=True)
         write_html(built, target)
         drawn = sum(1 for s in built.sections if not s.note)
         result.add(

@@ -51,9 +51,12 @@ def build_report(
     model: str | None = None,
     task: str | None = None,
     sections: tuple[Section, ...] = SECTIONS,
+    token_maps: bool = False,
 ) -> Report:
     """Read the warehouse at `db` (read-only) and build every section; `model` and `task`
-    keep only the runs of that model name / task.
+    keep only the runs of that model name / task. With `token_maps`, the head panel embeds the
+    token-level map of each head's first examples, recomputed with the runs' models
+    (reports.token_maps; loads torch).
 
     Raises UsageError when there is no warehouse at `db`, and NothingToReport when it has
     no statistics (for the filters)."""
@@ -71,7 +74,7 @@ def build_report(
         ctx = ReportContext(con, params)
         rendered = render_sections(ctx, sections)
         findings = build_findings(ctx, sections)
-        head_panel = head_panel_data(ctx)
+        head_panel = head_panel_data(ctx, Path(db) if token_maps else None)
     finally:
         con.close()
     models, tasks = scope["models"], scope["tasks"]

@@ -11,6 +11,7 @@ keeps the page small on a 12 × 12-head model with many runs.
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -22,15 +23,21 @@ from attnwh.reports.sections import SECTIONS, ReportContext
 THUMBNAIL_SIDE = 16
 # Maps shown per head and statistics run.
 THUMBNAILS_PER_HEAD = 2
+# Examples listed per head, run and statistic (and flips per head and ablation run).
+EXAMPLES_PER_LIST = 3
 
 
-def head_panel_data(ctx: ReportContext) -> dict[str, Any]:
+def head_panel_data(ctx: ReportContext, db: Path | None = None) -> dict[str, Any]:
     """The JSON object the page's head panel reads:
 
     - `sections`: report section id → its title (the panel links each part to its section);
     - `runs`: run id → the lines of its label ("run 3 · model", "task (split)", lineage);
     - `columns` and `rows`: the head_profile query, strings replaced by indexes into `strings`;
-    - `thumbnails`: "layer-head" → [[run id, pattern type, tokens, base64 16 × 16 bytes], …]."""
+    - `thumbnails`: "layer-head" → [[run id, pattern type, tokens, base64 16 × 16 bytes], …];
+    - `examples`: "layer-head" → [[run id, statistic, rank, value, example id, text, label,
+      predicted], …] (query head_panel_examples), texts indexed into `strings`;
+    - `tokenMaps`: with `db`, the rank-1 examples' maps with their tokens (reports.token_maps);
+      without, none (`notes` says so)."""
     profile = ctx.query("head_profile")
     thumbnails = ctx.query("head_thumbnails", per_head=THUMBNAILS_PER_HEAD)
     strings: dict[str, int] = {}
@@ -49,8 +56,31 @@ def head_panel_data(ctx: ReportContext) -> dict[str, Any]:
         cells = [value for row in charts.pooled(r["thumbnail"], THUMBNAIL_SIDE) for value in row]
         encoded = base64.b64encode(bytes(round(255 * v) for v in cells)).decode("ascii")
         maps.setdefault(f"{r['layer']}-{r['head']}", []).append([r["run_id"], r["pattern"], r["n_tokens"], encoded])
+    examples = ctx.query("head_panel_examples", top=EXAMPLES_PER_LIST)
+    listed: dict[str, list[list[Any]]] = {}
+    for r in examples.iter_rows(named=True):
+        listed.setdefault(f"{r['layer']}-{r['head']}", []).append(
+            [
+                r["run_id"],
+                r["statistic"],
+                r["rank"],
+                _number(r["value"]),
+                str(r["example_id"]),  # a BIGINT: past JavaScript's exact integers
+                index(r["text"]),
+                None if r["label"] is None else index(r["label"]),
+                None if r["predicted"] is None else index(r["predicted"]),
+            ]
+        )
+    if db is not None:
+        from attnwh.reports.token_maps import embed_token_maps
+
+        token_maps = embed_token_maps(db, examples)
+    else:
+        token_maps = {"examples": {}, "maps": {}, "notes": ["built without token maps"]}
     return {
         "sections": {s.id: s.title for s in SECTIONS},
+        "examples": listed,
+        "tokenMaps": token_maps,
         "runs": _run_labels(ctx, profile),
         "strings": list(strings),
         "columns": columns,

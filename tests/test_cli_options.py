@@ -43,6 +43,7 @@ def test_every_db_option_reads_attnwh_db_with_one_default():
         "attnwh schema",
         "attnwh merge",
         "attnwh report",
+        "attnwh show",
         "attnwh finetune",
         "attnwh study",
         "attnwh patterns reclassify",

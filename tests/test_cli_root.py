@@ -25,6 +25,7 @@ def test_commands_are_listed_study_first_merge_last(monkeypatch, capsys):
         "ingest",
         "finetune",
         "report",
+        "show",
         "query",
         "queries",
         "sql",

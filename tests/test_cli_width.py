@@ -12,8 +12,7 @@ import typer
 from rich.console import Console
 
 from attnwh.cli import app
-from attnwh.cli.finetune import steps_column
-from attnwh.cli.progress import make_progress
+from attnwh.cli.progress import make_progress, steps_column
 from attnwh.sql.queries import named_queries
 from helpers import run
 

@@ -28,6 +28,7 @@ def test_readme_lists_every_command():
         "query",
         "schema",
         "report",
+        "show",
         "finetune",
         "study",
         "patterns",

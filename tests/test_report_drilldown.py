@@ -324,3 +324,100 @@ def test_per_layer_chart_overlays_base_and_tuned(tmp_path):
     assert spec["spec"]["encoding"]["color"]["field"] == "model_label"
     dash = spec["spec"]["encoding"]["strokeDash"]["legend"]
     assert dash["symbolStrokeColor"] and dash["symbolFillColor"] == "transparent"
+
+
+# ---------------------------------------------------------------- the head's examples
+
+
+@pytest.fixture(scope="module")
+def real_report(tmp_path_factory, tiny_model_dir):
+    """A tiny BERT's statistics run and its report with token maps embedded."""
+    import sys
+
+    from _pytest.monkeypatch import MonkeyPatch
+
+    from attnwh.reports.build import build_report, write_html
+    from helpers import ingest_args, write_pairs
+
+    tmp = tmp_path_factory.mktemp("examples-page")
+    db = tmp / "w.duckdb"
+    with MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", ["attnwh", *ingest_args(tiny_model_dir("bert"), write_pairs(tmp / "p.tsv", 8), db)])
+        from attnwh import cli
+
+        try:
+            cli.main()
+        except SystemExit as exc:
+            assert exc.code == 0
+    built = build_report(db, token_maps=True)
+    return db, built, write_html(built, tmp / "report.html")
+
+
+def test_panel_examples_and_token_maps_are_the_queries_and_the_model(real_report):
+    from attnwh.ingest.runs.maps import example_maps
+
+    db, built, _ = real_report
+    data = built.head_panel
+    listed = data["examples"]["1-2"]
+    from attnwh.sql import warehouse
+    from attnwh.sql.queries import get_query, run_query
+
+    con = warehouse.connect(db, read_only=True)
+    try:
+        query = run_query(con, get_query("head_panel_examples"), {"layer": 1, "head": 2}).to_pylist()
+    finally:
+        con.close()
+    assert [(r[0], r[1], r[2], r[4]) for r in listed] == [
+        (q["run_id"], q["statistic"], q["rank"], str(q["example_id"])) for q in query
+    ]
+    assert [data["strings"][r[5]] for r in listed] == [q["text"] for q in query]
+    assert not data["tokenMaps"]["notes"]
+    first = next(r for r in listed if r[2] == 1)
+    key = f"{first[0]}-{first[4]}"
+    maps = example_maps(db, first[0], int(first[4]), layers=[1])
+    assert data["tokenMaps"]["examples"][key][0] == maps.tokens
+    embedded = list(base64.b64decode(data["tokenMaps"]["maps"][f"{key}-1-2"]))
+    assert embedded == [round(255 * w) for w in maps.maps["weights"][0, 2].ravel()]
+
+
+def test_a_report_whose_model_is_gone_notes_it(real_report, tmp_path):
+    import shutil
+
+    from attnwh.reports.build import build_report
+
+    db, _, _ = real_report
+    copy = tmp_path / "w.duckdb"
+    shutil.copy(db, copy)
+    with duckdb.connect(str(copy)) as con:
+        con.execute("UPDATE models SET name = '/nowhere/model'")
+    built = build_report(copy, token_maps=True)
+    assert built.head_panel["tokenMaps"]["maps"] == {}
+    (note,) = built.head_panel["tokenMaps"]["notes"]
+    assert note.startswith("run 1:") and "/nowhere/model" in note
+
+
+@pytest.mark.slow
+def test_a_heads_examples_open_their_token_map_offline(browser, real_report):  # noqa: F811
+    db, built, page = real_report
+    tab, log = open_offline(browser, page, width=1300)
+    _wait_drawn(tab)
+    cell = tab.locator("#chart-special-tokens-heads svg .mark-rect path").nth(1)
+    cell.scroll_into_view_if_needed()
+    cell.click()
+    tab.wait_for_selector("#head-panel:not([hidden])")
+    layer, head = (int(tab.get_attribute("#head-panel", f"data-{k}")) for k in ("layer", "head"))
+    items = tab.locator("#head-panel .example-list li")
+    listed = built.head_panel["examples"][f"{layer}-{head}"]
+    assert items.count() == len(listed) > 0
+    texts = tab.eval_on_selector_all("#head-panel .example-list li .text", "spans => spans.map(s => s.textContent)")
+    assert [t.strip() for t in texts] == [built.head_panel["strings"][r[5]] for r in listed]
+    button = tab.locator("#head-panel .example-list li .open-map").first
+    button.click()
+    canvas = tab.locator("#head-panel canvas.token-map")
+    assert canvas.count() == 1
+    example = button.locator("xpath=..").get_attribute("data-example")
+    key = next(k for k in built.head_panel["tokenMaps"]["examples"] if k.endswith(f"-{example}"))
+    assert int(canvas.get_attribute("data-tokens")) == len(built.head_panel["tokenMaps"]["examples"][key][0])
+    button.click()  # closes it again
+    assert tab.locator("#head-panel canvas.token-map").count() == 0
+    assert log["requests"] == [] and log["errors"] == []

@@ -1,112 +1,18 @@
-"""The `attnwh` command line: a thin Typer app over the library.
+"""The `attnwh` command line: a thin Typer app over attnwh.api (assembled in `root`).
 
-Library errors (`attnwh.errors.AttnwhError`) become one line on stderr and a non-zero exit
-here, at the edge, and nowhere else.
+The app is built on first use (``attnwh.cli.app``, ``attnwh.cli.main``), not when this
+package is imported: attnwh.api takes its option types from `attnwh.cli.options`, and the
+commands call attnwh.api.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import sys
-from typing import Annotated, Any
-
-import typer
-
-from attnwh.cli.finetune import finetune
-from attnwh.cli.helpformat import HelpCommand, HelpGroup
-from attnwh.cli.ingest import ingest_app
-from attnwh.cli.merge import merge
-from attnwh.cli.patterns import patterns_app
-from attnwh.cli.report import report
-from attnwh.cli.schema import schema
-from attnwh.cli.sql import queries, query, sql
-from attnwh.cli.study import study
-from attnwh.errors import AttnwhError
-from attnwh.ingest.runs import threads
-
-# The panels of `attnwh --help`, and the order of the commands in them: what a newcomer runs
-# first, then what reads the warehouse, then the rest.
-RUN, READ, MORE = "Run models", "Read the warehouse", "More"
-ORDER = ("study", "ingest", "finetune", "report", "query", "queries", "sql", "schema", "patterns", "merge")
+from typing import Any
 
 
-class _RootGroup(HelpGroup):
-    def list_commands(self, ctx: Any) -> list[str]:
-        return sorted(super().list_commands(ctx), key=lambda name: (ORDER + (name,)).index(name))
+def __getattr__(name: str) -> Any:
+    if name in ("app", "main"):
+        from attnwh.cli import root
 
-
-def _version(value: bool) -> None:
-    if value:
-        print(f"attnwh {importlib.metadata.version('attnwh')}")
-        raise typer.Exit()
-
-
-app = typer.Typer(
-    name="attnwh",
-    cls=_RootGroup,
-    help="attnwh: an attention warehouse for transformer encoders. Ingest per-head attention "
-    "statistics into DuckDB, then query them with SQL.",
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-
-
-@app.callback(invoke_without_command=True)
-def _root(
-    ctx: typer.Context,
-    version: Annotated[
-        bool, typer.Option("--version", is_eager=True, callback=_version, help="Show attnwh's version and exit.")
-    ] = False,
-) -> None:
-    """The root of every command: --version, and the help for a bare `attnwh`."""
-    if ctx.invoked_subcommand is None:  # bare `attnwh`: the help
-        print(ctx.get_help())
-
-
-app.command(cls=HelpCommand, rich_help_panel=RUN)(study)
-# A group: bare `attnwh ingest` runs the statistics ingest; `attnwh ingest compare | relations | ablation`.
-app.add_typer(ingest_app, name="ingest", rich_help_panel=RUN)
-app.command(cls=HelpCommand, rich_help_panel=RUN)(finetune)
-app.command(cls=HelpCommand, rich_help_panel=READ)(report)
-app.command(cls=HelpCommand, rich_help_panel=READ)(query)
-app.command(cls=HelpCommand, rich_help_panel=READ)(queries)
-app.command(cls=HelpCommand, rich_help_panel=READ)(sql)
-app.command(cls=HelpCommand, rich_help_panel=READ)(schema)
-# A group: `attnwh patterns reclassify | import-labels | train`.
-app.add_typer(patterns_app, name="patterns", rich_help_panel=MORE)
-app.command(cls=HelpCommand, rich_help_panel=MORE)(merge)
-
-
-def main() -> None:
-    """Entry point of the console script and of `python -m attnwh`."""
-    # Before any command imports torch: its OpenMP threads then spin briefly before they sleep,
-    # so a busy machine costs time, not CPU (attnwh.ingest.runs.threads).
-    threads.configure()
-    try:
-        # standalone_mode=False: click's own errors reach us too, to be shown as one line.
-        # Typer turns a Ctrl-C outside the commands' own handling (while a model loads, say)
-        # into the return value 130 rather than an exception.
-        if app(standalone_mode=False) == 130:
-            raise typer.Abort()
-    except AttnwhError as exc:
-        _fail(str(exc), exc.exit_code)
-    except typer.TyperException as exc:
-        ctx = getattr(exc, "ctx", None)
-        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
-            print(ctx.get_help())
-            sys.exit(0)
-        _fail(exc.format_message() + _usage_hint(exc), exc.exit_code)
-    except typer.Abort:
-        _fail("interrupted", 130)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-
-
-def _usage_hint(exc: typer.TyperException) -> str:
-    ctx = getattr(exc, "ctx", None)
-    return f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-
-
-def _fail(message: str, code: int) -> None:
-    print(f"attnwh: error: {' '.join(message.split())}", file=sys.stderr)
-    sys.exit(code)
+        return getattr(root, name)
+    raise AttributeError(f"module 'attnwh.cli' has no attribute {name!r}")

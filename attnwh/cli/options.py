@@ -11,12 +11,12 @@ Only typer is imported here (and the torch-free task dispatcher): `attnwh --help
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import enum
 import functools
 import inspect
 import shlex
-import sys
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +51,19 @@ class Dtype(str, enum.Enum):
 class Zeroing(str, enum.Enum):
     layer = "layer"
     head = "head"
+
+
+class Mode(str, enum.Enum):
+    """How `ingest ablation` disables a head."""
+
+    uniform = "uniform"
+    zero = "zero"
+
+
+class ReportFormat(str, enum.Enum):
+    html = "html"
+    png = "png"
+    svg = "svg"
 
 
 ValueZeroingOpt = Annotated[
@@ -306,9 +319,15 @@ class Engine:
         )
 
 
+# The arguments of the `attnwh` command being run, set by its entry point; None when attnwh.api
+# is called from Python (a notebook's sys.argv is its kernel's, not a command).
+TYPED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("typed", default=None)
+
+
 def command_line() -> str:
-    """The command as typed, recorded with every run."""
-    return shlex.join(["attnwh", *sys.argv[1:]])
+    """The command as typed, recorded with every run; from Python, that it was the API."""
+    typed = TYPED.get()
+    return "attnwh.api (Python)" if typed is None else shlex.join(["attnwh", *typed])
 
 
 _GROUPS = (DataSource, Reading, Engine)
@@ -351,3 +370,33 @@ def with_option_groups(command: Callable[..., Any]) -> Callable[..., Any]:
     run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     run.__annotations__ = {p.name: p.annotation for p in params}
     return run
+
+
+def cli_command(
+    function: Callable[..., Any], show: Callable[[Any], None], context: bool = False
+) -> Callable[..., None]:
+    """The command for an API function (attnwh.api): typer reads the function's own signature,
+    so the options and their defaults are declared once; `show` prints what it returned. With
+    `context`, the command also takes typer's context first and passes it to `show` along with
+    a function that runs the API call (a group's callback decides whether to run it)."""
+    signature = inspect.signature(function, eval_str=True)  # the annotations as objects, for typer
+    params = list(signature.parameters.values())
+    annotations = {p.name: p.annotation for p in params}
+    if context:
+        params.insert(0, inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context))
+        annotations = {"ctx": typer.Context, **annotations}
+
+    def command(**kwargs: Any) -> None:
+        if context:
+            ctx = kwargs.pop("ctx")
+            show((ctx, lambda: function(**kwargs)))
+        else:
+            show(function(**kwargs))
+
+    command.__name__ = function.__name__
+    command.__qualname__ = function.__qualname__
+    command.__doc__ = function.__doc__
+    command.__module__ = function.__module__
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = annotations
+    return command

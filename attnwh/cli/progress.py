@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress, ProgressColumn
 
     from attnwh.cli.options import DataSource
+    from attnwh.study import StageResult
 
 T = TypeVar("T")
 
@@ -192,3 +193,63 @@ def run_resumable(console: Console, db: Path, work: Callable[[Bars], Sequence[T]
     with Bars(console) as bars, interrupts_as(resume_message(db)):
         summaries = work(bars)
     return summaries, time.perf_counter() - started
+
+
+def steps_column() -> ProgressColumn:
+    """The stat column of a fine-tuning bar, which counts optimizer steps: their speed in
+    step/s and the running loss (the task field `loss`, "–" until the first step)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class Steps(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            speed = f"{task.speed:.1f} step/s" if task.speed else "– step/s"
+            return Text(f"{speed} · loss {task.fields.get('loss', '–')}", style="cyan", no_wrap=True)
+
+    return Steps()
+
+
+class StudyHooks:
+    """Stage headers on stderr, a progress bar per task, a line per stage outcome. Fine-tuning
+    bars count optimizer steps (step/s and the loss); the others count examples (ex/s)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.examples = Bars(console)
+        self.steps = Bars(console, unit="step", stat=steps_column())
+        self.bars = self.examples  # the bars of the current stage
+
+    def stage(self, name: str, index: int, total: int) -> None:
+        from attnwh.study import STAGE_HELP
+
+        self.close()
+        self.bars = self.steps if name == "finetune" else self.examples
+        self.console.print(f"[bold]stage {index}/{total}: {name}[/] — {STAGE_HELP[name]}", highlight=False)
+
+    def stage_done(self, result: StageResult) -> None:
+        self.close()
+        for line in result.detail:
+            self.console.print(f"  {line}", highlight=False)
+        self.console.print(f"  {result.stage} {result.outcome} in {result.seconds:.1f} s", highlight=False)
+
+    def start(self, name: str, total: int | None) -> None:
+        self.bars.start(name, total)
+
+    def advance(self, n: int) -> None:
+        self.bars.advance(n)
+
+    def step(self, step: int, total: int, loss: float) -> None:
+        self.bars.update(step, total, loss=f"{loss:.4f}")
+
+    def note(self, text: str) -> None:
+        self.console.print(f"  {text}", highlight=False)
+
+    def close(self) -> None:
+        self.examples.close()
+        self.steps.close()
+
+    def __enter__(self) -> StudyHooks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -10,16 +10,15 @@ from pathlib import Path
 from typing import Annotated
 
 import polars as pl
-import pyarrow as pa
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from attnwh import api
 from attnwh.cli.options import DEFAULT_DB, ReadDbOpt
 from attnwh.errors import UsageError
 from attnwh.sql import queries as named
-from attnwh.sql import warehouse
 
 
 class Format(str, enum.Enum):
@@ -42,11 +41,7 @@ def sql(
     out: OutOption = None,
 ) -> None:
     """Run ad hoc SQL on the warehouse (read-only connection)."""
-    con = warehouse.connect(db, read_only=True)
-    try:
-        emit(to_frame(named.run_sql(con, statement)), format, out)
-    finally:
-        con.close()
+    emit(api.Warehouse(db).sql(statement), format, out)
 
 
 def queries() -> None:
@@ -87,32 +82,14 @@ def query(
         if not eq or not key:
             raise UsageError(f"--param {item!r} is not key=value")
         params[key.strip()] = value
-    found = named.get_query(name)
-    con = warehouse.connect(db, read_only=True)
-    try:
-        frame = to_frame(named.run_query(con, found, params))
-        if frame.height == 0:
-            # An empty result because a value is misspelt: say which values there are.
-            for hint in named.unmatched_params(con, params):
-                print(f"attnwh: {hint}", file=sys.stderr)
-        emit(frame, format, out)
-    finally:
-        con.close()
-
-
-def to_frame(table: pa.Table) -> pl.DataFrame:
-    """A query result as a polars frame; a column of a type polars cannot hold (an INTERVAL,
-    a UNION) becomes its text."""
-    try:
-        return pl.from_arrow(table)  # type: ignore[return-value]
-    except Exception:  # polars raises several types for an Arrow type it cannot import
-        columns = {}
-        for name, column in zip(table.column_names, table.columns, strict=True):
-            try:
-                columns[name] = pl.from_arrow(column)
-            except Exception:
-                columns[name] = pl.Series(name, [None if v is None else str(v) for v in column.to_pylist()], pl.String)
-        return pl.DataFrame(columns)
+    named.get_query(name)  # an unknown name is refused before the file is opened
+    found = api.Warehouse(db)
+    frame = found.query(name, **params)
+    if frame.height == 0:
+        # An empty result because a value is misspelt: say which values there are.
+        for hint in found.unmatched(**params):
+            print(f"attnwh: {hint}", file=sys.stderr)
+    emit(frame, format, out)
 
 
 def _is_nested(dtype: pl.DataType) -> bool:

