@@ -211,3 +211,46 @@ def test_db_that_is_not_a_warehouse_is_refused_from_python_too(tmp_path):
     with pytest.raises(UsageError, match="not a DuckDB database"):
         api.ingest(task="sentiment", limit=3, db=str(csv))
     assert csv.read_text(encoding="utf-8") == "a,b\n1,2\n"
+
+
+def _cli(*args: str) -> None:
+    import sys
+
+    from _pytest.monkeypatch import MonkeyPatch
+
+    from attnwh import cli
+
+    with MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", ["attnwh", *args])
+        try:
+            cli.main()
+        except SystemExit as exc:
+            assert exc.code == 0
+
+
+def test_compare_and_ablation_through_the_api_store_what_the_commands_store(tmp_path, tiny_model_dir):
+    from tiny_models import make_sharp_classifier
+
+    data = write_pairs(tmp_path / "pairs.tsv", 12)
+    from test_compare import perturb_last_layer
+
+    base = tiny_model_dir("bert")
+    tuned = perturb_last_layer(base, tmp_path / "tuned")
+    sharp = make_sharp_classifier("bert", tmp_path / "sharp", 2, 4)
+    columns = {"data": data, "text_column": "premise", "pair_column": "hypothesis", "label_column": "label"}
+    flags = ["--data", str(data), "--text-column", "premise", "--pair-column", "hypothesis", "--label-column", "label"]
+
+    by_cli, by_api = tmp_path / "cli.duckdb", tmp_path / "api.duckdb"
+    _cli("ingest", "compare", "--base", str(base), "--tuned", str(tuned), *flags, "--db", str(by_cli))
+    api.compare(tuned=str(tuned), base=str(base), db=by_api, **columns)
+    table = "SELECT example_id, layer, head, cosine FROM attention_change ORDER BY ALL"
+    assert rows(by_api, table) == rows(by_cli, table) and len(rows(by_api, table)) == 12 * 2 * 4
+
+    sweep = ["--resamples", "200", "--top-k", "2"]
+    _cli("ingest", "ablation", "--model", str(sharp), *flags, *sweep, "--db", str(by_cli))
+    done = api.ablation(model=str(sharp), resamples=200, top_k=2, db=by_api, mode="uniform", **columns)
+    assert [s.run_id for s in done.results] == [2]
+    predictions = "SELECT config_id, example_id, prediction, correct FROM ablation_predictions ORDER BY ALL"
+    assert rows(by_api, predictions) == rows(by_cli, predictions)
+    scores = "SELECT config_id, metric, value, delta, p_value FROM ablations ORDER BY ALL"
+    assert rows(by_api, scores) == rows(by_cli, scores)
