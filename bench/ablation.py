@@ -7,9 +7,13 @@ L whole layers, mode uniform) on a fine-tuned classifier:
 - attnwh: the layers below a configuration's first disabled layer are not recomputed but
   taken from one pass with nothing disabled (`AblationSweep`, prefix caching).
 
-Both run on the same batches, interleaved batch by batch so that machine noise hits both
-alike. Prints both times, their ratio, the arithmetic floor of prefix caching (layer passes
-done / layer passes of the naive sweep), and checks that every prediction is identical.
+Both run on the same batches, interleaved batch by batch (which goes first alternates) so that
+machine noise hits both alike. A third timing is the sweep as `attnwh ingest ablation` stores
+it: units, parts, Arrow tables and DuckDB transactions into a fresh warehouse, the statistics
+and combinations that follow the sweep left out (they are not part of the 79 configurations).
+Each of --repeats repeats times all three; printed are the median ratios to the naive sweep
+with their range, the arithmetic floor of prefix caching (layer passes done / layer passes of
+the naive sweep), and whether every prediction is identical.
 
 Usage: ``python bench/ablation.py --model DIR [--glue-dir ../shared/data/glue --task sst2]
 [--limit N]``, DIR a classifier fine-tuned on the task (e.g. by `attnwh finetune`). Without
@@ -19,16 +23,20 @@ Usage: ``python bench/ablation.py --model DIR [--glue-dir ../shared/data/glue --
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
 from attnwh.ingest.encoder.encoding import collate, encode_task, length_buckets
 from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures.ablation import AblationSweep, sweep_configurations
+from attnwh.ingest.runs import ablation as ablation_runs
 from attnwh.ingest.runs.finetune import FinetuneOptions, finetune
+from attnwh.ingest.runs.loop import IngestOptions
 from attnwh.ingest.sources import files as loaders
 
 SHARED_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"
@@ -43,6 +51,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--configs-per-pass", type=int, default=1)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
     model = args.model
@@ -64,18 +73,26 @@ def main() -> None:
 
     first = collate(encoded, batches[0], encoder.tokenizer.pad_token_id, encoder.device)
     naive.logits(first, configs[:3]), cached.logits(first, configs[:3])  # warm-up
-    times = {"naive": 0.0, "attnwh": 0.0}
     same, worst = True, 0.0
-    for indices in batches:
-        batch = collate(encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
-        start = time.perf_counter()
-        full = naive.logits(batch, configs)
-        times["naive"] += time.perf_counter() - start
-        start = time.perf_counter()
-        fast = cached.logits(batch, configs)
-        times["attnwh"] += time.perf_counter() - start
-        same &= bool(np.array_equal(full.argmax(-1), fast.argmax(-1)))
-        worst = max(worst, float(np.abs(full - fast).max()))
+    ratios: dict[str, list[float]] = {"attnwh": [], "stored": []}
+    totals = {"naive": [], "attnwh": [], "stored": []}
+    for repeat in range(args.repeats):
+        times = {"naive": 0.0, "attnwh": 0.0}
+        for indices in batches:
+            batch = collate(encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
+            found = {}
+            for name in ("naive", "attnwh") if repeat % 2 == 0 else ("attnwh", "naive"):
+                start = time.perf_counter()
+                found[name] = (naive if name == "naive" else cached).logits(batch, configs)
+                times[name] += time.perf_counter() - start
+            same &= bool(np.array_equal(found["naive"].argmax(-1), found["attnwh"].argmax(-1)))
+            worst = max(worst, float(np.abs(found["naive"] - found["attnwh"]).max()))
+        times["stored"] = stored_sweep(encoder, data, args)
+        for name, seconds in times.items():
+            totals[name].append(seconds)
+        for name in ratios:
+            ratios[name].append(times[name] / times["naive"])
+        print(f"repeat {repeat + 1}: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()), flush=True)
 
     L = encoder.num_layers
     passes = L + sum(L - c.start(L) for c in configs)
@@ -84,13 +101,30 @@ def main() -> None:
         f"({L} layers × {encoder.num_heads} heads + {L} layers + baseline), device {encoder.device}, "
         f"{args.configs_per_pass} configuration(s) per pass"
     )
-    print(f"naive sweep (baseline)   {times['naive']:8.1f} s")
-    print(f"attnwh (prefix cache)    {times['attnwh']:8.1f} s   ratio {times['attnwh'] / times['naive']:.3f}")
+    print(f"naive sweep (baseline)          median {statistics.median(totals['naive']):7.1f} s")
+    for name, label in (("attnwh", "attnwh (prefix cache)"), ("stored", "attnwh ingest (sweep stored)")):
+        found = ratios[name]
+        print(
+            f"{label:31} median {statistics.median(totals[name]):7.1f} s   ratio median "
+            f"{statistics.median(found):.3f} [{min(found):.3f}, {max(found):.3f}] over {len(found)} repeats"
+        )
     print(
         f"arithmetic floor of prefix caching: {passes}/{len(configs) * L} layer passes = "
         f"{passes / (len(configs) * L):.3f}"
     )
     print(f"identical predictions: {'yes' if same else 'NO'}; largest logit difference {worst:.2e}")
+
+
+def stored_sweep(encoder, data, args) -> float:
+    """Seconds of the sweep stage of `attnwh ingest ablation` (units, parts, storing) into a
+    fresh warehouse; the significance tests and combinations after it are patched out."""
+    options = IngestOptions(batch_size=args.batch_size, max_length=128)
+    settings = ablation_runs.AblationOptions(mode="uniform", importance=False, configs_per_pass=args.configs_per_pass)
+    prepared = ablation_runs.prepare_ablation(encoder, [data], options, settings)
+    with tempfile.TemporaryDirectory() as folder, mock.patch.object(ablation_runs, "_finish"):
+        start = time.perf_counter()
+        ablation_runs.ingest_ablation(Path(folder) / "w.duckdb", encoder, prepared, options, settings)
+        return time.perf_counter() - start
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -196,12 +197,14 @@ def _replacing(outputs: Sequence[tuple[nn.Module, object]]) -> Iterator[None]:
 
 @dataclass
 class _Reference:
-    """One batch's pass with nothing disabled: the layer modules and every layer's output
-    and, where found, every layer's query, key and value projections with their outputs."""
+    """One batch's pass with nothing disabled: the layer modules and every layer's output,
+    the embeddings' output, and, where found, every layer's query, key and value projections
+    with their outputs."""
 
     layers: nn.ModuleList
     outputs: list[object]  # what each layer returned: a tensor, or a tuple holding it
     projections: list[list[tuple[nn.Linear, torch.Tensor]]] | None
+    embeddings: tuple[nn.Module, object] | None = None  # the module and what it returned
 
 
 class AblationSweep:
@@ -238,14 +241,19 @@ class AblationSweep:
                 for layer, head in configurations[i].heads:
                     disabled[layer, j, head] = True
             stubs: list[tuple[nn.Module, object]] = []
+            # The embeddings of the same inputs are the same in every configuration: computed
+            # once, in the reference pass.
+            if reference is not None and reference.embeddings is not None:
+                module, embedded = reference.embeddings
+                stubs.append((module, _repeated(embedded, k)))
             if reference is not None and start > 0:  # start > 0 only with a reference
                 hidden = _repeated(reference.outputs[start - 1], k)
                 stubs += [(layer, hidden) for layer in reference.layers[:start]]
             if reference is not None and reference.projections is not None and start < L:
-                stubs += [(linear, stored.repeat(k, 1, 1)) for linear, stored in reference.projections[start]]
+                stubs += [(linear, _repeated(stored, k)) for linear, stored in reference.projections[start]]
             self.disabler.begin(key_mask.repeat(k, 1), np.repeat(disabled, rows, axis=1), start)
             with capture.observing(self.disabler), _replacing(stubs):
-                logits = model(**{name: t.repeat(k, 1) for name, t in inputs.items()}).logits
+                logits = model(**{name: _repeated(t, k) for name, t in inputs.items()}).logits
             values = logits.float().view(k, rows, -1).cpu().numpy()
             if out is None:
                 out = np.empty((len(configurations), rows, values.shape[-1]), dtype=np.float32)
@@ -257,6 +265,10 @@ class AblationSweep:
     def _reference(self, inputs: dict[str, torch.Tensor], layers: nn.ModuleList) -> _Reference:
         outputs: list[object] = []
         hooks = [layer.register_forward_hook(lambda m, a, out: outputs.append(out)) for layer in layers]
+        embedded: dict[nn.Module, object] = {}
+        embeddings = getattr(self.encoder.model.base_model, "embeddings", None)
+        if isinstance(embeddings, nn.Module):
+            hooks.append(embeddings.register_forward_hook(lambda m, a, out: embedded.__setitem__(m, out)))
         projections: dict[nn.Module, torch.Tensor] = {}
         if self.projections is not None:
             hooks += [
@@ -269,16 +281,21 @@ class AblationSweep:
         finally:
             for hook in hooks:
                 hook.remove()
+        # Only where it ran once, with a tensor out (none of the families calls it twice).
+        found = next(iter(embedded.items()), None)
+        kept = found if found is not None and isinstance(found[1], torch.Tensor) else None
         if self.projections is None:
-            return _Reference(layers, outputs, None)
+            return _Reference(layers, outputs, None, kept)
         stored = [[(linear, projections[linear]) for linear in linears] for linears in self.projections]
-        return _Reference(layers, outputs, stored)
+        return _Reference(layers, outputs, stored, kept)
 
 
-def _repeated(output: object, k: int) -> object:
+def _repeated(output: Any, k: int) -> Any:
     """A layer's output for k copies of the batch, in the same structure: a tensor
     (ModernBERT) or a tuple whose tensors are repeated (DeBERTa's (hidden, None), MPNet's
-    (hidden,))."""
+    (hidden,)); itself for k = 1 (a copy would cost a pass over it for nothing)."""
+    if k == 1:
+        return output
     if isinstance(output, torch.Tensor):
         return output.repeat(k, *[1] * (output.dim() - 1))
     if isinstance(output, tuple):
