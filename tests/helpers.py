@@ -27,6 +27,19 @@ def run(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def cli_main(*args: str) -> None:
+    """Run the console entry point in-process where no test's monkeypatch is at hand (a
+    module-scoped fixture building a warehouse); fails unless it exits 0."""
+    from _pytest.monkeypatch import MonkeyPatch
+
+    with MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", ["attnwh", *args])
+        try:
+            cli.main()
+        except SystemExit as exc:
+            assert exc.code == 0, f"attnwh {' '.join(args)} exited {exc.code}"
+
+
 def write_pairs(path: Path, n: int = 24) -> Path:
     rows = ["premise\thypothesis\tlabel"]
     for i in range(n):

@@ -19,7 +19,7 @@ from attnwh import api
 from attnwh.cli import app
 from attnwh.cli.options import LimitOpt, cli_command
 from attnwh.errors import ModelError, UsageError
-from helpers import ingest_args, run, write_pairs
+from helpers import cli_main, ingest_args, run, write_pairs
 from test_relations import CONLLU
 
 COMMANDS = {
@@ -83,22 +83,11 @@ def test_a_default_changed_in_the_api_changes_the_command():
 @pytest.fixture(scope="module")
 def ingested(tmp_path_factory, tiny_model_dir):
     """The same ingest, once through the command line and once through the API."""
-    import sys
-
-    from _pytest.monkeypatch import MonkeyPatch
-
     tmp = tmp_path_factory.mktemp("api")
     data = write_pairs(tmp / "pairs.tsv", 10)
     model = tiny_model_dir("bert")
     by_cli, by_api = tmp / "cli.duckdb", tmp / "api.duckdb"
-    with MonkeyPatch.context() as mp:
-        mp.setattr(sys, "argv", ["attnwh", *ingest_args(model, data, by_cli, "--limit", "8")])
-        from attnwh import cli
-
-        try:
-            cli.main()
-        except SystemExit as exc:
-            assert exc.code == 0
+    cli_main(*ingest_args(model, data, by_cli, "--limit", "8"))
     done = api.ingest(
         model=str(model),
         data=str(data),  # plain strings for paths
@@ -213,21 +202,6 @@ def test_db_that_is_not_a_warehouse_is_refused_from_python_too(tmp_path):
     assert csv.read_text(encoding="utf-8") == "a,b\n1,2\n"
 
 
-def _cli(*args: str) -> None:
-    import sys
-
-    from _pytest.monkeypatch import MonkeyPatch
-
-    from attnwh import cli
-
-    with MonkeyPatch.context() as mp:
-        mp.setattr(sys, "argv", ["attnwh", *args])
-        try:
-            cli.main()
-        except SystemExit as exc:
-            assert exc.code == 0
-
-
 def test_compare_and_ablation_through_the_api_store_what_the_commands_store(tmp_path, tiny_model_dir):
     from tiny_models import make_sharp_classifier
 
@@ -241,13 +215,13 @@ def test_compare_and_ablation_through_the_api_store_what_the_commands_store(tmp_
     flags = ["--data", str(data), "--text-column", "premise", "--pair-column", "hypothesis", "--label-column", "label"]
 
     by_cli, by_api = tmp_path / "cli.duckdb", tmp_path / "api.duckdb"
-    _cli("ingest", "compare", "--base", str(base), "--tuned", str(tuned), *flags, "--db", str(by_cli))
+    cli_main("ingest", "compare", "--base", str(base), "--tuned", str(tuned), *flags, "--db", str(by_cli))
     api.compare(tuned=str(tuned), base=str(base), db=by_api, **columns)
     table = "SELECT example_id, layer, head, cosine FROM attention_change ORDER BY ALL"
     assert rows(by_api, table) == rows(by_cli, table) and len(rows(by_api, table)) == 12 * 2 * 4
 
     sweep = ["--resamples", "200", "--top-k", "2"]
-    _cli("ingest", "ablation", "--model", str(sharp), *flags, *sweep, "--db", str(by_cli))
+    cli_main("ingest", "ablation", "--model", str(sharp), *flags, *sweep, "--db", str(by_cli))
     done = api.ablation(model=str(sharp), resamples=200, top_k=2, db=by_api, mode="uniform", **columns)
     assert [s.run_id for s in done.results] == [2]
     predictions = "SELECT config_id, example_id, prediction, correct FROM ablation_predictions ORDER BY ALL"

@@ -9,7 +9,7 @@ from collections import defaultdict
 import duckdb
 import pytest
 
-from helpers import ingest_args, run, write_pairs
+from helpers import cli_main, ingest_args, run, write_pairs
 from test_ablation_run import classifier, swept  # noqa: F401  (fixtures: one tiny sweep)
 
 
@@ -28,20 +28,9 @@ def fetch(db, sql: str) -> list[tuple]:
 @pytest.fixture(scope="module")
 def ingested(tmp_path_factory, tiny_model_dir):
     """A statistics run of a tiny BERT on 12 sentence pairs, every example's maps typed."""
-    import sys
-
-    from _pytest.monkeypatch import MonkeyPatch
-
     tmp = tmp_path_factory.mktemp("examples")
     db = tmp / "w.duckdb"
-    with MonkeyPatch.context() as mp:
-        mp.setattr(sys, "argv", ["attnwh", *ingest_args(tiny_model_dir("bert"), write_pairs(tmp / "p.tsv", 12), db)])
-        from attnwh import cli
-
-        try:
-            cli.main()
-        except SystemExit as exc:
-            assert exc.code == 0
+    cli_main(*ingest_args(tiny_model_dir("bert"), write_pairs(tmp / "p.tsv", 12), db))
     return db
 
 

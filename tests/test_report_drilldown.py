@@ -332,23 +332,12 @@ def test_per_layer_chart_overlays_base_and_tuned(tmp_path):
 @pytest.fixture(scope="module")
 def real_report(tmp_path_factory, tiny_model_dir):
     """A tiny BERT's statistics run and its report with token maps embedded."""
-    import sys
-
-    from _pytest.monkeypatch import MonkeyPatch
-
     from attnwh.reports.build import build_report, write_html
-    from helpers import ingest_args, write_pairs
+    from helpers import cli_main, ingest_args, write_pairs
 
     tmp = tmp_path_factory.mktemp("examples-page")
     db = tmp / "w.duckdb"
-    with MonkeyPatch.context() as mp:
-        mp.setattr(sys, "argv", ["attnwh", *ingest_args(tiny_model_dir("bert"), write_pairs(tmp / "p.tsv", 8), db)])
-        from attnwh import cli
-
-        try:
-            cli.main()
-        except SystemExit as exc:
-            assert exc.code == 0
+    cli_main(*ingest_args(tiny_model_dir("bert"), write_pairs(tmp / "p.tsv", 8), db))
     built = build_report(db, token_maps=True)
     return db, built, write_html(built, tmp / "report.html")
 

@@ -11,27 +11,16 @@ import duckdb
 import numpy as np
 import pytest
 
-from helpers import ingest_args, run
+from helpers import cli_main, ingest_args, run
 
 
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory, tiny_model_dir):
-    import sys
-
-    from _pytest.monkeypatch import MonkeyPatch
-
     from helpers import write_pairs
 
     tmp = tmp_path_factory.mktemp("sinks")
     db = tmp / "w.duckdb"
-    with MonkeyPatch.context() as mp:
-        mp.setattr(sys, "argv", ["attnwh", *ingest_args(tiny_model_dir("bert"), write_pairs(tmp / "p.tsv", 12), db)])
-        from attnwh import cli
-
-        try:
-            cli.main()
-        except SystemExit as exc:
-            assert exc.code == 0
+    cli_main(*ingest_args(tiny_model_dir("bert"), write_pairs(tmp / "p.tsv", 12), db))
     return db
 
 
