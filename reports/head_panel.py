@@ -74,7 +74,7 @@ def head_panel_data(ctx: ReportContext, db: Path | None = None) -> dict[str, Any
     if db is not None:
         from attnwh.reports.token_maps import embed_token_maps
 
-        token_maps = embed_token_maps(db, examples)
+        token_maps = embed_token_maps(ctx.con, db, examples)
     else:
         token_maps = {"examples": {}, "maps": {}, "notes": ["built without token maps"]}
     return {

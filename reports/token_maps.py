@@ -17,6 +17,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 import polars as pl
 
@@ -26,9 +27,10 @@ MAX_TOKENS = 64  # as pattern_maps: a longer map is not readable in the panel
 MAX_CELLS = 2_000_000  # one byte each, about 2.7 MB of base64
 
 
-def embed_token_maps(db: Path, examples: pl.DataFrame) -> dict[str, Any]:
+def embed_token_maps(con: duckdb.DuckDBPyConnection, db: Path, examples: pl.DataFrame) -> dict[str, Any]:
     """For the rank-1 example of each (run, layer, head, statistic) in `examples` (rows of
-    head_panel_examples): the head's attention map with the example's tokens.
+    head_panel_examples): the head's attention map with the example's tokens. `con` is the
+    report's connection to the warehouse at `db` (beside which a run's model may lie).
 
     Returns {"examples": {"run-example": [tokens, kinds]}, "maps": {"run-example-layer-head":
     base64 bytes}, "notes": [why a run's maps are missing]}."""
@@ -39,47 +41,43 @@ def embed_token_maps(db: Path, examples: pl.DataFrame) -> dict[str, Any]:
     found: dict[str, Any] = {"examples": {}, "maps": {}, "notes": []}
     captures: dict[tuple[str, str], Any] = {}  # by model name and weights: runs share their models
     cells = 0
-    con = warehouse.connect(db, read_only=True)
-    try:
-        for (run_id,), per_run in sorted(first.group_by("run_id"), key=lambda g: g[0]):
-            name, weights, max_length = warehouse.one_row(
-                con,
-                "SELECT m.name, m.weights_hash, r.max_length FROM runs AS r JOIN models AS m USING (model_id) "
-                "WHERE r.run_id = ?",
-                [run_id],
-            )
-            model = (name, weights)
-            if model not in captures:
-                try:
-                    captures[model] = MapCapture(run_model(con, int(run_id), Path(db)), ["weights"])
-                except UsageError as exc:  # ModelError too: a missing folder, changed weights
-                    captures[model] = None
-                    found["notes"].append(f"run {run_id}: {exc}")
-            capture = captures[model]
-            if capture is None:
+    for (run_id,), per_run in sorted(first.group_by("run_id"), key=lambda g: g[0]):
+        name, weights, max_length = warehouse.one_row(
+            con,
+            "SELECT m.name, m.weights_hash, r.max_length FROM runs AS r JOIN models AS m USING (model_id) "
+            "WHERE r.run_id = ?",
+            [run_id],
+        )
+        model = (name, weights)
+        if model not in captures:
+            try:
+                captures[model] = MapCapture(run_model(con, int(run_id), Path(db)), ["weights"])
+            except UsageError as exc:  # ModelError too: a missing folder, changed weights
+                captures[model] = None
+                found["notes"].append(f"run {run_id}: {exc}")
+        capture = captures[model]
+        if capture is None:
+            continue
+        encoder = capture.encoder
+        by_example = sorted(per_run.group_by("example_id"), key=lambda g: g[0])
+        wanted = [e for (e,), _ in by_example]
+        texts = {
+            e: (a, b)
+            for e, a, b in con.execute(
+                "SELECT example_id, text_a, text_b FROM examples WHERE list_contains(?, example_id)", [wanted]
+            ).fetchall()
+        }
+        computed = capture.compute_many([texts[e] for e in wanted], max_length)
+        for ((example_id,), heads), (ids, maps) in zip(by_example, computed, strict=True):
+            n = len(ids)
+            if n > MAX_TOKENS or cells + n * n * heads.height > MAX_CELLS:
                 continue
-            encoder = capture.encoder
-            by_example = sorted(per_run.group_by("example_id"), key=lambda g: g[0])
-            texts = [
-                warehouse.one_row(con, "SELECT text_a, text_b FROM examples WHERE example_id = ?", [e])
-                for (e,), _ in by_example
-            ]
-            computed = capture.compute_many([(a, b) for a, b in texts], max_length)
-            for ((example_id,), heads), (ids, maps) in zip(by_example, computed, strict=True):
-                n = len(ids)
-                if n > MAX_TOKENS or cells + n * n * heads.height > MAX_CELLS:
-                    continue
-                key = f"{run_id}-{example_id}"
-                found["examples"][key] = [
-                    list(encoder.tokenizer.convert_ids_to_tokens(ids)),
-                    token_kinds(encoder, ids),
-                ]
-                for layer, head in heads.select("layer", "head").iter_rows():
-                    weights = np.clip(maps["weights"][layer, head], 0, 1)
-                    found["maps"][f"{key}-{layer}-{head}"] = base64.b64encode(
-                        np.rint(weights * 255).astype(np.uint8).tobytes()
-                    ).decode("ascii")
-                    cells += n * n
-    finally:
-        con.close()
+            key = f"{run_id}-{example_id}"
+            found["examples"][key] = [list(encoder.tokenizer.convert_ids_to_tokens(ids)), token_kinds(encoder, ids)]
+            for layer, head in heads.select("layer", "head").iter_rows():
+                shares = np.clip(maps["weights"][layer, head], 0, 1)
+                found["maps"][f"{key}-{layer}-{head}"] = base64.b64encode(
+                    np.rint(shares * 255).astype(np.uint8).tobytes()
+                ).decode("ascii")
+                cells += n * n
     return found
