@@ -180,9 +180,20 @@ QUERY_KEY = ("query.weight", "key.weight", "q_lin.weight", "k_lin.weight", "Wqkv
 QUERY_KEY += ("key_proj.weight", "attn.q.weight", "attn.k.weight")
 
 
-def make_tiny(family: str, out: Path, classifier: bool = False, layers: int = 2, heads: int = 4, seed: int = 0) -> Path:
-    """Save a seeded random-weight model of `family` with its tokenizer into `out`."""
+def make_tiny(
+    family: str,
+    out: Path,
+    classifier: bool = False,
+    layers: int = 2,
+    heads: int = 4,
+    seed: int = 0,
+    positions: int = 64,
+) -> Path:
+    """Save a seeded random-weight model of `family` with its tokenizer into `out`;
+    `positions`: the longest input it takes (tokens)."""
     tokenizer = TOKENIZERS.get(family, _bert_tokenizer)()
+    if positions != 64:
+        tokenizer.model_max_length = positions - 2
     vocab = len(tokenizer)
     common = dict(vocab_size=vocab, pad_token_id=tokenizer.pad_token_id)
     if family == "bert":
@@ -191,7 +202,7 @@ def make_tiny(family: str, out: Path, classifier: bool = False, layers: int = 2,
             num_hidden_layers=layers,
             num_attention_heads=heads,
             intermediate_size=37,
-            max_position_embeddings=64,
+            max_position_embeddings=positions,
             **common,
         )
     elif family == "electra":
@@ -201,7 +212,7 @@ def make_tiny(family: str, out: Path, classifier: bool = False, layers: int = 2,
             num_hidden_layers=layers,
             num_attention_heads=heads,
             intermediate_size=37,
-            max_position_embeddings=64,
+            max_position_embeddings=positions,
             **common,
         )
     elif family == "roberta":
@@ -210,7 +221,7 @@ def make_tiny(family: str, out: Path, classifier: bool = False, layers: int = 2,
             num_hidden_layers=layers,
             num_attention_heads=heads,
             intermediate_size=37,
-            max_position_embeddings=64,
+            max_position_embeddings=positions,
             type_vocab_size=1,
             bos_token_id=tokenizer.cls_token_id,
             eos_token_id=tokenizer.sep_token_id,
@@ -218,7 +229,7 @@ def make_tiny(family: str, out: Path, classifier: bool = False, layers: int = 2,
         )
     elif family == "distilbert":
         config = DistilBertConfig(
-            dim=32, n_layers=layers, n_heads=heads, hidden_dim=37, max_position_embeddings=64, **common
+            dim=32, n_layers=layers, n_heads=heads, hidden_dim=37, max_position_embeddings=positions, **common
         )
     elif family == "albert":
         config = AlbertConfig(
@@ -227,7 +238,7 @@ def make_tiny(family: str, out: Path, classifier: bool = False, layers: int = 2,
             num_hidden_layers=layers,
             num_attention_heads=heads,
             intermediate_size=37,
-            max_position_embeddings=64,
+            max_position_embeddings=positions,
             **common,
         )
     elif family == "modernbert":
@@ -236,7 +247,7 @@ def make_tiny(family: str, out: Path, classifier: bool = False, layers: int = 2,
             num_hidden_layers=layers,
             num_attention_heads=heads,
             intermediate_size=37,
-            max_position_embeddings=64,
+            max_position_embeddings=positions,
             local_attention=4,  # local layers see |i - j| <= 2
             global_attn_every_n_layers=2,  # layers 0, 2, … global; 1, 3, … local
             cls_token_id=tokenizer.cls_token_id,
@@ -251,7 +262,7 @@ def make_tiny(family: str, out: Path, classifier: bool = False, layers: int = 2,
             num_hidden_layers=layers,
             num_attention_heads=heads,
             intermediate_size=37,
-            max_position_embeddings=64,
+            max_position_embeddings=positions,
             type_vocab_size=0,
             relative_attention=True,
             pos_att_type=["p2c", "c2p"],
@@ -268,7 +279,7 @@ def make_tiny(family: str, out: Path, classifier: bool = False, layers: int = 2,
             num_hidden_layers=layers,
             num_attention_heads=heads,
             intermediate_size=37,
-            max_position_embeddings=64,
+            max_position_embeddings=positions,
             bos_token_id=tokenizer.cls_token_id,
             eos_token_id=tokenizer.sep_token_id,
             **common,

@@ -9,14 +9,22 @@ of one batch are alive at a time.
 
 The mask function is registered under the same name: without it transformers passes
 ``attention_mask=None`` to an unknown implementation and padded batches silently differ
-from eager.
+from eager. It returns a :class:`RowMask`, which builds the additive mask for a block of
+query rows when asked, so that no n × n mask exists on long inputs either.
+
+Long inputs are observed in tiles (docs/long-inputs.md): when a layer's maps would take
+more than the attention memory budget (:func:`attention_memory`), the function computes
+attention a block of query rows at a time (the tile's scores, softmax and its rows of the
+weighted sum of values) and hands each tile to a :class:`TileObserver`, so no layer's
+n × n maps exist at once. An observer that cannot take tiles sees whole maps, as before.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Protocol
+import os
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -34,6 +42,28 @@ class AttentionObserver(Protocol):
         and the value vectors (batch, heads, key, head_dim); returns the probabilities the
         layer should use (the same tensor when nothing is changed)."""
         ...
+
+
+# Tiles of a layer's maps, in row order: (first query row, probabilities (batch, heads,
+# rows, key)). Calling it again recomputes them (or gives the whole maps when they exist).
+Tiles = Callable[[], Iterator[tuple[int, torch.Tensor]]]
+
+
+@runtime_checkable
+class TileObserver(AttentionObserver, Protocol):
+    """An observer that can read a layer's maps a tile of query rows at a time. Per layer:
+    :meth:`begin_layer`, :meth:`observe_tile` for each tile in row order, then
+    :meth:`end_layer`, which may walk the tiles again (recomputed from queries and keys). Its
+    `observe` must give the same result as one tile holding every row."""
+
+    # Bytes of working memory per map cell the observer needs on top of the tile itself.
+    cell_bytes: int
+
+    def begin_layer(self, module: nn.Module, value: torch.Tensor, length: int) -> None: ...
+
+    def observe_tile(self, module: nn.Module, start: int, probs: torch.Tensor, value: torch.Tensor) -> None: ...
+
+    def end_layer(self, module: nn.Module, tiles: Tiles) -> None: ...
 
 
 class KeepMaps:
@@ -70,6 +100,136 @@ def active() -> AttentionObserver | None:
     return _active
 
 
+class RowMask:
+    """The additive mask of one attention call (what transformers' ``eager_mask`` would
+    return for the same arguments), built for a block of query rows when asked. The whole
+    mask is built once and kept when asked for, as eager does."""
+
+    def __init__(self, arguments: dict[str, Any]) -> None:
+        self.arguments = arguments
+        self._whole: torch.Tensor | None = None
+        self._built = False
+
+    @property
+    def q_length(self) -> int:
+        return int(self.arguments["q_length"])
+
+    def whole(self) -> torch.Tensor | None:
+        if not self._built:
+            self._whole, self._built = eager_mask(**self.arguments), True
+        return self._whole
+
+    def rows(self, start: int, stop: int) -> torch.Tensor | None:
+        """The mask of query rows [start, stop): (batch, 1, stop - start, key) or None."""
+        if start == 0 and stop == self.q_length:
+            return self.whole()
+        if self._built:
+            return None if self._whole is None else self._whole[:, :, start:stop]
+        offset = int(self.arguments.get("q_offset", 0))
+        return eager_mask(**{**self.arguments, "q_length": stop - start, "q_offset": offset + start})
+
+
+# Model types whose attention modules add the mask to their scores themselves (inline
+# attention, `inline.py`) rather than handing it to the attention function: they need it whole.
+_INLINE_MASK_TYPES = frozenset({"mpnet"})
+
+
+def row_mask(**arguments: Any) -> RowMask | torch.Tensor | None:
+    """The mask function registered with transformers: the eager mask, or a :class:`RowMask`
+    when the layers will be computed in tiles (only attnwh's attention function reads it)."""
+    config = arguments.get("config")
+    heads = int(getattr(config, "num_attention_heads", 1) or 1)
+    queries, keys = int(arguments["q_length"]), int(arguments["kv_length"])
+    tiled = tile_rows(int(arguments["batch_size"]), heads, queries, keys, _active) < queries
+    if tiled and getattr(config, "model_type", None) not in _INLINE_MASK_TYPES:
+        return RowMask(arguments)
+    return eager_mask(**arguments)
+
+
+def _rows_of(mask: RowMask | torch.Tensor | None, start: int, stop: int) -> torch.Tensor | None:
+    if isinstance(mask, RowMask):
+        return mask.rows(start, stop)
+    if mask is None or mask.shape[-2] == 1:
+        return mask
+    return mask[:, :, start:stop]
+
+
+def _whole_mask(mask: RowMask | torch.Tensor | None) -> torch.Tensor | None:
+    return mask.whole() if isinstance(mask, RowMask) else mask
+
+
+# The attention memory budget in bytes (`attention_memory`), or None before one is set.
+_budget: int | None = None
+# A fixed tile height in rows, for tests and benchmarks (`tile_rows`); None: from the budget.
+_forced_rows: int | None = None
+# Bytes per map cell of the attention function itself: scores, probabilities, the mask.
+_OWN_CELL_BYTES = 12
+
+# The share of the device's free memory the default budget takes, and its bounds.
+DEFAULT_SHARE = 0.125
+DEFAULT_CAP = 512 << 20
+DEFAULT_FLOOR = 64 << 20
+
+
+def default_budget(device: torch.device | str) -> int:
+    """The default attention memory budget for `device`: an eighth of its free memory (GPU)
+    or of the host's available memory (CPU), between 64 MiB and 512 MiB. The budget bounds the
+    maps alive at once, not the model or its activations."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        free = _available_host_memory()
+    return int(min(DEFAULT_CAP, max(DEFAULT_FLOOR, free * DEFAULT_SHARE)))
+
+
+def _available_host_memory() -> int:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+@contextlib.contextmanager
+def attention_memory(budget: int | None = None, rows: int | None = None) -> Iterator[None]:
+    """Inside the block, layers whose maps (with the observer's working memory) would take
+    more than `budget` bytes are computed in tiles of query rows that fit it; `rows` fixes
+    the tile height instead (tests, benchmarks). Nesting restores the outer setting."""
+    global _budget, _forced_rows
+    saved = _budget, _forced_rows
+    _budget, _forced_rows = budget, rows
+    try:
+        yield
+    finally:
+        _budget, _forced_rows = saved
+
+
+def map_bytes(batch: int, heads: int, queries: int, keys: int, observer: object | None = None) -> int:
+    """The bytes one layer's whole maps take in the attention function, with `observer`'s
+    working memory (its `cell_bytes`, if it reads tiles)."""
+    per_cell = _OWN_CELL_BYTES + int(getattr(observer, "cell_bytes", 0))
+    return batch * heads * queries * keys * per_cell
+
+
+def budget() -> int | None:
+    """The attention memory budget in force, in bytes (None: none set, whole maps always)."""
+    return _budget
+
+
+def tile_rows(batch: int, heads: int, queries: int, keys: int, observer: object | None) -> int:
+    """How many query rows each tile of a layer holds (`queries`: the whole map)."""
+    if _forced_rows is not None:
+        return max(1, min(queries, _forced_rows))
+    if _budget is None:
+        return queries
+    per_row = map_bytes(batch, heads, 1, keys, observer)
+    return max(1, min(queries, _budget // max(per_row, 1)))
+
+
 _mask: torch.Tensor | None = None
 
 
@@ -90,18 +250,27 @@ def attnwh_attention(
     dropout: float = 0.0,
     **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
-    """Eager attention with an observation point between the softmax and the value sum."""
+    """Eager attention with an observation point between the softmax and the value sum;
+    in tiles of query rows where the budget asks for it and the observer can take them."""
     if scaling is None:
         scaling = query.size(-1) ** -0.5
+    observer = _active
+    batch, heads, queries, _ = query.shape
+    keys = key.shape[2]
+    tiles_ok = observer is None or isinstance(observer, TileObserver)
+    rows = tile_rows(batch, heads, queries, keys, observer) if tiles_ok else queries
+    if rows < queries:
+        return _tiled(module, query, key, value, attention_mask, scaling, dropout, rows, observer), None
+    mask = _whole_mask(attention_mask)
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
-        scores = scores + attention_mask
+    if mask is not None:
+        scores = scores + mask
     probs = nn.functional.softmax(scores, dim=-1)
-    if _active is not None:
+    if observer is not None:
         global _mask
-        _mask = attention_mask
+        _mask = mask
         try:
-            probs = _active.observe(module, probs, value)
+            probs = observer.observe(module, probs, value)
         finally:
             _mask = None
     probs = nn.functional.dropout(probs, p=dropout, training=module.training)
@@ -109,8 +278,53 @@ def attnwh_attention(
     return output, None
 
 
+def _tiled(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: RowMask | torch.Tensor | None,
+    scaling: float,
+    dropout: float,
+    rows: int,
+    observer: TileObserver | None,
+) -> torch.Tensor:
+    """The attention output (batch, query, heads, head_dim), computed `rows` query rows at a
+    time; `observer` sees each tile, then may walk them again."""
+    queries = query.shape[2]
+    keys_t = key.transpose(2, 3)
+
+    def probs_of(start: int, stop: int) -> torch.Tensor:
+        scores = torch.matmul(query[:, :, start:stop], keys_t) * scaling
+        rows_mask = _rows_of(mask, start, stop)
+        if rows_mask is not None:
+            scores = scores + rows_mask
+        return nn.functional.softmax(scores, dim=-1)
+
+    def tiles() -> Iterator[tuple[int, torch.Tensor]]:
+        for start in range(0, queries, rows):
+            yield start, probs_of(start, min(queries, start + rows))
+
+    output = query.new_empty((query.shape[0], queries, query.shape[1], value.shape[-1]))
+    if observer is not None:
+        observer.begin_layer(module, value, queries)
+    for start, probs in tiles():
+        if observer is not None:
+            observer.observe_tile(module, start, probs, value)
+        probs = nn.functional.dropout(probs, p=dropout, training=module.training)
+        output[:, start : start + probs.shape[2]] = torch.matmul(probs, value).transpose(1, 2)
+    if observer is not None:
+        observer.end_layer(module, tiles)
+    return output
+
+
+def whole_tiles(probs: torch.Tensor) -> Tiles:
+    """The tiles of maps that exist whole: one tile holding every row."""
+    return lambda: iter([(0, probs)])
+
+
 def register() -> str:
     """Register the attention and mask functions (idempotent); returns the implementation name."""
     AttentionInterface.register(ATTENTION_NAME, attnwh_attention)
-    AttentionMaskInterface.register(ATTENTION_NAME, eager_mask)
+    AttentionMaskInterface.register(ATTENTION_NAME, row_mask)
     return ATTENTION_NAME

@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from attnwh.ingest.encoder.loading import AttentionOutput
+from attnwh.ingest.measures import patterns
 
 # Shares of the post-LayerNorm contributions to the targets of head_stats' to_* columns.
 _TARGET_COLUMNS = ("rn_to_cls", "rn_to_sep", "rn_to_punct", "rn_to_self", "rn_to_prev", "rn_to_next")
@@ -144,13 +146,9 @@ class ContextMixing:
                 handle.remove()
             self._inputs.clear()
 
-    def contributions(
-        self, module: nn.Module, a: torch.Tensor, v: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """For one layer's weights a (B, H, S, S) and values v (B, H, S, d), each up to the
-        row's σ_i: the norms ||γ ⊙ c(f_h(x_j))|| of every head's term per key (B, H, S), the
-        residual's ||r_i|| (B, S), and the whole block's c_ij = ||Σ_h t_h,ij + [i = j] r_i||
-        (B, S, S). Inside :meth:`hooks`, after the module's call."""
+    def key_terms(self, module: nn.Module, v: torch.Tensor) -> KeyTerms:
+        """What every row of a layer's maps shares, from its values v (B, H, S, d), each up to
+        the row's σ_i (see :class:`KeyTerms`). Inside :meth:`hooks`, after the module's call."""
         x = self._inputs[id(module)].float()
         batch, heads, length, d = v.shape
         n = batch * length
@@ -174,56 +172,118 @@ class ContextMixing:
         # <f_h(x_i), r_i> = v_h,i · (P_h r_i): one (tokens × width) @ (width × heads·d) product.
         projected = torch.mm(xs.view(n, -1), self._stacked[id(module)]).view(n, heads, d)
         cross = projected.mul_(by_token).sum(-1).view(batch, length, heads)
+        return KeyTerms(gram, norms, x_norm, cross)
 
-        # Per layer: c_ij² = a_ijᵀ K_j a_ij (+ the residual's terms on the diagonal), with
-        # K_j[h, g] = <f_h(x_j), f_g(x_j)> and a_ij the heads' weights A^h[i, j]. Laid out
-        # key-major (B, j, h, i) so one batched product applies every K_j and the sum over
-        # heads runs along contiguous rows.
+    def block_rows(self, terms: KeyTerms, a: torch.Tensor, start: int, d0: torch.Tensor) -> torch.Tensor:
+        """c_ij for the query rows of tile `a` (B, H, rows, S) from `start`, up to σ_i: (B,
+        rows, S). `d0` (B, H, rows) is the tile's A[i, i]."""
+        # c_ij² = a_ijᵀ K_j a_ij (+ the residual's terms on the diagonal), with K_j[h, g] =
+        # <f_h(x_j), f_g(x_j)> and a_ij the heads' weights A^h[i, j]. Laid out key-major
+        # (B, j, H, i) so one batched product applies every K_j and the sum over heads runs
+        # along contiguous rows.
+        rows = slice(start, start + a.shape[-2])
         per_key = a.permute(0, 3, 1, 2).contiguous()  # (B, j, H, i)
-        squared = torch.matmul(gram, per_key).mul_(per_key).sum(-2).transpose(1, 2)  # (B, i, j)
-        diagonal = 2 * (a.diagonal(dim1=-2, dim2=-1) * cross.transpose(1, 2)).sum(1) + x_norm**2
-        squared.diagonal(dim1=-2, dim2=-1).add_(diagonal)
-        return norms, x_norm, squared.clamp_min_(0).sqrt_()
+        squared = torch.matmul(terms.gram, per_key).mul_(per_key).sum(-2).transpose(1, 2)  # (B, i, j)
+        diagonal = 2 * (d0 * terms.cross[:, rows].transpose(1, 2)).sum(1) + terms.x_norm[:, rows] ** 2
+        squared.diagonal(offset=start, dim1=-2, dim2=-1).add_(diagonal)
+        return squared.clamp_min_(0).sqrt_()
 
-    def observe(
+    def contributions(
+        self, module: nn.Module, a: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """For one layer's whole weights a (B, H, S, S) and values v (B, H, S, d), each up to
+        the row's σ_i: the norms ||γ ⊙ c(f_h(x_j))|| of every head's term per key (B, H, S),
+        the residual's ||r_i|| (B, S), and the whole block's c_ij = ||Σ_h t_h,ij + [i = j] r_i||
+        (B, S, S). Inside :meth:`hooks`, after the module's call."""
+        terms = self.key_terms(module, v)
+        return terms.norms, terms.x_norm, self.block_rows(terms, a, 0, a.diagonal(dim1=-2, dim2=-1))
+
+    def stacked(self, module: nn.Module) -> torch.Tensor:
+        """P_h of `module`'s heads as one (width, H·d) matrix."""
+        return self._stacked[id(module)]
+
+    def layer(
+        self, module: nn.Module, value: torch.Tensor, row_weight: torch.Tensor, columns: torch.Tensor, next_ok: torch.Tensor
+    ) -> LayerMixing:
+        """The reductions of one layer, to be fed its tiles: `row_weight` (B, S) is 1/n on
+        real rows, `columns` (B, 1, S, 4) the [CLS], [SEP] and punctuation columns and a
+        column of ones, `next_ok` (B, S - 1) whether row i has a real right neighbour."""
+        v = value.float()
+        return LayerMixing(self, module, v, self.key_terms(module, v), row_weight, columns, next_ok)
+
+
+@dataclass(frozen=True)
+class KeyTerms:
+    """Per layer, up to each row's σ_i: `gram` (B, S, H, H) K_j[h, g] = <f_h(x_j), f_g(x_j)>
+    per key, `norms` (B, H, S) = ||f_h(x_j)||, `x_norm` (B, S) the residual's ||r_i||, and
+    `cross` (B, S, H) = <f_h(x_i), r_i>."""
+
+    gram: torch.Tensor
+    norms: torch.Tensor
+    x_norm: torch.Tensor
+    cross: torch.Tensor
+
+
+class LayerMixing:
+    """The per-head and per-layer shares of one layer, accumulated a tile of query rows at a
+    time (:meth:`add`), every one of them a mean over rows (see :meth:`ContextMixing.layer`)."""
+
+    def __init__(
         self,
+        mixing: ContextMixing,
         module: nn.Module,
-        probs: torch.Tensor,
-        value: torch.Tensor,
+        v: torch.Tensor,
+        terms: KeyTerms,
         row_weight: torch.Tensor,
         columns: torch.Tensor,
         next_ok: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, H, len(HEAD_COLUMNS)) and (B, len(LAYER_COLUMNS)) for one layer; `row_weight`
-        (B, S) is 1/n on real rows, `columns` (B, 1, S, 4) the [CLS], [SEP] and punctuation
-        columns and a column of ones, `next_ok` (B, S - 1) whether row i has a real right
-        neighbour."""
-        a, v = probs.float(), value.float()
-        batch, heads, length, d = v.shape
-        n = batch * length
+    ) -> None:
+        self.mixing, self.module, self.v, self.terms = mixing, module, v, terms
+        self.row_weight, self.next_ok = row_weight, next_ok
+        self.columns = columns
+        # Per key, the head terms' norms times the target columns and ones.
+        self.scaled_columns = terms.norms[..., None] * columns  # (B, H, S, 4)
+        batch, heads = v.shape[:2]
+        # Means over rows, accumulated in float64 (see `HeadStatistics.observe_tile`).
+        self.per_head = v.new_zeros((batch, heads, len(HEAD_COLUMNS)), dtype=torch.float64)
+        self.per_layer = v.new_zeros((batch, len(LAYER_COLUMNS)), dtype=torch.float64)
+
+    def add(self, start: int, a: torch.Tensor, diagonals: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+        """Tile `a` (B, H, rows, S) in float32, query rows from `start`; `diagonals` its
+        A[i, i], A[i, i-1], A[i, i+1] (`patterns.row_diagonals`)."""
+        terms, v = self.terms, self.v
+        batch, heads, _, d = v.shape
+        count = a.shape[-2]
+        rows = slice(start, start + count)
         tiny = torch.finfo(torch.float32).tiny
-        norms, x_norm, c = self.contributions(module, a, v)
-        c = c[:, None]  # (B, 1, S, S)
+        next_ok = nn.functional.pad(self.next_ok, (0, 1))[:, rows]  # (B, rows)
+        c = self.mixing.block_rows(terms, a, start, diagonals[0])[:, None]  # (B, 1, rows, S)
 
         # Per head: ||t_h,ij|| = A^h[i,j] ||f_h(x_j)|| up to σ_i, which every share divides out.
-        head_sums = _target_sums(a, norms, columns, next_ok)  # (B, H, S, 7)
-        head_total = head_sums[..., 6:]  # (B, H, S, 1)
-        residual = x_norm[:, None, :, None].expand(-1, heads, -1, -1)
+        neighbours = tuple(  # the tile's diagonals scaled by the key's norm: j = i, i - 1, i + 1
+            diagonal * _shifted(terms.norms, start, count, k) for k, diagonal in zip((0, -1, 1), diagonals)
+        )
+        head_sums = _target_sums(a, self.scaled_columns, neighbours, next_ok)  # (B, H, rows, 7)
+        head_total = head_sums[..., 6:]  # (B, H, rows, 1)
+        residual = terms.x_norm[:, None, rows, None].expand(-1, heads, -1, -1)
         head_rows = torch.cat([head_sums[..., :6], residual], dim=-1).div_(
             torch.cat([head_total.expand(-1, -1, -1, 6), residual + head_total], dim=-1).clamp_min_(tiny)
         )
-        per_head = (row_weight[:, None, None] @ head_rows).squeeze(-2)  # mean over the real rows
+        weight = self.row_weight[:, rows].double()
+        self.per_head += (weight[:, None, None] @ head_rows.double()).squeeze(-2)  # mean over the real rows
 
-        layer_sums = _target_sums(c, None, columns, next_ok)[:, 0]  # (B, S, 7)
+        layer_sums = _target_sums(c, self.columns, patterns.row_diagonals(c, start), next_ok)[:, 0]  # (B, rows, 7)
         shares = layer_sums[..., :6] / layer_sums[..., 6:].clamp_min(tiny)
 
         # The mixing ratio: Σ_{j≠i} c_ij as a vector is Σ_h w_h,i P_h with w_h,i the head's
         # output without its own token, Σ_j A^h[i,j] v_h,j − A^h[i,i] v_h,i: one product with
         # the stacked P_h, model width wide once per token. p_i = ||c_ii|| is c's diagonal.
-        others = torch.matmul(a, v).sub_(a.diagonal(dim1=-2, dim2=-1)[..., None] * v)  # (B, H, S, d)
-        mixed = torch.mm(others.transpose(1, 2).reshape(n, heads * d), self._stacked[id(module)].t())
-        m = mixed.norm(dim=-1).view(batch, length)
-        p = c[:, 0].diagonal(dim1=-2, dim2=-1)
+        others = torch.matmul(a, v).sub_(diagonals[0][..., None] * v[:, :, rows])  # (B, H, rows, d)
+        stacked = self.mixing.stacked(self.module)
+        mixed = torch.mm(others.transpose(1, 2).reshape(batch * count, heads * d), stacked.t())
+        m = mixed.norm(dim=-1).view(batch, count)
+        p = c[:, 0].diagonal(offset=start, dim1=-2, dim2=-1)
+        x_norm = terms.x_norm[:, rows]
         layer_rows = torch.cat(
             [
                 (m / (m + p).clamp_min(tiny))[..., None],  # mixing ratio (Kobayashi et al.)
@@ -233,23 +293,29 @@ class ContextMixing:
             ],
             dim=-1,
         )
-        per_layer = (row_weight[:, None] @ layer_rows).squeeze(-2)
-        return per_head, per_layer
+        self.per_layer += (weight[:, None] @ layer_rows.double()).squeeze(-2)
+
+
+def _shifted(norms: torch.Tensor, start: int, count: int, k: int) -> torch.Tensor:
+    """norms[..., i + k] for the rows i = start … start + count - 1 (0 out of range)."""
+    padded = nn.functional.pad(norms, (1, 1))
+    return padded[..., 1 + start + k : 1 + start + k + count]
 
 
 def _target_sums(
-    weights: torch.Tensor, scale: torch.Tensor | None, columns: torch.Tensor, next_ok: torch.Tensor
+    weights: torch.Tensor,
+    columns: torch.Tensor,
+    neighbours: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    next_ok: torch.Tensor,
 ) -> torch.Tensor:
-    """Per row i of the non-negative contributions weights[..., i, j] · scale[..., j] ((B, H, S,
-    S) and (B, H, S), no scale meaning 1): the sums over the [CLS], [SEP] and punctuation
-    columns, over j = i, i - 1 and i + 1 (0 where no real neighbour), and over every j:
-    (B, H, S, 7). `columns` (B, 1, S, 4) holds the three target columns and ones; the scale
-    multiplies them, not the (S, S) weights."""
-    diagonals = [weights.diagonal(offset=k, dim1=-2, dim2=-1) for k in (0, -1, 1)]  # j = i, i - 1, i + 1
-    if scale is not None:
-        columns = scale[..., None] * columns
-        diagonals = [diagonals[0] * scale, diagonals[1] * scale[..., :-1], diagonals[2] * scale[..., 1:]]
-    sums = weights @ columns  # (B, H, S, 4)
-    prev = nn.functional.pad(diagonals[1], (1, 0))
-    nxt = nn.functional.pad(diagonals[2] * next_ok[:, None], (0, 1))
-    return torch.cat([sums[..., :3], torch.stack([diagonals[0], prev, nxt], dim=-1), sums[..., 3:]], dim=-1)
+    """Per row i of a tile of non-negative contributions weights[..., i, j] · scale[..., j]
+    ((B, H, rows, S)): the sums over the [CLS], [SEP] and punctuation columns, over j = i,
+    i - 1 and i + 1 (0 where no real neighbour), and over every j: (B, H, rows, 7). `columns`
+    (B, H or 1, S, 4) holds the three target columns and ones, times the scale;
+    `neighbours` the tile's contributions at j = i, i - 1, i + 1 ((B, H, rows) each, scaled);
+    `next_ok` (B, rows) whether row i has a real right neighbour."""
+    sums = weights @ columns  # (B, H, rows, 4)
+    own, prev, nxt = neighbours
+    return torch.cat(
+        [sums[..., :3], torch.stack([own, prev, nxt * next_ok[:, None]], dim=-1), sums[..., 3:]], dim=-1
+    )

@@ -50,6 +50,7 @@ only approximate them: pooling blurs the band into neighbouring cells).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 import torch
@@ -207,112 +208,172 @@ class PatternMasks:
         self.band_next = nn.functional.pad(self.other[:, 1:], (0, 1))
 
 
+def row_diagonals(a: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For a tile `a` (…, rows, keys) holding query rows start … start + rows - 1 of a map:
+    A[i, i], A[i, i-1] and A[i, i+1] per row (…, rows), 0 where the neighbour does not exist."""
+    rows = a.shape[-2]
+    d0 = a.diagonal(offset=start, dim1=-2, dim2=-1)
+    prev = a.diagonal(offset=start - 1, dim1=-2, dim2=-1)
+    nxt = a.diagonal(offset=start + 1, dim1=-2, dim2=-1)
+    prev = nn.functional.pad(prev, (rows - prev.shape[-1], 0))  # row 0 has no previous key
+    nxt = nn.functional.pad(nxt, (0, rows - nxt.shape[-1]))  # the last key has no next
+    return d0, prev, nxt
+
+
+class MapFeatures:
+    """The features and look features of one layer's maps (B, H, S, S), read a tile of query
+    rows at a time (:meth:`add`, rows in order), then :meth:`finish`. Everything but two
+    look features is a sum or maximum over rows and accumulates in (B, H, S) vectors; the
+    dark-cell shares and the strongest column's cover compare cells with the map's largest
+    weight, known only after the last tile, so :meth:`finish` walks the tiles a second time
+    for them (two passes, exact; a running rescale cannot count cells above a level that
+    is not yet known)."""
+
+    def __init__(self, m: PatternMasks, heads: int) -> None:
+        self.m = m
+        batch, length = m.real.shape
+        zeros = m.real.new_zeros((batch, heads, length))
+        self.column = zeros.clone()  # mean mass per column: Σ_i w_i A[i, j]
+        self.d0, self.prev, self.nxt = zeros.clone(), zeros.clone(), zeros.clone()  # per row
+        self.own = zeros.clone()  # per ordinary row, its mass on its own segment's ordinary keys
+        self.to_ordinary = zeros.clone()  # per row, its mass on every segment's ordinary keys
+        self.row_max = zeros  # per row, its largest weight
+
+    def add(self, start: int, a: torch.Tensor, diagonals: tuple[torch.Tensor, ...] | None = None) -> None:
+        """Tile `a` (B, H, rows, S) of query rows from `start`; `diagonals`: its
+        :func:`row_diagonals`, when the caller has them already."""
+        m = self.m
+        stop = start + a.shape[-2]
+        rows = slice(start, stop)
+        d0, prev, nxt = diagonals if diagonals is not None else row_diagonals(a, start)
+        self.d0[..., rows], self.prev[..., rows], self.nxt[..., rows] = d0, prev, nxt
+        # As a batched product (einsum would first copy the maps into another layout).
+        self.column += (m.row_weight[:, None, None, rows] @ a)[..., 0, :]
+        by_segment = a @ m.segment_columns[:, None]  # (B, H, rows, G): mass on each segment's ordinary keys
+        segment = m.segment[:, None, rows, None].expand(-1, a.shape[1], -1, 1)
+        self.own[..., rows] = by_segment.gather(-1, segment)[..., 0]
+        self.to_ordinary[..., rows] = by_segment.sum(-1)
+        self.row_max[..., rows] = a.amax(-1)
+
+    def finish(self, tiles: Callable[[], Iterator[tuple[int, torch.Tensor]]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features (B, H, len(FEATURE_COLUMNS)) and look features (B, H, len(LOOK_COLUMNS));
+        `tiles()` gives the tiles again, in the same order as :meth:`add` had them."""
+        m = self.m
+        w = m.row_weight[:, None]  # (B, 1, S)
+        below = self.prev[..., 1:]  # A[i+1, i], i = 0..S-2
+        above = self.nxt[..., :-1]  # A[i, i+1], i = 0..S-2
+        # Mean mass per column without its band cells: column j loses w_j A[j, j],
+        # w_{j+1} A[j+1, j] and w_{j-1} A[j-1, j].
+        band_of_column = (
+            w * self.d0
+            + nn.functional.pad(w[..., 1:] * below, (0, 1))
+            + nn.functional.pad(w[..., :-1] * above, (1, 0))
+        )
+        off = self.column - band_of_column
+        col_cls = (off * m.cls[:, None]).sum(-1)
+        col_sep = (off * m.sep[:, None]).sum(-1)
+        col_punct = (off * m.punct[:, None]).sum(-1)
+        other = (off * m.other[:, None]).amax(-1)
+        # Band mass on ordinary keys, per row, then the mean over rows.
+        band_rows = self.d0 * m.other[:, None] + self.prev * m.band_prev[:, None] + self.nxt * m.band_next[:, None]
+        band = (band_rows * w).sum(-1)
+        # Own-segment mass of each ordinary row (band included: the rules test diagonal first).
+        per_segment = (self.own @ m.segment_columns) / m.segment_size[:, None]  # (B, H, G)
+        block = (per_segment + m.segment_absent[:, None]).amin(-1) * m.pair[:, None]
+        features = torch.stack([col_cls, col_sep, col_punct, other, band, block], dim=-1).clamp_min(0)
+        return features, self._look(tiles, below, above)
+
+    def _look(self, tiles: Callable[[], Iterator[tuple[int, torch.Tensor]]], below, above) -> torch.Tensor:
+        """The look features (B, H, len(LOOK_COLUMNS)): the map as a person sees it, drawn
+        scaled to its largest weight (x = A / max A over the real cells). Weights are
+        compared with levels of the largest one (A > level * max A), so no scaled copy of
+        the maps is made."""
+        m = self.m
+        real = m.real[:, None]  # (B, 1, S) real rows (and keys)
+        n = m.n[:, None]  # (B, 1)
+        top = (self.row_max * real).amax(-1).clamp_min(torch.finfo(torch.float32).tiny)  # (B, H)
+        c = self.column / top[..., None]  # mean intensity of each column, 0 on padding keys
+        strongest = c.topk(min(3, c.shape[-1]), dim=-1).values
+        strongest = nn.functional.pad(strongest, (0, 3 - strongest.shape[-1]))
+        # Median column intensity over the real keys (the mean of the two middle ones).
+        ordered = c.masked_fill(real == 0, torch.inf).sort(-1).values
+        middle = torch.stack([(m.n - 1) // 2, m.n // 2], -1).long()[:, None].expand(-1, c.shape[1], -1)
+        median = ordered.gather(-1, middle).mean(-1)
+        mean = c.sum(-1) / n
+        # The second pass: cells of the strongest column, and cells darker than each level.
+        strongest_column = c.argmax(-1)[..., None, None]  # (B, H, 1, 1)
+        covered = top.new_zeros(top.shape)
+        dark = [top.new_zeros(top.shape) for _ in DARK_LEVELS]
+        for start, a in tiles():
+            rows_real = m.real[:, None, start : start + a.shape[-2]]  # (B, 1, rows)
+            at = a.gather(-1, strongest_column.expand(-1, -1, a.shape[-2], 1))[..., 0]
+            covered += ((at > COVER_LEVEL * top[..., None]).float() * rows_real).sum(-1)
+            for count, level in zip(dark, DARK_LEVELS):
+                # Counted as int32 from a uint8 view: summing the bool masks directly would
+                # first copy each one to int64, several times slower on long inputs.
+                above_level = (a > level * top[..., None, None]).view(torch.uint8).sum(-1, dtype=torch.int32)
+                count += (above_level * rows_real).sum(-1)
+        cover = covered / n
+        dark = [count / (n * n) for count in dark]
+        dark_columns = ((c > DARK_COLUMN_LEVEL).float() * real).sum(-1) / n
+        neighbours = (n - 1).clamp_min(1)
+        pair_rows = m.real[:, None, 1:]  # A[i+1, i] and A[i, i+1] exist for i + 1 < n
+        look_prev = (below * pair_rows).sum(-1) / neighbours / top
+        look_self = (self.d0 * real).sum(-1) / n / top
+        look_next = (above * pair_rows).sum(-1) / neighbours / top
+        look_cls = (c * m.cls[:, None]).sum(-1)
+        # Off the band: all real cells (each real row sums to 1, so n in all) less the band.
+        band_total = look_self * n + (look_prev + look_next) * (n - 1)
+        off_cells = (n * n - 3 * n + 2).clamp_min(1)
+        background = ((n / top - band_total) / off_cells).clamp_min(0)
+        # Pairs: the mean intensity between ordinary tokens of the same sentence, and across.
+        ordinary = m.ordinary[:, None]
+        within = (self.own * ordinary).sum(-1)
+        across = (self.to_ordinary * ordinary).sum(-1) - within
+        sizes = m.segment_columns.sum(1)  # (B, G)
+        same_cells = (sizes * sizes).sum(-1)[:, None]
+        cross_cells = (sizes.sum(-1) ** 2)[:, None] - same_cells
+        pair = m.pair[:, None]
+        look_within = within / top / same_cells.clamp_min(1) * pair
+        look_across = across.clamp_min(0) / top / cross_cells.clamp_min(1) * pair
+        return torch.stack(
+            [
+                *strongest.unbind(-1),
+                median,
+                mean,
+                cover,
+                dark_columns,
+                look_prev,
+                look_self,
+                look_next,
+                look_cls,
+                background,
+                *dark,
+                look_within,
+                look_across,
+            ],
+            dim=-1,
+        )
+
+
 def map_features(a: torch.Tensor, m: PatternMasks) -> tuple[torch.Tensor, torch.Tensor]:
     """Features (B, H, len(FEATURE_COLUMNS)) and look features (B, H, len(LOOK_COLUMNS)) of
-    maps `a` (B, H, S, S) whose padding keys are 0; padding query rows are ignored. A few
-    passes over the maps, all on the device."""
-    d0 = a.diagonal(dim1=-2, dim2=-1)  # A[i, i]
-    below = a.diagonal(offset=-1, dim1=-2, dim2=-1)  # A[i+1, i], i = 0..S-2
-    above = a.diagonal(offset=1, dim1=-2, dim2=-1)  # A[i, i+1], i = 0..S-2
-    prev = nn.functional.pad(below, (1, 0))  # A[i, i-1] at row i
-    nxt = nn.functional.pad(above, (0, 1))  # A[i, i+1] at row i
-    w = m.row_weight[:, None]  # (B, 1, S)
-    # Mean mass per column, then without its band cells: column j loses w_j A[j, j],
-    # w_{j+1} A[j+1, j] and w_{j-1} A[j-1, j].
-    # As a batched product (einsum would first copy the maps into another layout).
-    column = (m.row_weight[:, None, None, :] @ a)[..., 0, :]
-    band_of_column = (
-        w * d0 + nn.functional.pad(w[..., 1:] * below, (0, 1)) + nn.functional.pad(w[..., :-1] * above, (1, 0))
-    )
-    off = column - band_of_column
-    col_cls = (off * m.cls[:, None]).sum(-1)
-    col_sep = (off * m.sep[:, None]).sum(-1)
-    col_punct = (off * m.punct[:, None]).sum(-1)
-    other = (off * m.other[:, None]).amax(-1)
-    # Band mass on ordinary keys, per row, then the mean over rows.
-    band_rows = d0 * m.other[:, None] + prev * m.band_prev[:, None] + nxt * m.band_next[:, None]
-    band = (band_rows * w).sum(-1)
-    # Own-segment mass of each ordinary row (band included: the rules test diagonal first).
-    by_segment = a @ m.segment_columns[:, None]  # (B, H, S, G): each row's mass on each segment's ordinary keys
-    own = by_segment.gather(-1, m.segment[:, None, :, None].expand(-1, a.shape[1], -1, 1))[..., 0]
-    per_segment = (own @ m.segment_columns) / m.segment_size[:, None]  # (B, H, G)
-    block = (per_segment + m.segment_absent[:, None]).amin(-1) * m.pair[:, None]
-    features = torch.stack([col_cls, col_sep, col_punct, other, band, block], dim=-1).clamp_min(0)
-    return features, _look(a, m, column, d0, below, above, own, by_segment.sum(-1))
+    whole maps `a` (B, H, S, S) whose padding keys are 0; padding query rows are ignored."""
+    features = MapFeatures(m, a.shape[1])
+    features.add(0, a)
+    return features.finish(lambda: iter([(0, a)]))
 
 
-def _look(
-    a: torch.Tensor,
-    m: PatternMasks,
-    column: torch.Tensor,
-    d0: torch.Tensor,
-    below: torch.Tensor,
-    above: torch.Tensor,
-    own: torch.Tensor,
-    to_ordinary: torch.Tensor,
-) -> torch.Tensor:
-    """The look features (B, H, len(LOOK_COLUMNS)): the map as a person sees it, drawn
-    scaled to its largest weight (x = A / max A over the real cells), reusing what
-    :func:`map_features` already reduced. Weights are compared with levels of the largest
-    one (A > level * max A), so no scaled copy of the maps is made."""
-    real = m.real[:, None]  # (B, 1, S) real rows (and keys)
-    n = m.n[:, None]  # (B, 1)
-    top = (a.amax(-1) * real).amax(-1).clamp_min(torch.finfo(torch.float32).tiny)  # (B, H)
-    c = column / top[..., None]  # mean intensity of each column, 0 on padding keys
-    strongest = c.topk(min(3, c.shape[-1]), dim=-1).values
-    strongest = nn.functional.pad(strongest, (0, 3 - strongest.shape[-1]))
-    # Median column intensity over the real keys (the mean of the two middle ones).
-    ordered = c.masked_fill(real == 0, torch.inf).sort(-1).values
-    middle = torch.stack([(m.n - 1) // 2, m.n // 2], -1).long()[:, None].expand(-1, c.shape[1], -1)
-    median = ordered.gather(-1, middle).mean(-1)
-    mean = c.sum(-1) / n
-    at = a.gather(-1, c.argmax(-1)[..., None, None].expand(-1, -1, a.shape[2], 1))[..., 0]  # strongest column
-    cover = ((at > COVER_LEVEL * top[..., None]).float() * real).sum(-1) / n
-    dark_columns = ((c > DARK_COLUMN_LEVEL).float() * real).sum(-1) / n
-    neighbours = (n - 1).clamp_min(1)
-    pair_rows = m.real[:, None, 1:]  # A[i+1, i] and A[i, i+1] exist for i + 1 < n
-    look_prev = (below * pair_rows).sum(-1) / neighbours / top
-    look_self = (d0 * real).sum(-1) / n / top
-    look_next = (above * pair_rows).sum(-1) / neighbours / top
-    look_cls = (c * m.cls[:, None]).sum(-1)
-    # Off the band: all real cells (each real row sums to 1, so n in all) less the band.
-    band_total = look_self * n + (look_prev + look_next) * (n - 1)
-    off_cells = (n * n - 3 * n + 2).clamp_min(1)
-    background = ((n / top - band_total) / off_cells).clamp_min(0)
-    # Counted as int32 from a uint8 view: summing the bool masks directly would first copy
-    # each one to int64, several times slower on long inputs.
-    dark = [
-        ((a > level * top[..., None, None]).view(torch.uint8).sum(-1, dtype=torch.int32) * real).sum(-1) / (n * n)
-        for level in DARK_LEVELS
-    ]
-    # Pairs: the mean intensity between ordinary tokens of the same sentence, and across.
-    ordinary = m.ordinary[:, None]
-    within = (own * ordinary).sum(-1)
-    across = (to_ordinary * ordinary).sum(-1) - within
-    sizes = m.segment_columns.sum(1)  # (B, G)
-    same_cells = (sizes * sizes).sum(-1)[:, None]
-    cross_cells = (sizes.sum(-1) ** 2)[:, None] - same_cells
-    pair = m.pair[:, None]
-    look_within = within / top / same_cells.clamp_min(1) * pair
-    look_across = across.clamp_min(0) / top / cross_cells.clamp_min(1) * pair
-    return torch.stack(
-        [
-            *strongest.unbind(-1),
-            median,
-            mean,
-            cover,
-            dark_columns,
-            look_prev,
-            look_self,
-            look_next,
-            look_cls,
-            background,
-            *dark,
-            look_within,
-            look_across,
-        ],
-        dim=-1,
-    )
+def pooling_matrix(length: int, size: int = THUMBNAIL_SIZE, device: torch.device | None = None) -> torch.Tensor:
+    """(size, length): row p averages the cells of bin p as ``adaptive_avg_pool`` bins them
+    (from floor(p·length/size) to ceil((p+1)·length/size)), so P A Pᵀ is A pooled to
+    size × size and a tile of A's rows adds P[:, rows] (A[rows] Pᵀ) to it."""
+    bins = torch.arange(size, device=device)
+    first = (bins * length) // size
+    last = ((bins + 1) * length + size - 1) // size
+    keys = torch.arange(length, device=device)
+    inside = (keys[None] >= first[:, None]) & (keys[None] < last[:, None])
+    return inside.float() / (last - first).float()[:, None]
 
 
 def thumbnails(a: torch.Tensor, rows: list[int], lengths: list[int], size: int = THUMBNAIL_SIZE) -> torch.Tensor:

@@ -33,8 +33,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from attnwh.ingest.encoder import capture
 from attnwh.ingest.measures import pattern_model, patterns
-from attnwh.ingest.measures.mixing import ContextMixing
+from attnwh.ingest.measures.mixing import ContextMixing, LayerMixing
 
 STAT_COLUMNS: tuple[str, ...] = (
     "to_cls",
@@ -65,6 +66,18 @@ def value_norm_grams(output_projections: Mapping[nn.Module, nn.Linear], num_head
     return grams
 
 
+@dataclass
+class _Layer:
+    """What :class:`HeadStatistics` accumulates over the tiles of one layer."""
+
+    keys: torch.Tensor  # (B, H, S, 7) per key: target columns, and the same scaled by norms with ones
+    stats: torch.Tensor  # (B, H, len(STAT_COLUMNS)) means over rows so far, float64
+    features: patterns.MapFeatures
+    mixing: LayerMixing | None
+    thumbs: list[torch.Tensor]  # per thumbnail row, (H, size, size) pooled so far
+    maps: list[list[torch.Tensor]]  # per kept row, its (H, rows, n) pieces so far
+
+
 @dataclass(frozen=True)
 class _Batch:
     """What :meth:`HeadStatistics.begin` derives from one batch's token masks."""
@@ -76,7 +89,10 @@ class _Batch:
 
 
 class HeadStatistics:
-    """Attention observer that reduces each layer's maps to :data:`OBSERVED_COLUMNS`.
+    """Attention observer that reduces each layer's maps to :data:`OBSERVED_COLUMNS`, whole
+    or a tile of query rows at a time (a `capture.TileObserver`): every measure is a mean or
+    a maximum over rows, accumulated per tile, and the look features' second pass walks the
+    tiles again (`patterns.MapFeatures`).
 
     Call :meth:`begin` with the batch's token masks before the forward pass and
     :meth:`collect` after it.
@@ -104,6 +120,8 @@ class HeadStatistics:
         self._num_layers = num_layers
         self._layers: list[torch.Tensor] = []
         self._batch: _Batch | None = None  # set by `begin`
+        self._layer: _Layer | None = None  # set by `begin_layer`
+        self._pooling: dict[int, torch.Tensor] = {}  # thumbnail pooling matrices by length
 
     def begin(
         self,
@@ -121,6 +139,7 @@ class HeadStatistics:
         self._thumbs = []
         self._map_rows = [(r, n) for r, n in zip(self._thumb_rows, self._thumb_lengths) if n <= patterns.MAP_MAX_TOKENS]
         self._maps = []
+        self._pooling = {n: patterns.pooling_matrix(n, device=key_mask.device) for n in set(self._thumb_lengths)}
         real = key_mask.float()
         self._batch = _Batch(
             masks=patterns.PatternMasks(key_mask, cls, sep, punct),
@@ -131,47 +150,96 @@ class HeadStatistics:
         self._layers = []
         self._mixing_heads, self._mixing_layers = [], []
 
+    # Working memory per map cell while a tile is reduced (bytes): the entropy's and the
+    # comparisons' temporaries, and context mixing's key-major copy and products.
+    cell_bytes = 16
+
     def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """Whole maps: the same as one tile holding every row."""
+        self.begin_layer(module, value, probs.shape[-2])
+        self.observe_tile(module, 0, probs, value)
+        self.end_layer(module, capture.whole_tiles(probs))
+        return probs
+
+    def begin_layer(self, module: nn.Module, value: torch.Tensor, length: int) -> None:
         batch = self._batch
         if batch is None:
             raise RuntimeError("call HeadStatistics.begin before the forward pass")
-        a = probs.float()
         v = value.float()
+        heads = v.shape[1]
         # ||f_h(x_j)|| per key, from the Gram matrices: no tensor of model width per head.
         norms = torch.einsum("bhsd,hde,bhse->bhs", v, self._grams[id(module)], v).clamp_min(0).sqrt()
-        # One pass over the maps for all shares: columns [cls, sep, punct] weighted by A, then
-        # the same columns and a column of ones weighted by A * norms (numerators and the
-        # row sum that renormalises them).
-        columns = batch.columns.expand(-1, a.shape[1], -1, -1)
-        mixed = a @ torch.cat([columns[..., :3], norms[..., None] * columns], dim=-1)  # (B, H, S, 7)
+        columns = batch.columns.expand(-1, heads, -1, -1)
+        # Per key: the [CLS], [SEP] and punctuation columns, then the same columns and ones
+        # scaled by the norms (numerators and the row sum that renormalises them).
+        self._layer = _Layer(
+            keys=torch.cat([columns[..., :3], norms[..., None] * columns], dim=-1),  # (B, H, S, 7)
+            stats=v.new_zeros((v.shape[0], heads, len(STAT_COLUMNS)), dtype=torch.float64),
+            features=patterns.MapFeatures(batch.masks, heads),
+            mixing=(
+                self.mixing.layer(module, value, batch.row_weight, batch.columns, batch.next_ok)
+                if self.mixing is not None
+                else None
+            ),
+            thumbs=[v.new_zeros((heads, patterns.THUMBNAIL_SIZE, patterns.THUMBNAIL_SIZE)) for _ in self._thumb_rows],
+            maps=[[] for _ in self._map_rows],
+        )
+
+    def observe_tile(self, module: nn.Module, start: int, probs: torch.Tensor, value: torch.Tensor) -> None:
+        batch, layer = self._batch, self._layer
+        if batch is None or layer is None:
+            raise RuntimeError("call begin_layer before observe_tile")
+        a = probs.float()
+        count = a.shape[-2]
+        rows = slice(start, start + count)
+        diagonals = patterns.row_diagonals(a, start)
+        # One product over the tile for all shares (see begin_layer's keys).
+        mixed = a @ layer.keys  # (B, H, rows, 7)
         norm_shares = mixed[..., 3:6] / mixed[..., 6:].clamp_min(torch.finfo(torch.float32).tiny)
-        prev = a.diagonal(offset=-1, dim1=-2, dim2=-1)  # A[i, i-1] for i >= 1
-        nxt = a.diagonal(offset=1, dim1=-2, dim2=-1) * batch.next_ok[:, None]  # A[i, i+1]
+        row_max = a.amax(-1)
+        next_ok = nn.functional.pad(batch.next_ok, (0, 1))[:, None, rows]
         per_row = torch.stack(
             [
                 *mixed[..., :3].unbind(-1),
-                a.diagonal(dim1=-2, dim2=-1),
-                nn.functional.pad(prev, (1, 0)),
-                nn.functional.pad(nxt, (0, 1)),
+                diagonals[0],
+                diagonals[1],
+                diagonals[2] * next_ok,
                 -torch.special.xlogy(a, a).sum(-1),
-                a.amax(-1),
+                row_max,
                 *norm_shares.unbind(-1),
             ],
             dim=-1,
-        )  # (B, H, S, K)
-        stats = torch.einsum("bhsk,bs->bhk", per_row, batch.row_weight)
-        features, look = patterns.map_features(a, batch.masks)
+        )  # (B, H, rows, K)
+        # Means over rows accumulate in float64, so that tiles of any height sum the same
+        # per-row values to the same float32 result (the rows' count reaches thousands).
+        layer.stats += torch.einsum("bhsk,bs->bhk", per_row.double(), batch.row_weight[:, rows].double())
+        layer.features.add(start, a, diagonals)
+        if layer.mixing is not None:
+            layer.mixing.add(start, a, diagonals)
+        for thumb, row, n in zip(layer.thumbs, self._thumb_rows, self._thumb_lengths):
+            if start < n:
+                pool = self._pooling[n]
+                stop = min(n, start + count)
+                thumb += pool[:, start:stop] @ (a[row, :, : stop - start, :n] @ pool.t())
+        for kept, (row, n) in zip(layer.maps, self._map_rows):
+            if start < n:
+                kept.append(a[row, :, : min(n, start + count) - start, :n].cpu())
+
+    def end_layer(self, module: nn.Module, tiles: capture.Tiles) -> None:
+        layer = self._layer
+        if layer is None:
+            raise RuntimeError("call begin_layer before end_layer")
+        self._layer = None
+        features, look = layer.features.finish(lambda: ((start, a.float()) for start, a in tiles()))
         code, margin = pattern_model.assign(self.classifier, features, look)
-        self._layers.append(torch.cat([stats, features, look, code[..., None].float(), margin[..., None]], dim=-1))
-        if self.mixing is not None:
-            per_head, per_layer = self.mixing.observe(module, a, v, batch.row_weight, batch.columns, batch.next_ok)
-            self._mixing_heads.append(per_head)
-            self._mixing_layers.append(per_layer)
+        self._layers.append(torch.cat([layer.stats.float(), features, look, code[..., None].float(), margin[..., None]], dim=-1))
+        if layer.mixing is not None:
+            self._mixing_heads.append(layer.mixing.per_head.float())
+            self._mixing_layers.append(layer.mixing.per_layer.float())
         if self._thumb_rows:
-            self._thumbs.append(patterns.thumbnails(a, self._thumb_rows, self._thumb_lengths))
+            self._thumbs.append(torch.stack(layer.thumbs).flatten(2))
         if self._map_rows:
-            self._maps.append([a[r, :, :n, :n].cpu() for r, n in self._map_rows])
-        return probs
+            self._maps.append([torch.cat(pieces, dim=1) for pieces in layer.maps])
 
     def collect(self) -> np.ndarray:
         """The batch's statistics as an array (batch, layer, head, len(OBSERVED_COLUMNS)) in float32."""

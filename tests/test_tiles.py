@@ -1,0 +1,128 @@
+"""Attention observed in tiles of query rows gives what the whole maps give.
+
+Every family that goes through attnwh's attention function is run on a padded batch of
+inputs of a few hundred tokens (a single text and a sentence pair, with a short example
+whose whole maps are kept) once with whole maps and once per tile height (1, 7 and 64 rows,
+none of which divides the lengths); every stored value must agree within 1e-6.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tiny_models import CORPUS, make_tiny
+
+from attnwh.ingest.encoder import capture
+from attnwh.ingest.encoder.loading import load_encoder
+from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS
+from attnwh.ingest.runs.loop import StatisticsCapture
+
+MARGIN = OBSERVED_COLUMNS.index("pattern_margin")
+TILED_FAMILIES = ("bert", "roberta", "distilbert", "electra", "albert", "modernbert")
+POSITIONS = 320
+
+
+@pytest.fixture(scope="module")
+def long_models(tmp_path_factory):
+    cache = {}
+
+    def build(family: str):
+        if family not in cache:
+            cache[family] = make_tiny(family, tmp_path_factory.mktemp(f"{family}-long"), positions=POSITIONS)
+        return cache[family]
+
+    return build
+
+
+def long_batch(tokenizer) -> dict[str, torch.Tensor]:
+    """Three rows, right-padded: a long single text, a long pair and a short text."""
+    text = " ".join(CORPUS[:14])
+    first, second = " ".join(CORPUS[:7]), " ".join(CORPUS[9:15])
+    rows = [
+        tokenizer(text, truncation=True, max_length=POSITIONS - 40),
+        tokenizer(first, second, truncation=True, max_length=POSITIONS - 20),
+        tokenizer(CORPUS[2]),
+    ]
+    width = max(len(r["input_ids"]) for r in rows)
+    batch: dict[str, torch.Tensor] = {}
+    for name in rows[0]:
+        pad = tokenizer.pad_token_id if name == "input_ids" else 0
+        batch[name] = torch.tensor([r[name] + [pad] * (width - len(r[name])) for r in rows])
+    return batch
+
+
+def run(capture_: StatisticsCapture, batch: dict[str, torch.Tensor], rows: int | None):
+    with capture.attention_memory(rows=rows):
+        stats = capture_.run(batch, thumbnail_rows=[0, 1, 2])
+    mixing = capture_.observer.collect_mixing()
+    chosen, lengths, thumbs = capture_.observer.collect_thumbnails()
+    kept_rows, maps = capture_.observer.collect_maps()
+    return stats, mixing, (chosen, lengths, thumbs), (kept_rows, maps)
+
+
+@pytest.mark.parametrize("family", TILED_FAMILIES)
+def test_tiles_give_what_whole_maps_give(long_models, family):
+    encoder = load_encoder(str(long_models(family)), device="cpu")
+    batch = long_batch(encoder.tokenizer)
+    lengths = batch["attention_mask"].sum(-1).tolist()
+    assert min(lengths[:2]) > 200 and lengths[2] < 64, lengths
+    statistics = StatisticsCapture(encoder)
+    whole = run(statistics, batch, None)
+    assert whole[0].shape[:3] == (3, encoder.num_layers, encoder.num_heads)
+    assert whole[1] is not None or family == "modernbert"
+    for rows in (1, 7, 64):
+        tiled = run(statistics, batch, rows)
+        np.testing.assert_allclose(
+            tiled[0][..., :MARGIN], whole[0][..., :MARGIN], rtol=1e-6, atol=1e-6, err_msg=f"statistics, tiles of {rows}"
+        )
+        # The margin is the classifier's, from log ratios of features floored at 1e-3: it
+        # moves up to a thousand times as much as the features (which agree within 1e-6).
+        np.testing.assert_allclose(tiled[0][..., MARGIN], whole[0][..., MARGIN], atol=1e-5, err_msg="margin")
+        if whole[1] is not None:
+            for got, expected in zip(tiled[1], whole[1]):
+                np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6, err_msg=f"mixing, tiles of {rows}")
+        assert tiled[2][:2] == whole[2][:2]
+        np.testing.assert_allclose(tiled[2][2], whole[2][2], rtol=1e-6, atol=1e-6, err_msg="thumbnails")
+        assert tiled[3][0] == whole[3][0] == [2]
+        np.testing.assert_allclose(tiled[3][1][0], whole[3][1][0], rtol=1e-6, atol=1e-6, err_msg="kept maps")
+
+
+def test_tiled_layers_never_hold_whole_maps(long_models):
+    """With tiles of 7 rows no tensor of a layer's whole maps (batch × heads × n × n) is made:
+    the largest float tensor the attention function or the observer creates is a tile."""
+    encoder = load_encoder(str(long_models("bert")), device="cpu")
+    batch = long_batch(encoder.tokenizer)
+    n = batch["input_ids"].shape[1]
+    statistics = StatisticsCapture(encoder)
+    largest = []
+
+    class Sizes(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor) and out.dim() > 1 and out.shape[-1] == n and out.dtype.is_floating_point:
+                largest.append(tuple(out.shape))
+            return out
+
+    with Sizes():
+        run(statistics, batch, 7)
+    # Nothing holds more than a tile's cells (batch × heads × 7 rows × n keys) or the keys
+    # (batch × heads × head width × n); whole maps would be n / 7 times as large.
+    width = max(7, encoder.model.config.hidden_size // encoder.num_heads)
+    cells = [int(np.prod(shape)) for shape in largest]
+    assert largest and max(cells) <= 3 * encoder.num_heads * width * n, max(largest, key=np.prod)
+    assert 3 * encoder.num_heads * n * n > 20 * max(cells)
+
+
+def test_budget_decides_the_tile_height():
+    # 2 × 12 heads × 4,096 keys × (12 + 16) bytes per cell = 2.75 MiB a row.
+    observer = type("Reader", (), {"cell_bytes": 16})()
+    per_row = capture.map_bytes(2, 12, 1, 4096, observer)
+    assert per_row == 2 * 12 * 4096 * 28
+    with capture.attention_memory(budget=100 * per_row):
+        assert capture.tile_rows(2, 12, 4096, 4096, observer) == 100
+        assert capture.tile_rows(2, 12, 64, 64, observer) == 64  # short inputs: whole maps
+    with capture.attention_memory(budget=1):
+        assert capture.tile_rows(2, 12, 4096, 4096, observer) == 1
+    assert capture.tile_rows(2, 12, 4096, 4096, observer) == 4096  # no budget set
+    assert capture.default_budget("cpu") >= capture.DEFAULT_FLOOR
