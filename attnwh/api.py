@@ -39,6 +39,7 @@ from rich.console import Console
 
 from attnwh.cli.options import (
     DEFAULT_DB,
+    AttentionMemoryOpt,
     DatasetConfigOpt,
     DatasetOpt,
     DataSource,
@@ -65,6 +66,7 @@ from attnwh.cli.options import (
     ValueZeroingOpt,
     WorkersOpt,
     command_line,
+    parse_memory,
     with_option_groups,
 )
 from attnwh.cli.progress import Bars, StudyHooks, interrupts_as, loading, run_resumable, steps_column
@@ -346,6 +348,7 @@ def ingest(
         ),
     ] = 20,
     value_zeroing: ValueZeroingOpt = None,
+    attention_memory: AttentionMemoryOpt = None,
     compute: Engine,
 ) -> Done:
     """Run an encoder over a dataset and write per-example, per-layer, per-head attention statistics into the DuckDB warehouse.
@@ -357,33 +360,29 @@ def ingest(
     with loading(console, None if run_on.shard else db, source, models=[model]):
         loaded = source.load()  # data errors before torch is imported
         from attnwh.ingest.encoder.loading import load_encoder
-        from attnwh.ingest.runs.loop import StatisticsCapture, ingest_statistics, prepare_tasks, shard_runs
+        from attnwh.ingest.runs.loop import StatisticsCapture, check_fits, ingest_runs, prepare_tasks, shard_runs
 
         encoder = load_encoder(model, device.value, dtype.value)
         options = dataclasses.replace(
             reading.ingest_options(replace),
             thumbnails=thumbnails,
             value_zeroing=value_zeroing.value if value_zeroing else None,
+            attention_memory=parse_memory(attention_memory),
         )
         prepared = prepare_tasks(encoder, loaded, options)
+        capture = StatisticsCapture(encoder, value_zeroing=options.value_zeroing, attention_memory=options.attention_memory)
+        check_fits(capture, prepared)
 
     console.print(f"{describe(encoder)}, {options.max_length or encoder.max_length} tokens max", highlight=False)
     if run_on.shard:
         shards, seconds = run_resumable(
             console,
             run_on.shard_dir or db,
-            lambda bars: shard_runs(
-                StatisticsCapture(encoder, value_zeroing=options.value_zeroing),
-                prepared,
-                options,
-                run_on,
-                bars.start,
-                bars.advance,
-            ),
+            lambda bars: shard_runs(capture, prepared, options, run_on, bars.start, bars.advance),
         )
         return Done(list(shards), seconds, db, sharded=True)
     summaries, seconds = run_resumable(
-        console, db, lambda bars: ingest_statistics(db, encoder, prepared, options, bars.start, bars.advance, run_on)
+        console, db, lambda bars: ingest_runs(db, capture, prepared, options, bars.start, bars.advance, run_on)
     )
     return Done(list(summaries), seconds, db)
 
@@ -408,6 +407,7 @@ def compare(
     ] = Dtype.float32,
     db: DbOpt = DEFAULT_DB,
     replace: ReplaceOpt = False,
+    attention_memory: AttentionMemoryOpt = None,
     compute: Engine,
 ) -> Done:
     """Compare the attention of a base and a tuned model on the same examples: per example, layer and head, the cosine similarity of their attention maps (cropped to the real tokens), into the attention_change table.
@@ -420,14 +420,15 @@ def compare(
         loaded = source.load()  # data errors before torch is imported
         from attnwh.ingest.encoder.loading import load_encoder
         from attnwh.ingest.measures.change import ChangeCapture, check_compatible, prepare_comparison
-        from attnwh.ingest.runs.loop import ingest_runs, shard_runs
+        from attnwh.ingest.runs.loop import check_fits, ingest_runs, shard_runs
 
         base_encoder = load_encoder(base, device.value, dtype.value)
         tuned_encoder = load_encoder(tuned, device.value, dtype.value)
         check_compatible(base_encoder, tuned_encoder)
-        options = reading.ingest_options(replace)
+        options = dataclasses.replace(reading.ingest_options(replace), attention_memory=parse_memory(attention_memory))
         prepared = prepare_comparison(base_encoder, tuned_encoder, loaded, options)
-        capture = ChangeCapture(base_encoder, tuned_encoder)
+        capture = ChangeCapture(base_encoder, tuned_encoder, options.attention_memory)
+        check_fits(capture, prepared)
 
     console.print(
         f"[bold]{base_encoder.name}[/] → [bold]{tuned_encoder.name}[/] ({tuned_encoder.family}, "
@@ -859,6 +860,7 @@ def study(
     ] = 1000,
     importance: Annotated[bool, typer.Option(help="Also store gradient importance per head.")] = True,
     value_zeroing: ValueZeroingOpt = None,
+    attention_memory: AttentionMemoryOpt = None,
     out_dir: Annotated[
         Path | None,
         typer.Option(
@@ -932,6 +934,7 @@ def study(
         resamples=resamples,
         importance=importance,
         value_zeroing=value_zeroing.value if value_zeroing else None,
+        attention_memory=parse_memory(attention_memory),
         device=device.value,
         db=db,
         report=report,

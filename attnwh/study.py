@@ -83,6 +83,7 @@ class StudyOptions:
     top_k: int = 10
     importance: bool = True
     value_zeroing: str | None = None  # "layer" or "head": value zeroing in the statistics ingests
+    attention_memory: int | None = None  # bytes of maps alive at once; None: sized from the device
     configs_per_pass: int | None = None  # None: 8 on a GPU, 1 on a CPU
     thumbnails: int = 20
     device: str = "auto"
@@ -382,11 +383,16 @@ class Study:
             command=options.command,
             thumbnails=options.thumbnails,
             value_zeroing=options.value_zeroing,
+            attention_memory=options.attention_memory,
         )
-        # Fail on lengths now rather than after fine-tuning.
-        prepare_tasks(
-            self.base, [dataclasses.replace(t.eval, examples=t.eval.examples[:1]) for t in self.tasks], self.ingest
-        )
+        # Fail on lengths now rather than after fine-tuning: the limit, and the attention
+        # memory of the statistics and of the comparison (the tuned models have the base's shape).
+        from attnwh.ingest.measures.change import ChangeCapture
+        from attnwh.ingest.runs.loop import StatisticsCapture, check_fits
+
+        prepared = prepare_tasks(self.base, [t.eval for t in self.tasks], self.ingest)
+        check_fits(StatisticsCapture(self.base, attention_memory=options.attention_memory), prepared)
+        check_fits(ChangeCapture(self.base, self.base, options.attention_memory), prepared)
         self._tuned: dict[str, EncoderModel] = {}
         self.run_ids: dict[tuple[str, str], int] = {}  # (stage, task) -> run id of this study's run
         self.sinks_notes: dict[tuple[str, str], str | None] = {}  # (ablation stage, task) -> why no sinks
@@ -568,7 +574,7 @@ class Study:
             prepared = prepare_comparison(self.base, tuned, [task.eval], options)
             summaries = ingest_runs(
                 self.options.db,
-                ChangeCapture(self.base, tuned),
+                ChangeCapture(self.base, tuned, self.options.attention_memory),
                 prepared,
                 options,
                 self.hooks.start,

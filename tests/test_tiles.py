@@ -15,7 +15,7 @@ from tiny_models import CORPUS, make_tiny
 
 from attnwh.ingest.encoder import capture
 from attnwh.ingest.encoder.loading import load_encoder
-from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS
+from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, HeadStatistics
 from attnwh.ingest.runs.loop import StatisticsCapture
 
 MARGIN = OBSERVED_COLUMNS.index("pattern_margin")
@@ -126,3 +126,96 @@ def test_budget_decides_the_tile_height():
         assert capture.tile_rows(2, 12, 4096, 4096, observer) == 1
     assert capture.tile_rows(2, 12, 4096, 4096, observer) == 4096  # no budget set
     assert capture.default_budget("cpu") >= capture.DEFAULT_FLOOR
+
+
+# ---------------------------------------------------------------- the budget on the command line
+
+
+def write_long_texts(path, n: int = 5):
+    """A TSV of n texts of about 200 to 280 tokens each (the tiny tokenizers' own sentences)."""
+    lines = ["sentence\tlabel"]
+    for i in range(n):
+        lines.append(" ".join(CORPUS[i : i + 11 + i % 3]) + f"\t{i % 2}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def stored(db, table: str, columns: str) -> list[tuple]:
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(f"SELECT {columns} FROM {table} ORDER BY ALL").fetchall()
+
+
+def test_budget_tiles_and_splits_batches_and_stores_the_same_rows(long_models, tmp_path, monkeypatch, capsys):
+    from helpers import run as run_cli
+
+    data = write_long_texts(tmp_path / "long.tsv")
+    model = str(long_models("bert"))
+    dbs = {}
+    for name, extra in (("whole", []), ("tiled", ["--attention-memory", "1M"])):
+        dbs[name] = tmp_path / f"{name}.duckdb"
+        code, out, err = run_cli(
+            monkeypatch, capsys, "ingest", "--model", model, "--data", str(data), "--text-column", "sentence", "--db", str(dbs[name]),
+            "--device", "cpu", "--thumbnails", "5", *extra,
+        )  # fmt: skip
+        assert code == 0, err
+    # 1 MiB holds no batch of these inputs in tiles of 64 rows: each example runs alone, in tiles.
+    tokens = [n for (n,) in stored(dbs["tiled"], "run_examples", "n_tokens")]
+    reader = type("Reader", (), {"cell_bytes": HeadStatistics.cell_bytes})()
+    assert min(tokens) > 150
+    assert capture.batch_rows(2**20, 4, min(tokens), reader, True) == 1
+    assert capture.map_bytes(1, 4, min(tokens), min(tokens), reader) > 2**20
+    for table, key in (
+        ("head_stats", "example_id, layer, head"),
+        ("head_mixing", "example_id, layer, head"),
+        ("layer_mixing", "example_id, layer"),
+        ("pattern_thumbnails", "example_id, layer, head"),
+        ("massive_activations", "example_id, layer"),
+    ):
+        whole, tiled = stored(dbs["whole"], table, f"* EXCLUDE (run_id)"), stored(dbs["tiled"], table, f"* EXCLUDE (run_id)")
+        assert len(whole) == len(tiled) > 0, table
+        for a, b in zip(whole, tiled):
+            for x, y in zip(a, b):
+                if isinstance(x, float):  # the pattern margin moves up to 1e3 times its features (see above)
+                    assert abs(x - y) <= 1e-5, (table, a[:3])
+                elif isinstance(x, list):
+                    np.testing.assert_allclose(x, y, atol=1e-6, err_msg=table)
+                else:
+                    assert x == y, (table, a[:3])
+
+
+@pytest.mark.parametrize("family", ["mpnet", "deberta-v2"])
+def test_maps_kept_whole_over_the_budget_are_refused_in_one_line(tmp_path, monkeypatch, capsys, family):
+    from helpers import run as run_cli
+
+    model = make_tiny(family, tmp_path / family, positions=POSITIONS)
+    db = tmp_path / "w.duckdb"
+    data = write_long_texts(tmp_path / "long.tsv")
+    args = ["ingest", "--model", str(model), "--data", str(data), "--text-column", "sentence", "--db", str(db)]
+    code, _, err = run_cli(monkeypatch, capsys, *args, "--attention-memory", "1M")
+    assert code != 0
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "1 MiB" in lines[0] and "--max-length" in lines[0], err
+    assert not db.exists()
+    # Under a budget that holds their maps, the same inputs go through.
+    code, _, err = run_cli(monkeypatch, capsys, *args, "--attention-memory", "64M")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("size", ["lots", "12Q", "100"])
+def test_a_bad_size_is_refused_before_any_work(tmp_path, monkeypatch, capsys, size):
+    from helpers import run as run_cli
+
+    code, _, err = run_cli(monkeypatch, capsys, "ingest", "--db", str(tmp_path / "w.duckdb"), "--attention-memory", size)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--attention-memory" in err, err
+    assert not (tmp_path / "w.duckdb").exists()
+
+
+def test_sizes_read_as_powers_of_1024():
+    from attnwh.cli.options import parse_memory
+
+    assert parse_memory("256M") == 256 * 2**20
+    assert parse_memory("2G") == parse_memory("2GiB") == 2 * 2**30
+    assert parse_memory("1.5g") == 3 * 2**29
+    assert parse_memory(None) is None

@@ -16,6 +16,7 @@ import dataclasses
 import enum
 import functools
 import inspect
+import re
 import shlex
 import typing
 from collections.abc import Callable
@@ -133,6 +134,41 @@ TruncateOpt = Annotated[
     bool, typer.Option(help="Truncate over-long inputs (counted and reported) instead of refusing them.")
 ]
 BatchSizeOpt = Annotated[int, typer.Option(min=1, help="Examples per batch (batches are bucketed by length).")]
+
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20}
+_UNITS |= {"g": 2**30, "gb": 2**30, "gib": 2**30}
+
+
+def parse_memory(text: str | int | None) -> int | None:
+    """Bytes from a size such as 512M, 2G, 1.5GiB or a plain number of bytes (K, M, G are
+    powers of 1024)."""
+    if text is None or isinstance(text, int):
+        return text
+    found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    unit = found and _UNITS.get(found.group(2).lower())
+    if not found or unit is None or float(found.group(1)) * unit < 2**20:
+        raise UsageError(f"--attention-memory {text!r}: give a size of at least 1M, such as 256M or 2G")
+    return int(float(found.group(1)) * unit)
+
+
+def _memory(text: str | int | None) -> str | int | None:
+    if text is not None:
+        parse_memory(text)  # refused as it is parsed, before any work
+    return text
+
+
+AttentionMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="SIZE",
+        callback=_memory,
+        help="Attention maps alive at once, e.g. 256M or 2G. Longer layers are computed in tiles of query rows "
+        "that fit it and batches of long inputs are split, so memory grows linearly with the input's length; "
+        "DeBERTa and MPNet, which keep their maps whole, refuse inputs over it. Default: an eighth of the free "
+        "memory of the device (GPU) or host (CPU), between 64M and 512M.",
+    ),
+]
 ReplaceOpt = Annotated[bool, typer.Option(help="Redo runs that are already complete instead of skipping them.")]
 
 

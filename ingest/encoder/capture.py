@@ -198,10 +198,12 @@ def _available_host_memory() -> int:
 def attention_memory(budget: int | None = None, rows: int | None = None) -> Iterator[None]:
     """Inside the block, layers whose maps (with the observer's working memory) would take
     more than `budget` bytes are computed in tiles of query rows that fit it; `rows` fixes
-    the tile height instead (tests, benchmarks). Nesting restores the outer setting."""
+    the tile height instead (tests, benchmarks). What is not given keeps the outer block's
+    setting; leaving the block restores it."""
     global _budget, _forced_rows
     saved = _budget, _forced_rows
-    _budget, _forced_rows = budget, rows
+    _budget = budget if budget is not None else _budget
+    _forced_rows = rows if rows is not None else _forced_rows
     try:
         yield
     finally:
@@ -228,6 +230,20 @@ def tile_rows(batch: int, heads: int, queries: int, keys: int, observer: object 
         return queries
     per_row = map_bytes(batch, heads, 1, keys, observer)
     return max(1, min(queries, _budget // max(per_row, 1)))
+
+
+# Batches of long inputs are split so that each piece's layers fit the budget in tiles of
+# at least this many rows (per-tile overheads stay small), or whole where they cannot tile.
+TILE_FLOOR = 64
+
+
+def batch_rows(budget_bytes: int, heads: int, length: int, observer: object | None, tiles: bool) -> int:
+    """How many examples of `length` tokens one forward pass may hold under `budget_bytes`:
+    with tiles, enough for tiles of `TILE_FLOOR` rows (at least 1); without, enough for
+    whole maps (0: not even one fits)."""
+    rows = length if not tiles else min(length, TILE_FLOOR)
+    fit = budget_bytes // max(map_bytes(1, heads, rows, length, observer), 1)
+    return max(1, fit) if tiles else fit
 
 
 _mask: torch.Tensor | None = None

@@ -61,6 +61,12 @@ class EncoderModel:
     # MiniLM), so a worker process can load the same model again.
     source: str | None = None
 
+    @property
+    def tiles(self) -> bool:
+        """Whether its attention can be computed in tiles of query rows (it goes through
+        attnwh's attention function; DeBERTa and MPNet compute it inline, whole)."""
+        return not any(type(m).__name__ in inline.INLINE_ATTENTION for m in self.model.modules())
+
     def facts(self) -> dict[str, object]:
         """The columns of this checkpoint's row in the warehouse's `models` table (plus the
         base's weights hash of a fine-tuned model, which `attnwh.sql.runs.upsert_model` resolves)."""

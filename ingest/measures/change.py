@@ -75,16 +75,25 @@ class ChangeCapture:
     table = "attention_change"
     columns = CHANGE_COLUMNS
 
-    def __init__(self, base: EncoderModel, tuned: EncoderModel) -> None:
+    def __init__(self, base: EncoderModel, tuned: EncoderModel, attention_memory: int | None = None) -> None:
         check_compatible(base, tuned)
         self.base = base
         self.encoder = tuned
+        self.attention_memory = attention_memory
+        self.budget = attention_memory or capture.default_budget(tuned.device)
 
     def models(self) -> dict[str, EncoderModel]:
         return {"model_id": self.encoder, "base_model_id": self.base}
 
     def settings(self) -> dict[str, Any]:
-        return {}
+        return {"attention_memory": self.attention_memory}
+
+    def max_rows(self, length: int) -> int:
+        """The base model's maps of every layer are kept whole (float32 or the model's
+        dtype) while the tuned model's layers are computed whole beside them."""
+        layers, heads = self.base.num_layers, self.base.num_heads
+        kept = layers * heads * length * length * self.base.dtype.itemsize
+        return self.budget // (kept + capture.map_bytes(1, heads, length, length))
 
     def _forward(self, encoder: EncoderModel, batch: dict[str, torch.Tensor]) -> None:
         encoder.model(**forward_inputs(encoder.model, {k: v.to(encoder.device) for k, v in batch.items()}))

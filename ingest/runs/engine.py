@@ -162,7 +162,7 @@ def build_worker(spec: WorkerSpec, device: str) -> Worker:
         from attnwh.ingest.measures.change import ChangeCapture
         from attnwh.ingest.runs.units import CaptureWorker
 
-        return CaptureWorker(ChangeCapture(encoders["base_model_id"], encoders["model_id"]))
+        return CaptureWorker(ChangeCapture(encoders["base_model_id"], encoders["model_id"], **spec.settings))
     if spec.kind == "ablation":
         from attnwh.ingest.runs.ablation import sweep_worker
 

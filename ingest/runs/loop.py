@@ -50,6 +50,7 @@ class IngestOptions:
     command: str | None = None  # recorded with the run
     thumbnails: int = 20  # examples per run whose maps are kept as 32 x 32 thumbnails (seeded)
     value_zeroing: str | None = None  # statistics runs: "layer" or "head" (value_zeroing.py); None: off
+    attention_memory: int | None = None  # bytes of maps alive at once (capture.py); None: sized from the device
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,26 @@ class BatchCapture(Protocol):
         when none)."""
         ...
 
+    budget: int  # the attention memory budget in bytes
+
+    def max_rows(self, length: int) -> int:
+        """How many examples of `length` tokens one batch may hold under the budget (0: not
+        even one)."""
+        ...
+
+
+def check_fits(capture: BatchCapture, tasks: Sequence[PreparedTask]) -> None:
+    """Refuse, before anything is written, inputs whose attention maps cannot fit the
+    capture's attention memory budget even one example at a time."""
+    longest = max((int(t.encoded.n_tokens.max()) for t in tasks if len(t.encoded.n_tokens)), default=0)
+    if longest and capture.max_rows(longest) == 0:
+        family = capture.encoder.family
+        raise UsageError(
+            f"an input of {longest} tokens needs more attention memory than the budget of "
+            f"{capture.budget / 2**20:.0f} MiB ({family} keeps its maps whole here); "
+            "lower --max-length or raise --attention-memory"
+        )
+
 
 def ingest_statistics(
     db_path: Path,
@@ -176,7 +197,7 @@ def ingest_statistics(
     `on_batch(n)` report progress. `engine` runs the batches on Ray, or writes one static
     shard of them (see :mod:`attnwh.ingest.runs.engine`); by default, here.
     """
-    capture = StatisticsCapture(encoder, value_zeroing=options.value_zeroing)
+    capture = StatisticsCapture(encoder, value_zeroing=options.value_zeroing, attention_memory=options.attention_memory)
     return ingest_runs(db_path, capture, tasks, options, on_start, on_batch, engine)
 
 
@@ -196,6 +217,7 @@ def ingest_runs(
     engine = engine or EngineOptions()
     if engine.shard is not None:
         raise ValueError("a static shard writes no warehouse: use shard_runs")
+    check_fits(capture, tasks)
     executor = executor_for(engine, capture_spec(capture), CaptureWorker(capture), db_path)
     con = warehouse.connect(db_path)
     try:
@@ -313,6 +335,7 @@ def shard_runs(
     `engine.shard_dir`, for `attnwh merge` (see `engine.write_shards`)."""
     from attnwh.ingest.runs.engine import write_shards
 
+    check_fits(capture, tasks)
     plans = [(run_info(capture.kind, capture.models(), task, options), _plan(task, options, {})) for task in tasks]
     return write_shards(engine, plans, CaptureWorker(capture), tasks, on_start, on_batch)
 
@@ -332,16 +355,25 @@ class StatisticsCapture:
     zeroing (`value_zeroing.py`, n recomputations of each layer). Batch rows named in
     `run(..., thumbnail_rows)` also leave thumbnails of their maps. :meth:`extra_rows`
     returns all those rows. `mixing=False` and `massive=False` leave them out, for
-    benchmarks."""
+    benchmarks. `attention_memory` (bytes; default: sized from the device,
+    `capture.default_budget`) bounds the maps alive at once: long layers are observed in
+    tiles and batches of long inputs split (:meth:`max_rows`)."""
 
     kind = "statistics"
     table = "head_stats"
     columns = OBSERVED_COLUMNS
 
     def __init__(
-        self, encoder: EncoderModel, value_zeroing: str | None = None, mixing: bool = True, massive: bool = True
+        self,
+        encoder: EncoderModel,
+        value_zeroing: str | None = None,
+        mixing: bool = True,
+        massive: bool = True,
+        attention_memory: int | None = None,
     ) -> None:
         self.encoder = encoder
+        self.attention_memory = attention_memory
+        self.budget = attention_memory or capture.default_budget(encoder.device)
         outputs = attention_outputs(encoder.model)
         grams = value_norm_grams({m: o.dense for m, o in outputs.items()}, encoder.num_heads)
         mixer = ContextMixing(outputs, encoder.num_heads) if mixing and ContextMixing.applies(outputs) else None
@@ -366,7 +398,11 @@ class StatisticsCapture:
             "value_zeroing": self.value_zeroing,
             "mixing": self.observer.mixing is not None,
             "massive": self.massive,
+            "attention_memory": self.attention_memory,
         }
+
+    def max_rows(self, length: int) -> int:
+        return capture.batch_rows(self.budget, self.encoder.num_heads, length, self.observer, self.encoder.tiles)
 
     @torch.inference_mode()
     def run(self, batch: dict[str, torch.Tensor], thumbnail_rows: Sequence[int] = ()) -> np.ndarray:
@@ -380,7 +416,11 @@ class StatisticsCapture:
             for r in self.observer.map_rows
         }
         mixing = self.observer.mixing
-        with capture.observing(self.observer), mixing.hooks() if mixing else contextlib.nullcontext():
+        with (
+            capture.attention_memory(self.budget),
+            capture.observing(self.observer),
+            mixing.hooks() if mixing else contextlib.nullcontext(),
+        ):
             out = self.encoder.model(**forward_inputs(self.encoder.model, batch), output_hidden_states=self.massive)
         self._massive = scan(out.hidden_states[1:], key_mask, *masks) if self.massive else None
         self._zeroed = self._zeroing.run(batch, key_mask, *masks) if self._zeroing is not None else None

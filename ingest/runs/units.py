@@ -16,6 +16,7 @@ or from a Parquet shard.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,28 @@ class WorkUnit:
     def collate(self, pad_token_id: int, device: torch.device) -> dict[str, torch.Tensor]:
         """The unit's padded batch on `device` (see `encoding.collate`)."""
         return collate(self.encoded, range(len(self.input_ids)), pad_token_id, device)
+
+    def split(self, size: int) -> list[WorkUnit]:
+        """The unit cut into pieces of at most `size` examples, in order (the same name: the
+        pieces' rows are stored together as the unit's part)."""
+        if len(self.positions) <= size:
+            return [self]
+        pieces = []
+        for start in range(0, len(self.positions), size):
+            rows = slice(start, start + size)
+            pieces.append(
+                dataclasses.replace(
+                    self,
+                    positions=self.positions[rows],
+                    example_ids=self.example_ids[rows],
+                    input_ids=self.input_ids[rows],
+                    token_type_ids=None if self.token_type_ids is None else self.token_type_ids[rows],
+                    n_tokens_full=self.n_tokens_full[rows],
+                    thumbnail_rows=tuple(r - start for r in self.thumbnail_rows if start <= r < start + size),
+                    labels=None if self.labels is None else self.labels[rows],
+                )
+            )
+        return pieces
 
     def done_rows(self) -> pa.Table:
         """run_examples rows marking the unit's examples done."""
@@ -131,14 +154,22 @@ class CaptureWorker:
         self.capture = capture
 
     def compute(self, unit: WorkUnit) -> Part:
+        """The unit's rows; a batch of long inputs whose maps would not fit the attention
+        memory budget is run in pieces (`BatchCapture.max_rows`)."""
         capture = self.capture
         encoder = capture.encoder
         tick = time.perf_counter()
-        batch = unit.collate(encoder.tokenizer.pad_token_id, encoder.device)
-        values = capture.run(batch, unit.thumbnail_rows)
-        tables = {
-            capture.table: rows.grid_rows(unit.example_ids, values, capture.columns),
-            **capture.extra_rows(unit.example_ids),
-            "run_examples": unit.done_rows(),
-        }
+        pieces = []
+        for piece in unit.split(max(1, capture.max_rows(int(unit.n_tokens.max())))):
+            batch = piece.collate(encoder.tokenizer.pad_token_id, encoder.device)
+            values = capture.run(batch, piece.thumbnail_rows)
+            pieces.append(
+                {
+                    capture.table: rows.grid_rows(piece.example_ids, values, capture.columns),
+                    **capture.extra_rows(piece.example_ids),
+                    "run_examples": piece.done_rows(),
+                }
+            )
+        names = dict.fromkeys(name for piece in pieces for name in piece)  # a piece may lack a table
+        tables = {name: pa.concat_tables([p[name] for p in pieces if name in p]) for name in names}
         return Part(unit.run_key, unit.name, tables, True, time.perf_counter() - tick, str(encoder.device))

@@ -1,0 +1,214 @@
+"""Benchmark: long inputs. Peak memory and time of attnwh's statistics against the model's
+own forward passes, at 1k, 2k, 4k and 8k tokens, in one run.
+
+The model is a random-initialised ModernBERT (8,192 positions, a local window of 128 tokens
+on every other layer): `--shape narrow` (4 layers, 12 heads, width 384: minutes on a CPU) or
+`--shape base` (ModernBERT-base's 22 layers, 12 heads, width 768). Per length, each variant
+runs in its own process over the same inputs (`--inputs` random token sequences, one per
+batch), so each peak is that variant's alone:
+
+- sdpa: transformers' forward with scaled-dot-product attention (memory linear in n on a
+  CPU and a GPU): the floor;
+- eager: transformers' eager forward, which materialises every layer's maps;
+- attnwh: `StatisticsCapture.run` (every stored measure: statistics, pattern and look
+  features, mixing, massive activations) under the default attention memory budget, or
+  `--attention-memory`.
+
+Peak memory is the process's peak resident set on a CPU (it includes Python, torch and the
+model, the same in every variant) and `torch.cuda.max_memory_allocated` on a GPU. Prints a
+table, the ratios the targets read (attnwh's peak / sdpa's, attnwh's time / eager's, and the
+growth of attnwh's peak from 4k to 8k) and writes a line chart of peak memory against length
+(`--chart`, PNG). Usage: ``python bench/long.py [--shape narrow] [--lengths 1024,2048,4096,8192]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+VARIANTS = ("sdpa", "eager", "attnwh")
+SHAPES = {
+    "narrow": {"num_hidden_layers": 4, "hidden_size": 384, "intermediate_size": 576},
+    "base": {"num_hidden_layers": 22, "hidden_size": 768, "intermediate_size": 1152},
+}
+
+
+def build_model(shape: str, folder: Path) -> None:
+    """Save a seeded random ModernBERT of `shape` with the bundled model's tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, ModernBertConfig, ModernBertModel
+
+    from attnwh.ingest.encoder.loading import bundled_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_path())
+    tokenizer.model_max_length = 8192
+    config = ModernBertConfig(
+        vocab_size=len(tokenizer),
+        num_attention_heads=12,
+        max_position_embeddings=8192,
+        local_attention=128,
+        global_attn_every_n_layers=2,
+        pad_token_id=tokenizer.pad_token_id,
+        cls_token_id=tokenizer.cls_token_id,
+        sep_token_id=tokenizer.sep_token_id,
+        bos_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+        **SHAPES[shape],
+    )
+    torch.manual_seed(0)
+    ModernBertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def inputs(tokenizer, length: int, count: int, device) -> list[dict]:
+    """`count` seeded random inputs of `length` tokens: [CLS], ordinary pieces, [SEP]."""
+    import torch
+
+    generator = torch.Generator().manual_seed(length)
+    specials = set(tokenizer.all_special_ids)
+    ordinary = torch.tensor([i for i in range(1000, len(tokenizer)) if i not in specials])
+    out = []
+    for _ in range(count):
+        body = ordinary[torch.randint(len(ordinary), (length - 2,), generator=generator)]
+        ids = torch.cat([torch.tensor([tokenizer.cls_token_id]), body, torch.tensor([tokenizer.sep_token_id])])
+        out.append({"input_ids": ids[None].to(device), "attention_mask": torch.ones_like(ids)[None].to(device)})
+    return out
+
+
+def child(args: argparse.Namespace) -> None:
+    """One variant at one length, in this process; prints its seconds and peak memory as JSON."""
+    import torch
+    from transformers import AutoModel
+
+    from attnwh.ingest.encoder.loading import load_encoder
+    from attnwh.ingest.runs.loop import StatisticsCapture
+
+    encoder = load_encoder(str(args.model), args.device)
+    device = encoder.device
+    batches = inputs(encoder.tokenizer, args.length, args.inputs, device)
+    if args.variant == "attnwh":
+        statistics = StatisticsCapture(encoder, attention_memory=args.attention_memory)
+
+        def step(batch: dict) -> None:
+            statistics.run(batch)
+    else:
+        model = AutoModel.from_pretrained(args.model, attn_implementation=args.variant).to(device).eval()
+        del encoder
+
+        def step(batch: dict) -> None:
+            with torch.inference_mode():
+                model(**batch)
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    for batch in batches:
+        step(batch)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"seconds": time.perf_counter() - start, "peak": peak}))
+
+
+def measure(args: argparse.Namespace, folder: Path, variant: str, length: int) -> dict:
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--model",
+        str(folder),
+        "--variant",
+        variant,
+        "--length",
+        str(length),
+        "--inputs",
+        str(args.inputs),
+        "--device",
+        args.device,
+    ]
+    if args.attention_memory:
+        command += ["--attention-memory", str(args.attention_memory)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def chart(results: dict[tuple[str, int], dict], path: Path, title: str) -> None:
+    import altair as alt
+    import polars as pl
+
+    rows = [
+        {"variant": variant, "tokens": length, "peak GiB": r["peak"] / 2**30}
+        for (variant, length), r in results.items()
+        if "peak" in r
+    ]
+    line = (
+        alt.Chart(pl.DataFrame(rows))
+        .mark_line(point=True)
+        .encode(x=alt.X("tokens:Q"), y=alt.Y("peak GiB:Q"), color="variant:N")
+        .properties(title=title, width=420, height=280)
+    )
+    line.save(str(path), ppi=150)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="narrow")
+    parser.add_argument("--lengths", default="1024,2048,4096,8192")
+    parser.add_argument("--inputs", type=int, default=2, help="inputs per length, one per batch")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--attention-memory", type=int, default=None, help="bytes (default: attnwh's default)")
+    parser.add_argument("--chart", type=Path, default=Path("long-memory.png"))
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--variant", help=argparse.SUPPRESS)
+    parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    lengths = [int(n) for n in args.lengths.split(",")]
+    variants = args.variants.split(",")
+    results: dict[tuple[str, int], dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / f"modernbert-{args.shape}"
+        build_model(args.shape, folder)
+        print(f"ModernBERT {args.shape} ({SHAPES[args.shape]}), {args.inputs} inputs per length, {args.device}")
+        print(f"{'tokens':>6}  " + "  ".join(f"{v:>22}" for v in variants))
+        for length in lengths:
+            cells = []
+            for variant in variants:
+                results[variant, length] = r = measure(args, folder, variant, length)
+                cells.append(f"{r['peak'] / 2**30:7.2f} GiB {r['seconds']:8.1f} s" if "peak" in r else r["error"][:22])
+            print(f"{length:>6}  " + "  ".join(f"{c:>22}" for c in cells), flush=True)
+
+    def ratio(a: tuple[str, int], b: tuple[str, int], key: str) -> str:
+        if key in results.get(a, {}) and key in results.get(b, {}):
+            return f"{results[a][key] / results[b][key]:.2f}"
+        return "n/a"
+
+    for length in lengths:
+        print(
+            f"{length:>6} tokens: attnwh peak / sdpa peak {ratio(('attnwh', length), ('sdpa', length), 'peak')}, "
+            f"attnwh time / eager time {ratio(('attnwh', length), ('eager', length), 'seconds')}, "
+            f"attnwh time / sdpa time {ratio(('attnwh', length), ('sdpa', length), 'seconds')}"
+        )
+    for small, large in zip(lengths, lengths[1:]):
+        print(f"attnwh peak {large} / {small} tokens: {ratio(('attnwh', large), ('attnwh', small), 'peak')}")
+    chart(results, args.chart, f"Peak memory against length, ModernBERT {args.shape} ({args.device})")
+    print(f"chart: {args.chart}")
+
+
+if __name__ == "__main__":
+    main()
