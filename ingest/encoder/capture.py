@@ -61,7 +61,13 @@ class TileObserver(AttentionObserver, Protocol):
 
     def begin_layer(self, module: nn.Module, value: torch.Tensor, length: int) -> None: ...
 
-    def observe_tile(self, module: nn.Module, start: int, probs: torch.Tensor, value: torch.Tensor) -> None: ...
+    def observe_tile(
+        self, module: nn.Module, start: int, probs: torch.Tensor, value: torch.Tensor
+    ) -> torch.Tensor | None:
+        """Reads one tile (batch, heads, rows, key); may return the tile's rows of probs @
+        value (batch, heads, rows, head_dim) in the value's dtype, when it computed them
+        anyway, to spare the attention function the product."""
+        ...
 
     def end_layer(self, module: nn.Module, tiles: Tiles) -> None: ...
 
@@ -282,7 +288,13 @@ def attnwh_attention(
     if mask is not None:
         scores = scores + mask
     probs = nn.functional.softmax(scores, dim=-1)
-    if observer is not None:
+    if isinstance(observer, TileObserver):  # one tile of every row; it may give the output
+        observer.begin_layer(module, value, queries)
+        rows_out = observer.observe_tile(module, 0, probs, value)
+        observer.end_layer(module, whole_tiles(probs))
+        if rows_out is not None and not (module.training and dropout > 0):
+            return rows_out.transpose(1, 2).contiguous(), None
+    elif observer is not None:
         global _mask
         _mask = mask
         try:
@@ -311,10 +323,12 @@ def _tiled(
     keys_t = key.transpose(2, 3)
 
     def probs_of(start: int, stop: int) -> torch.Tensor:
-        scores = torch.matmul(query[:, :, start:stop], keys_t) * scaling
+        # In place: each tile is computed twice (`end_layer`'s second pass), so every pass
+        # over it counts.
+        scores = torch.matmul(query[:, :, start:stop], keys_t).mul_(scaling)
         rows_mask = _rows_of(mask, start, stop)
         if rows_mask is not None:
-            scores = scores + rows_mask
+            scores.add_(rows_mask)
         return nn.functional.softmax(scores, dim=-1)
 
     def tiles() -> Iterator[tuple[int, torch.Tensor]]:
@@ -325,10 +339,11 @@ def _tiled(
     if observer is not None:
         observer.begin_layer(module, value, queries)
     for start, probs in tiles():
-        if observer is not None:
-            observer.observe_tile(module, start, probs, value)
-        probs = nn.functional.dropout(probs, p=dropout, training=module.training)
-        output[:, start : start + probs.shape[2]] = torch.matmul(probs, value).transpose(1, 2)
+        rows_out = observer.observe_tile(module, start, probs, value) if observer is not None else None
+        if rows_out is None or (module.training and dropout > 0):
+            probs = nn.functional.dropout(probs, p=dropout, training=module.training)
+            rows_out = torch.matmul(probs, value)
+        output[:, start : start + probs.shape[2]] = rows_out.transpose(1, 2)
     if observer is not None:
         observer.end_layer(module, tiles)
     return output

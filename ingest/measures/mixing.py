@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from attnwh.ingest.encoder.loading import AttentionOutput
-from attnwh.ingest.measures import patterns
+from attnwh.ingest.measures import fused, patterns
 
 # Shares of the post-LayerNorm contributions to the targets of head_stats' to_* columns.
 _TARGET_COLUMNS = ("rn_to_cls", "rn_to_sep", "rn_to_punct", "rn_to_self", "rn_to_prev", "rn_to_next")
@@ -178,12 +178,9 @@ class ContextMixing:
         """c_ij for the query rows of tile `a` (B, H, rows, S) from `start`, up to σ_i: (B,
         rows, S). `d0` (B, H, rows) is the tile's A[i, i]."""
         # c_ij² = a_ijᵀ K_j a_ij (+ the residual's terms on the diagonal), with K_j[h, g] =
-        # <f_h(x_j), f_g(x_j)> and a_ij the heads' weights A^h[i, j]. Laid out key-major
-        # (B, j, H, i) so one batched product applies every K_j and the sum over heads runs
-        # along contiguous rows.
+        # <f_h(x_j), f_g(x_j)> and a_ij the heads' weights A^h[i, j].
         rows = slice(start, start + a.shape[-2])
-        per_key = a.permute(0, 3, 1, 2).contiguous()  # (B, j, H, i)
-        squared = torch.matmul(terms.gram, per_key).mul_(per_key).sum(-2).transpose(1, 2)  # (B, i, j)
+        squared = fused.squares(a, terms.gram)  # (B, i, j)
         diagonal = 2 * (d0 * terms.cross[:, rows].transpose(1, 2)).sum(1) + terms.x_norm[:, rows] ** 2
         squared.diagonal(offset=start, dim1=-2, dim2=-1).add_(diagonal)
         return squared.clamp_min_(0).sqrt_()
@@ -248,9 +245,19 @@ class LayerMixing:
         self.per_head = v.new_zeros((batch, heads, len(HEAD_COLUMNS)), dtype=torch.float64)
         self.per_layer = v.new_zeros((batch, len(LAYER_COLUMNS)), dtype=torch.float64)
 
-    def add(self, start: int, a: torch.Tensor, diagonals: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+    def add(
+        self,
+        start: int,
+        a: torch.Tensor,
+        diagonals: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        products: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
         """Tile `a` (B, H, rows, S) in float32, query rows from `start`; `diagonals` its
-        A[i, i], A[i, i-1], A[i, i+1] (`patterns.row_diagonals`)."""
+        A[i, i], A[i, i-1], A[i, i+1] (`patterns.row_diagonals`); `products`, when the caller
+        has them from one product of its own: a @ :attr:`scaled_columns` and a @ v."""
+        if products is None:
+            products = (a @ self.scaled_columns, torch.matmul(a, self.v))
+        column_sums, weighted_values = products
         terms, v = self.terms, self.v
         batch, heads, _, d = v.shape
         count = a.shape[-2]
@@ -263,7 +270,7 @@ class LayerMixing:
         neighbours = tuple(  # the tile's diagonals scaled by the key's norm: j = i, i - 1, i + 1
             diagonal * _shifted(terms.norms, start, count, k) for k, diagonal in zip((0, -1, 1), diagonals)
         )
-        head_sums = _target_sums(a, self.scaled_columns, neighbours, next_ok)  # (B, H, rows, 7)
+        head_sums = _target_sums(column_sums, neighbours, next_ok)  # (B, H, rows, 7)
         head_total = head_sums[..., 6:]  # (B, H, rows, 1)
         residual = terms.x_norm[:, None, rows, None].expand(-1, heads, -1, -1)
         head_rows = torch.cat([head_sums[..., :6], residual], dim=-1).div_(
@@ -272,13 +279,13 @@ class LayerMixing:
         weight = self.row_weight[:, rows].double()
         self.per_head += (weight[:, None, None] @ head_rows.double()).squeeze(-2)  # mean over the real rows
 
-        layer_sums = _target_sums(c, self.columns, patterns.row_diagonals(c, start), next_ok)[:, 0]  # (B, rows, 7)
+        layer_sums = _target_sums(c @ self.columns, patterns.row_diagonals(c, start), next_ok)[:, 0]  # (B, rows, 7)
         shares = layer_sums[..., :6] / layer_sums[..., 6:].clamp_min(tiny)
 
         # The mixing ratio: Σ_{j≠i} c_ij as a vector is Σ_h w_h,i P_h with w_h,i the head's
         # output without its own token, Σ_j A^h[i,j] v_h,j − A^h[i,i] v_h,i: one product with
         # the stacked P_h, model width wide once per token. p_i = ||c_ii|| is c's diagonal.
-        others = torch.matmul(a, v).sub_(diagonals[0][..., None] * v[:, :, rows])  # (B, H, rows, d)
+        others = weighted_values - diagonals[0][..., None] * v[:, :, rows]  # (B, H, rows, d)
         stacked = self.mixing.stacked(self.module)
         mixed = torch.mm(others.transpose(1, 2).reshape(batch * count, heads * d), stacked.t())
         m = mixed.norm(dim=-1).view(batch, count)
@@ -303,19 +310,17 @@ def _shifted(norms: torch.Tensor, start: int, count: int, k: int) -> torch.Tenso
 
 
 def _target_sums(
-    weights: torch.Tensor,
-    columns: torch.Tensor,
+    column_sums: torch.Tensor,
     neighbours: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     next_ok: torch.Tensor,
 ) -> torch.Tensor:
-    """Per row i of a tile of non-negative contributions weights[..., i, j] · scale[..., j]
-    ((B, H, rows, S)): the sums over the [CLS], [SEP] and punctuation columns, over j = i,
-    i - 1 and i + 1 (0 where no real neighbour), and over every j: (B, H, rows, 7). `columns`
-    (B, H or 1, S, 4) holds the three target columns and ones, times the scale;
-    `neighbours` the tile's contributions at j = i, i - 1, i + 1 ((B, H, rows) each, scaled);
-    `next_ok` (B, rows) whether row i has a real right neighbour."""
-    sums = weights @ columns  # (B, H, rows, 4)
+    """Per row i of a tile of non-negative contributions (B, H, rows, S): the sums over the
+    [CLS], [SEP] and punctuation columns, over j = i, i - 1 and i + 1 (0 where no real
+    neighbour), and over every j: (B, H, rows, 7). `column_sums` (B, H, rows, 4) is the tile
+    times the three target columns and ones; `neighbours` the tile's contributions at j = i,
+    i - 1, i + 1 ((B, H, rows) each); `next_ok` (B, rows) whether row i has a real right
+    neighbour."""
     own, prev, nxt = neighbours
     return torch.cat(
-        [sums[..., :3], torch.stack([own, prev, nxt * next_ok[:, None]], dim=-1), sums[..., 3:]], dim=-1
+        [column_sums[..., :3], torch.stack([own, prev, nxt * next_ok[:, None]], dim=-1), column_sums[..., 3:]], dim=-1
     )

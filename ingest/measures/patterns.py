@@ -56,6 +56,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from attnwh.ingest.measures import fused
+
 # Codes stored in head_stats.pattern; the names are the lookup table pattern_types
 # (sql/schema/0005_patterns.sql), in the same order.
 PATTERN_TYPES: tuple[str, ...] = ("heterogeneous", "vertical", "diagonal", "vertical+diagonal", "block")
@@ -239,9 +241,17 @@ class MapFeatures:
         self.to_ordinary = zeros.clone()  # per row, its mass on every segment's ordinary keys
         self.row_max = zeros  # per row, its largest weight
 
-    def add(self, start: int, a: torch.Tensor, diagonals: tuple[torch.Tensor, ...] | None = None) -> None:
-        """Tile `a` (B, H, rows, S) of query rows from `start`; `diagonals`: its
-        :func:`row_diagonals`, when the caller has them already."""
+    def add(
+        self,
+        start: int,
+        a: torch.Tensor,
+        diagonals: tuple[torch.Tensor, ...] | None = None,
+        row_max: torch.Tensor | None = None,
+        by_segment: torch.Tensor | None = None,
+    ) -> None:
+        """Tile `a` (B, H, rows, S) of query rows from `start`; `diagonals` (its
+        :func:`row_diagonals`), `row_max` (its largest weight per row) and `by_segment` (a @
+        the segment columns, (B, H, rows, G)), when the caller has them already."""
         m = self.m
         stop = start + a.shape[-2]
         rows = slice(start, stop)
@@ -249,11 +259,12 @@ class MapFeatures:
         self.d0[..., rows], self.prev[..., rows], self.nxt[..., rows] = d0, prev, nxt
         # As a batched product (einsum would first copy the maps into another layout).
         self.column += (m.row_weight[:, None, None, rows] @ a)[..., 0, :]
-        by_segment = a @ m.segment_columns[:, None]  # (B, H, rows, G): mass on each segment's ordinary keys
+        if by_segment is None:  # (B, H, rows, G): each row's mass on each segment's ordinary keys
+            by_segment = a @ m.segment_columns[:, None]
         segment = m.segment[:, None, rows, None].expand(-1, a.shape[1], -1, 1)
         self.own[..., rows] = by_segment.gather(-1, segment)[..., 0]
         self.to_ordinary[..., rows] = by_segment.sum(-1)
-        self.row_max[..., rows] = a.amax(-1)
+        self.row_max[..., rows] = a.amax(-1) if row_max is None else row_max
 
     def finish(self, tiles: Callable[[], Iterator[tuple[int, torch.Tensor]]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Features (B, H, len(FEATURE_COLUMNS)) and look features (B, H, len(LOOK_COLUMNS));
@@ -303,18 +314,15 @@ class MapFeatures:
         # The second pass: cells of the strongest column, and cells darker than each level.
         strongest_column = c.argmax(-1)[..., None, None]  # (B, H, 1, 1)
         covered = top.new_zeros(top.shape)
-        dark = [top.new_zeros(top.shape) for _ in DARK_LEVELS]
+        levels = top[..., None] * torch.tensor(DARK_LEVELS, device=top.device)  # (B, H, levels)
+        dark = top.new_zeros((*top.shape, len(DARK_LEVELS)), dtype=torch.float64)  # counts pass 2^24
         for start, a in tiles():
             rows_real = m.real[:, None, start : start + a.shape[-2]]  # (B, 1, rows)
             at = a.gather(-1, strongest_column.expand(-1, -1, a.shape[-2], 1))[..., 0]
             covered += ((at > COVER_LEVEL * top[..., None]).float() * rows_real).sum(-1)
-            for count, level in zip(dark, DARK_LEVELS):
-                # Counted as int32 from a uint8 view: summing the bool masks directly would
-                # first copy each one to int64, several times slower on long inputs.
-                above_level = (a > level * top[..., None, None]).view(torch.uint8).sum(-1, dtype=torch.int32)
-                count += (above_level * rows_real).sum(-1)
+            dark += (fused.counts(a, levels) * rows_real[..., None]).sum(-2, dtype=torch.float64)
         cover = covered / n
-        dark = [count / (n * n) for count in dark]
+        dark = (dark / (n * n)[..., None]).float().unbind(-1)
         dark_columns = ((c > DARK_COLUMN_LEVEL).float() * real).sum(-1) / n
         neighbours = (n - 1).clamp_min(1)
         pair_rows = m.real[:, None, 1:]  # A[i+1, i] and A[i, i+1] exist for i + 1 < n

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from attnwh.ingest.encoder import capture
-from attnwh.ingest.measures import pattern_model, patterns
+from attnwh.ingest.measures import fused, pattern_model, patterns
 from attnwh.ingest.measures.mixing import ContextMixing, LayerMixing
 
 STAT_COLUMNS: tuple[str, ...] = (
@@ -70,7 +70,8 @@ def value_norm_grams(output_projections: Mapping[nn.Module, nn.Linear], num_head
 class _Layer:
     """What :class:`HeadStatistics` accumulates over the tiles of one layer."""
 
-    keys: torch.Tensor  # (B, H, S, 7) per key: target columns, and the same scaled by norms with ones
+    right: torch.Tensor  # (B, H, S, K): what a tile is multiplied by (see begin_layer)
+    split: list[int]  # the widths of its parts
     stats: torch.Tensor  # (B, H, len(STAT_COLUMNS)) means over rows so far, float64
     features: patterns.MapFeatures
     mixing: LayerMixing | None
@@ -170,22 +171,37 @@ class HeadStatistics:
         # ||f_h(x_j)|| per key, from the Gram matrices: no tensor of model width per head.
         norms = torch.einsum("bhsd,hde,bhse->bhs", v, self._grams[id(module)], v).clamp_min(0).sqrt()
         columns = batch.columns.expand(-1, heads, -1, -1)
-        # Per key: the [CLS], [SEP] and punctuation columns, then the same columns and ones
-        # scaled by the norms (numerators and the row sum that renormalises them).
+        mixing = (
+            self.mixing.layer(module, value, batch.row_weight, batch.columns, batch.next_ok)
+            if self.mixing is not None
+            else None
+        )
+        # Everything a tile is multiplied by on the right, side by side, so that one product
+        # reads the tile once: per key the [CLS], [SEP] and punctuation columns; the same and
+        # ones scaled by the norms (numerators and the row sum that renormalises them); each
+        # segment's ordinary keys (pattern features); context mixing's scaled columns; and the
+        # values, whose product is the tile's rows of the attention output.
+        segments = batch.masks.segment_columns[:, None].expand(-1, heads, -1, -1)
+        parts = [columns[..., :3], norms[..., None] * columns, segments]
+        if mixing is not None:
+            parts.append(mixing.scaled_columns)
+        parts.append(v)
+        width = [p.shape[-1] for p in parts]
         self._layer = _Layer(
-            keys=torch.cat([columns[..., :3], norms[..., None] * columns], dim=-1),  # (B, H, S, 7)
+            right=torch.cat(parts, dim=-1),
+            split=width,
             stats=v.new_zeros((v.shape[0], heads, len(STAT_COLUMNS)), dtype=torch.float64),
             features=patterns.MapFeatures(batch.masks, heads),
-            mixing=(
-                self.mixing.layer(module, value, batch.row_weight, batch.columns, batch.next_ok)
-                if self.mixing is not None
-                else None
-            ),
+            mixing=mixing,
             thumbs=[v.new_zeros((heads, patterns.THUMBNAIL_SIZE, patterns.THUMBNAIL_SIZE)) for _ in self._thumb_rows],
             maps=[[] for _ in self._map_rows],
         )
 
-    def observe_tile(self, module: nn.Module, start: int, probs: torch.Tensor, value: torch.Tensor) -> None:
+    def observe_tile(
+        self, module: nn.Module, start: int, probs: torch.Tensor, value: torch.Tensor
+    ) -> torch.Tensor | None:
+        """Reduce one tile; returns its rows of P·V (computed in the same product as the
+        shares) for a float32 model, None otherwise."""
         batch, layer = self._batch, self._layer
         if batch is None or layer is None:
             raise RuntimeError("call begin_layer before observe_tile")
@@ -193,18 +209,18 @@ class HeadStatistics:
         count = a.shape[-2]
         rows = slice(start, start + count)
         diagonals = patterns.row_diagonals(a, start)
-        # One product over the tile for all shares (see begin_layer's keys).
-        mixed = a @ layer.keys  # (B, H, rows, 7)
-        norm_shares = mixed[..., 3:6] / mixed[..., 6:].clamp_min(torch.finfo(torch.float32).tiny)
-        row_max = a.amax(-1)
+        products = (a @ layer.right).split(layer.split, dim=-1)
+        targets, scaled, by_segment, output = products[0], products[1], products[2], products[-1]
+        norm_shares = scaled[..., :3] / scaled[..., 3:].clamp_min(torch.finfo(torch.float32).tiny)
+        entropy, row_max = fused.rows(a)
         next_ok = nn.functional.pad(batch.next_ok, (0, 1))[:, None, rows]
         per_row = torch.stack(
             [
-                *mixed[..., :3].unbind(-1),
+                *targets.unbind(-1),
                 diagonals[0],
                 diagonals[1],
                 diagonals[2] * next_ok,
-                -torch.special.xlogy(a, a).sum(-1),
+                entropy,
                 row_max,
                 *norm_shares.unbind(-1),
             ],
@@ -213,9 +229,9 @@ class HeadStatistics:
         # Means over rows accumulate in float64, so that tiles of any height sum the same
         # per-row values to the same float32 result (the rows' count reaches thousands).
         layer.stats += torch.einsum("bhsk,bs->bhk", per_row.double(), batch.row_weight[:, rows].double())
-        layer.features.add(start, a, diagonals)
+        layer.features.add(start, a, diagonals, row_max, by_segment)
         if layer.mixing is not None:
-            layer.mixing.add(start, a, diagonals)
+            layer.mixing.add(start, a, diagonals, (products[3], output))
         for thumb, row, n in zip(layer.thumbs, self._thumb_rows, self._thumb_lengths):
             if start < n:
                 pool = self._pooling[n]
@@ -224,6 +240,7 @@ class HeadStatistics:
         for kept, (row, n) in zip(layer.maps, self._map_rows):
             if start < n:
                 kept.append(a[row, :, : min(n, start + count) - start, :n].cpu())
+        return output if value.dtype == torch.float32 else None
 
     def end_layer(self, module: nn.Module, tiles: capture.Tiles) -> None:
         layer = self._layer
