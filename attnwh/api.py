@@ -370,7 +370,9 @@ def ingest(
             attention_memory=parse_memory(attention_memory),
         )
         prepared = prepare_tasks(encoder, loaded, options)
-        capture = StatisticsCapture(encoder, value_zeroing=options.value_zeroing, attention_memory=options.attention_memory)
+        capture = StatisticsCapture(
+            encoder, value_zeroing=options.value_zeroing, attention_memory=options.attention_memory
+        )
         check_fits(capture, prepared)
 
     console.print(f"{describe(encoder)}, {options.max_length or encoder.max_length} tokens max", highlight=False)

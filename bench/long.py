@@ -5,7 +5,7 @@ The model is a random-initialised ModernBERT (8,192 positions, a local window of
 on every other layer): `--shape narrow` (4 layers, 12 heads, width 384: minutes on a CPU) or
 `--shape base` (ModernBERT-base's 22 layers, 12 heads, width 768). Per length, each variant
 runs in its own process over the same inputs (`--inputs` random token sequences, one per
-batch), so each peak is that variant's alone:
+batch, after one untimed warm-up step), so each peak is that variant's alone:
 
 - sdpa: transformers' forward with scaled-dot-product attention (memory linear in n on a
   CPU and a GPU): the floor;
@@ -105,6 +105,10 @@ def child(args: argparse.Namespace) -> None:
             with torch.inference_mode():
                 model(**batch)
 
+    # One untimed step first: the timings are of the steady state, after torch.compile's
+    # compilation of attnwh's fused reductions (seconds, once per process) and the first
+    # allocations; the peak includes it.
+    step(batches[0])
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()

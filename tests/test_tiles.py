@@ -11,14 +11,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from tiny_models import CORPUS, make_tiny
 
 from attnwh.ingest.encoder import capture
 from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, HeadStatistics
 from attnwh.ingest.runs.loop import StatisticsCapture
+from tiny_models import CORPUS, make_tiny
 
 MARGIN = OBSERVED_COLUMNS.index("pattern_margin")
+# Look features that count cells, rows or columns above a level, and how many there are.
+COUNTED = {
+    OBSERVED_COLUMNS.index("look_col_cover"): lambda n: n,
+    OBSERVED_COLUMNS.index("look_cols_dark"): lambda n: n,
+    **{OBSERVED_COLUMNS.index(f"look_dark_{level}"): lambda n: n * n for level in ("02", "05", "10", "25", "50")},
+}
 TILED_FAMILIES = ("bert", "roberta", "distilbert", "electra", "albert", "modernbert")
 POSITIONS = 320
 
@@ -73,12 +79,21 @@ def test_tiles_give_what_whole_maps_give(long_models, family):
     assert whole[1] is not None or family == "modernbert"
     for rows in (1, 7, 64):
         tiled = run(statistics, batch, rows)
+        measured = [i for i in range(MARGIN) if i not in COUNTED]
         np.testing.assert_allclose(
-            tiled[0][..., :MARGIN], whole[0][..., :MARGIN], rtol=1e-6, atol=1e-6, err_msg=f"statistics, tiles of {rows}"
+            tiled[0][..., measured], whole[0][..., measured], rtol=1e-6, atol=1e-6, err_msg=f"tiles of {rows}"
         )
+        # Shares of cells (or rows, or columns) above a level of the map's largest weight: a
+        # weight within float32 rounding of a level may be counted on one path and not the
+        # other (a weight of a row computed alone differs from the same row computed with
+        # others by an ulp). At most two such cells per map.
+        n = np.array(lengths, dtype=np.float64)[:, None, None]
+        for i, cells in COUNTED.items():
+            gap = np.abs(tiled[0][..., i] - whole[0][..., i])
+            assert (gap <= 2 / cells(n) + 1e-6).all(), (OBSERVED_COLUMNS[i], gap.max(), rows)
         # The margin is the classifier's, from log ratios of features floored at 1e-3: it
         # moves up to a thousand times as much as the features (which agree within 1e-6).
-        np.testing.assert_allclose(tiled[0][..., MARGIN], whole[0][..., MARGIN], atol=1e-5, err_msg="margin")
+        np.testing.assert_allclose(tiled[0][..., MARGIN], whole[0][..., MARGIN], atol=1e-4, err_msg="margin")
         if whole[1] is not None:
             for got, expected in zip(tiled[1], whole[1]):
                 np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6, err_msg=f"mixing, tiles of {rows}")
@@ -140,11 +155,13 @@ def write_long_texts(path, n: int = 5):
     return path
 
 
-def stored(db, table: str, columns: str) -> list[tuple]:
+def stored(db, table: str, columns: str) -> tuple[list[str], list[tuple]]:
+    """The column names and the rows of `table`, in order."""
     import duckdb
 
     with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(f"SELECT {columns} FROM {table} ORDER BY ALL").fetchall()
+        result = con.execute(f"SELECT {columns} FROM {table} ORDER BY ALL")
+        return [d[0] for d in result.description], result.fetchall()
 
 
 def test_budget_tiles_and_splits_batches_and_stores_the_same_rows(long_models, tmp_path, monkeypatch, capsys):
@@ -161,28 +178,27 @@ def test_budget_tiles_and_splits_batches_and_stores_the_same_rows(long_models, t
         )  # fmt: skip
         assert code == 0, err
     # 1 MiB holds no batch of these inputs in tiles of 64 rows: each example runs alone, in tiles.
-    tokens = [n for (n,) in stored(dbs["tiled"], "run_examples", "n_tokens")]
+    tokens = [n for (n,) in stored(dbs["tiled"], "run_examples", "n_tokens")[1]]
     reader = type("Reader", (), {"cell_bytes": HeadStatistics.cell_bytes})()
     assert min(tokens) > 150
     assert capture.batch_rows(2**20, 4, min(tokens), reader, True) == 1
     assert capture.map_bytes(1, 4, min(tokens), min(tokens), reader) > 2**20
-    for table, key in (
-        ("head_stats", "example_id, layer, head"),
-        ("head_mixing", "example_id, layer, head"),
-        ("layer_mixing", "example_id, layer"),
-        ("pattern_thumbnails", "example_id, layer, head"),
-        ("massive_activations", "example_id, layer"),
-    ):
-        whole, tiled = stored(dbs["whole"], table, f"* EXCLUDE (run_id)"), stored(dbs["tiled"], table, f"* EXCLUDE (run_id)")
+    # As in the test above: counted look features may differ by a cell or two near a level,
+    # and the margin moves with them; every other value within 1e-5 (1e-6 for lists).
+    shortest = min(tokens)
+    tolerance = {OBSERVED_COLUMNS[i]: 2 / cells(shortest) + 1e-6 for i, cells in COUNTED.items()}
+    tolerance["pattern_margin"] = 1e-4
+    for table in ("head_stats", "head_mixing", "layer_mixing", "pattern_thumbnails", "massive_activations"):
+        (names, whole), (_, tiled) = (stored(dbs[name], table, "* EXCLUDE (run_id)") for name in ("whole", "tiled"))
         assert len(whole) == len(tiled) > 0, table
         for a, b in zip(whole, tiled):
-            for x, y in zip(a, b):
-                if isinstance(x, float):  # the pattern margin moves up to 1e3 times its features (see above)
-                    assert abs(x - y) <= 1e-5, (table, a[:3])
+            for name, x, y in zip(names, a, b):
+                if isinstance(x, float):
+                    assert abs(x - y) <= tolerance.get(name, 1e-5), (table, name, a[:3])
                 elif isinstance(x, list):
                     np.testing.assert_allclose(x, y, atol=1e-6, err_msg=table)
                 else:
-                    assert x == y, (table, a[:3])
+                    assert x == y, (table, name, a[:3])
 
 
 @pytest.mark.parametrize("family", ["mpnet", "deberta-v2"])
@@ -207,7 +223,9 @@ def test_maps_kept_whole_over_the_budget_are_refused_in_one_line(tmp_path, monke
 def test_a_bad_size_is_refused_before_any_work(tmp_path, monkeypatch, capsys, size):
     from helpers import run as run_cli
 
-    code, _, err = run_cli(monkeypatch, capsys, "ingest", "--db", str(tmp_path / "w.duckdb"), "--attention-memory", size)
+    code, _, err = run_cli(
+        monkeypatch, capsys, "ingest", "--db", str(tmp_path / "w.duckdb"), "--attention-memory", size
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--attention-memory" in err, err
     assert not (tmp_path / "w.duckdb").exists()
 

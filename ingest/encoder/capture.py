@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import eager_mask
+
+from attnwh.ingest.encoder.tiles import Tile, Tiles
 
 ATTENTION_NAME = "attnwh"
 
@@ -44,11 +46,6 @@ class AttentionObserver(Protocol):
         ...
 
 
-# Tiles of a layer's maps, in row order: (first query row, probabilities (batch, heads,
-# rows, key)). Calling it again recomputes them (or gives the whole maps when they exist).
-Tiles = Callable[[], Iterator[tuple[int, torch.Tensor]]]
-
-
 @runtime_checkable
 class TileObserver(AttentionObserver, Protocol):
     """An observer that can read a layer's maps a tile of query rows at a time. Per layer:
@@ -61,12 +58,10 @@ class TileObserver(AttentionObserver, Protocol):
 
     def begin_layer(self, module: nn.Module, value: torch.Tensor, length: int) -> None: ...
 
-    def observe_tile(
-        self, module: nn.Module, start: int, probs: torch.Tensor, value: torch.Tensor
-    ) -> torch.Tensor | None:
-        """Reads one tile (batch, heads, rows, key); may return the tile's rows of probs @
-        value (batch, heads, rows, head_dim) in the value's dtype, when it computed them
-        anyway, to spare the attention function the product."""
+    def observe_tile(self, module: nn.Module, tile: Tile, value: torch.Tensor) -> torch.Tensor | None:
+        """Reads one tile; may return its rows of probs @ value[keys] (batch, heads, rows,
+        head_dim) in the value's dtype, when it computed them anyway, to spare the attention
+        function the product."""
         ...
 
     def end_layer(self, module: nn.Module, tiles: Tiles) -> None: ...
@@ -115,6 +110,7 @@ class RowMask:
         self.arguments = arguments
         self._whole: torch.Tensor | None = None
         self._built = False
+        self._needed: bool | None = None
 
     @property
     def q_length(self) -> int:
@@ -125,14 +121,31 @@ class RowMask:
             self._whole, self._built = eager_mask(**self.arguments), True
         return self._whole
 
-    def rows(self, start: int, stop: int) -> torch.Tensor | None:
-        """The mask of query rows [start, stop): (batch, 1, stop - start, key) or None."""
-        if start == 0 and stop == self.q_length:
+    def block(self, start: int, stop: int, first: int, last: int) -> torch.Tensor | None:
+        """The mask of query rows [start, stop) and keys [first, last): (batch, 1, rows,
+        keys) or None."""
+        if start == 0 and stop == self.q_length and first == 0 and last == int(self.arguments["kv_length"]):
             return self.whole()
         if self._built:
-            return None if self._whole is None else self._whole[:, :, start:stop]
-        offset = int(self.arguments.get("q_offset", 0))
-        return eager_mask(**{**self.arguments, "q_length": stop - start, "q_offset": offset + start})
+            return None if self._whole is None else self._whole[:, :, start:stop, first:last]
+        if self._needed is None:  # transformers skips the mask of a layer that needs none
+            self._needed = eager_mask(**{**self.arguments, "q_length": 1}) is not None
+        if not self._needed:
+            return None
+        q_offset = int(self.arguments.get("q_offset", 0))
+        kv_offset = int(self.arguments.get("kv_offset", 0))
+        return eager_mask(
+            **{
+                **self.arguments,
+                "q_length": stop - start,
+                "q_offset": q_offset + start,
+                "kv_length": last - first,
+                "kv_offset": kv_offset + first,
+                # Whether a mask is needed is decided on the whole layer, not on a block: a
+                # block narrower than the window would be let through unmasked.
+                "allow_is_bidirectional_skip": False,
+            }
+        )
 
 
 # Model types whose attention modules add the mask to their scores themselves (inline
@@ -152,12 +165,13 @@ def row_mask(**arguments: Any) -> RowMask | torch.Tensor | None:
     return eager_mask(**arguments)
 
 
-def _rows_of(mask: RowMask | torch.Tensor | None, start: int, stop: int) -> torch.Tensor | None:
+def _block_of(mask: RowMask | torch.Tensor | None, start: int, stop: int, first: int, last: int) -> torch.Tensor | None:
+    """The mask of query rows [start, stop) and keys [first, last)."""
     if isinstance(mask, RowMask):
-        return mask.rows(start, stop)
-    if mask is None or mask.shape[-2] == 1:
-        return mask
-    return mask[:, :, start:stop]
+        return mask.block(start, stop, first, last)
+    if mask is None:
+        return None
+    return mask[:, :, start:stop, first:last] if mask.shape[-2] > 1 else mask[..., first:last]
 
 
 def _whole_mask(mask: RowMask | torch.Tensor | None) -> torch.Tensor | None:
@@ -182,10 +196,7 @@ def default_budget(device: torch.device | str) -> int:
     or of the host's available memory (CPU), between 64 MiB and 512 MiB. The budget bounds the
     maps alive at once, not the model or its activations."""
     device = torch.device(device)
-    if device.type == "cuda":
-        free = torch.cuda.mem_get_info(device)[0]
-    else:
-        free = _available_host_memory()
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else _available_host_memory()
     return int(min(DEFAULT_CAP, max(DEFAULT_FLOOR, free * DEFAULT_SHARE)))
 
 
@@ -282,7 +293,9 @@ def attnwh_attention(
     tiles_ok = observer is None or isinstance(observer, TileObserver)
     rows = tile_rows(batch, heads, queries, keys, observer) if tiles_ok else queries
     if rows < queries:
-        return _tiled(module, query, key, value, attention_mask, scaling, dropout, rows, observer), None
+        window = kwargs.get("sliding_window")
+        window = int(window) if isinstance(window, int) and window > 0 else None
+        return _tiled(module, query, key, value, attention_mask, scaling, dropout, rows, window, observer), None
     mask = _whole_mask(attention_mask)
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
     if mask is not None:
@@ -290,7 +303,7 @@ def attnwh_attention(
     probs = nn.functional.softmax(scores, dim=-1)
     if isinstance(observer, TileObserver):  # one tile of every row; it may give the output
         observer.begin_layer(module, value, queries)
-        rows_out = observer.observe_tile(module, 0, probs, value)
+        rows_out = observer.observe_tile(module, Tile(0, 0, probs), value)
         observer.end_layer(module, whole_tiles(probs))
         if rows_out is not None and not (module.training and dropout > 0):
             return rows_out.transpose(1, 2).contiguous(), None
@@ -315,43 +328,47 @@ def _tiled(
     scaling: float,
     dropout: float,
     rows: int,
+    window: int | None,
     observer: TileObserver | None,
 ) -> torch.Tensor:
     """The attention output (batch, query, heads, head_dim), computed `rows` query rows at a
-    time; `observer` sees each tile, then may walk them again."""
-    queries = query.shape[2]
-    keys_t = key.transpose(2, 3)
+    time; `observer` sees each tile, then may walk them again. On a sliding-window layer
+    (`window`: transformers' ``sliding_window``, keys at most window - 1 away) a tile holds
+    only the keys some of its rows can see: the others' weights are exactly 0."""
+    queries, keys = query.shape[2], key.shape[2]
 
-    def probs_of(start: int, stop: int) -> torch.Tensor:
+    def tile_at(start: int) -> Tile:
+        stop = min(queries, start + rows)
+        first, last = (0, keys) if window is None else (max(0, start - window), min(keys, stop + window))
         # In place: each tile is computed twice (`end_layer`'s second pass), so every pass
         # over it counts.
-        scores = torch.matmul(query[:, :, start:stop], keys_t).mul_(scaling)
-        rows_mask = _rows_of(mask, start, stop)
-        if rows_mask is not None:
-            scores.add_(rows_mask)
-        return nn.functional.softmax(scores, dim=-1)
+        scores = torch.matmul(query[:, :, start:stop], key[:, :, first:last].transpose(2, 3)).mul_(scaling)
+        block = _block_of(mask, start, stop, first, last)
+        if block is not None:
+            scores.add_(block)
+        return Tile(start, first, nn.functional.softmax(scores, dim=-1))
 
-    def tiles() -> Iterator[tuple[int, torch.Tensor]]:
+    def tiles() -> Iterator[Tile]:
         for start in range(0, queries, rows):
-            yield start, probs_of(start, min(queries, start + rows))
+            yield tile_at(start)
 
     output = query.new_empty((query.shape[0], queries, query.shape[1], value.shape[-1]))
     if observer is not None:
         observer.begin_layer(module, value, queries)
-    for start, probs in tiles():
-        rows_out = observer.observe_tile(module, start, probs, value) if observer is not None else None
+    for tile in tiles():
+        rows_out = observer.observe_tile(module, tile, value) if observer is not None else None
         if rows_out is None or (module.training and dropout > 0):
-            probs = nn.functional.dropout(probs, p=dropout, training=module.training)
-            rows_out = torch.matmul(probs, value)
-        output[:, start : start + probs.shape[2]] = rows_out.transpose(1, 2)
+            probs = nn.functional.dropout(tile.probs, p=dropout, training=module.training)
+            rows_out = torch.matmul(probs, value[:, :, tile.keys])
+        output[:, tile.rows] = rows_out.transpose(1, 2)
     if observer is not None:
         observer.end_layer(module, tiles)
     return output
 
 
 def whole_tiles(probs: torch.Tensor) -> Tiles:
-    """The tiles of maps that exist whole: one tile holding every row."""
-    return lambda: iter([(0, probs)])
+    """The tiles of maps that exist whole: one tile holding every row and key."""
+    return lambda: iter([Tile(0, 0, probs)])
 
 
 def register() -> str:

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from attnwh.ingest.encoder.loading import AttentionOutput
+from attnwh.ingest.encoder.tiles import Tile
 from attnwh.ingest.measures import fused, patterns
 
 # Shares of the post-LayerNorm contributions to the targets of head_stats' to_* columns.
@@ -174,15 +175,15 @@ class ContextMixing:
         cross = projected.mul_(by_token).sum(-1).view(batch, length, heads)
         return KeyTerms(gram, norms, x_norm, cross)
 
-    def block_rows(self, terms: KeyTerms, a: torch.Tensor, start: int, d0: torch.Tensor) -> torch.Tensor:
-        """c_ij for the query rows of tile `a` (B, H, rows, S) from `start`, up to σ_i: (B,
-        rows, S). `d0` (B, H, rows) is the tile's A[i, i]."""
+    def block_rows(self, terms: KeyTerms, tile: Tile, a: torch.Tensor, d0: torch.Tensor) -> torch.Tensor:
+        """c_ij for the rows and keys of `tile`, whose weights `a` (B, H, rows, keys) are in
+        float32, up to σ_i: (B, rows, keys). `d0` (B, H, rows) is the tile's A[i, i]."""
         # c_ij² = a_ijᵀ K_j a_ij (+ the residual's terms on the diagonal), with K_j[h, g] =
         # <f_h(x_j), f_g(x_j)> and a_ij the heads' weights A^h[i, j].
-        rows = slice(start, start + a.shape[-2])
-        squared = fused.squares(a, terms.gram)  # (B, i, j)
+        rows = tile.rows
+        squared = fused.squares(a, terms.gram[:, tile.keys])  # (B, i, j)
         diagonal = 2 * (d0 * terms.cross[:, rows].transpose(1, 2)).sum(1) + terms.x_norm[:, rows] ** 2
-        squared.diagonal(offset=start, dim1=-2, dim2=-1).add_(diagonal)
+        squared.diagonal(offset=tile.start - tile.key_start, dim1=-2, dim2=-1).add_(diagonal)
         return squared.clamp_min_(0).sqrt_()
 
     def contributions(
@@ -193,14 +194,19 @@ class ContextMixing:
         the residual's ||r_i|| (B, S), and the whole block's c_ij = ||Σ_h t_h,ij + [i = j] r_i||
         (B, S, S). Inside :meth:`hooks`, after the module's call."""
         terms = self.key_terms(module, v)
-        return terms.norms, terms.x_norm, self.block_rows(terms, a, 0, a.diagonal(dim1=-2, dim2=-1))
+        return terms.norms, terms.x_norm, self.block_rows(terms, Tile(0, 0, a), a, a.diagonal(dim1=-2, dim2=-1))
 
     def stacked(self, module: nn.Module) -> torch.Tensor:
         """P_h of `module`'s heads as one (width, H·d) matrix."""
         return self._stacked[id(module)]
 
     def layer(
-        self, module: nn.Module, value: torch.Tensor, row_weight: torch.Tensor, columns: torch.Tensor, next_ok: torch.Tensor
+        self,
+        module: nn.Module,
+        value: torch.Tensor,
+        row_weight: torch.Tensor,
+        columns: torch.Tensor,
+        next_ok: torch.Tensor,
     ) -> LayerMixing:
         """The reductions of one layer, to be fed its tiles: `row_weight` (B, S) is 1/n on
         real rows, `columns` (B, 1, S, 4) the [CLS], [SEP] and punctuation columns and a
@@ -247,24 +253,24 @@ class LayerMixing:
 
     def add(
         self,
-        start: int,
+        tile: Tile,
         a: torch.Tensor,
         diagonals: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
         products: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
-        """Tile `a` (B, H, rows, S) in float32, query rows from `start`; `diagonals` its
-        A[i, i], A[i, i-1], A[i, i+1] (`patterns.row_diagonals`); `products`, when the caller
-        has them from one product of its own: a @ :attr:`scaled_columns` and a @ v."""
+        """`tile` with its weights `a` in float32 (B, H, rows, keys); `diagonals` its A[i, i],
+        A[i, i-1], A[i, i+1] (`patterns.row_diagonals`); `products`, when the caller has them
+        from one product of its own: a @ :attr:`scaled_columns` and a @ v, over the tile's keys."""
+        keys = tile.keys
         if products is None:
-            products = (a @ self.scaled_columns, torch.matmul(a, self.v))
+            products = (a @ self.scaled_columns[:, :, keys], torch.matmul(a, self.v[:, :, keys]))
         column_sums, weighted_values = products
         terms, v = self.terms, self.v
         batch, heads, _, d = v.shape
-        count = a.shape[-2]
-        rows = slice(start, start + count)
+        start, rows, count = tile.start, tile.rows, a.shape[-2]
         tiny = torch.finfo(torch.float32).tiny
         next_ok = nn.functional.pad(self.next_ok, (0, 1))[:, rows]  # (B, rows)
-        c = self.mixing.block_rows(terms, a, start, diagonals[0])[:, None]  # (B, 1, rows, S)
+        c = self.mixing.block_rows(terms, tile, a, diagonals[0])[:, None]  # (B, 1, rows, keys)
 
         # Per head: ||t_h,ij|| = A^h[i,j] ||f_h(x_j)|| up to σ_i, which every share divides out.
         neighbours = tuple(  # the tile's diagonals scaled by the key's norm: j = i, i - 1, i + 1
@@ -279,7 +285,8 @@ class LayerMixing:
         weight = self.row_weight[:, rows].double()
         self.per_head += (weight[:, None, None] @ head_rows.double()).squeeze(-2)  # mean over the real rows
 
-        layer_sums = _target_sums(c @ self.columns, patterns.row_diagonals(c, start), next_ok)[:, 0]  # (B, rows, 7)
+        layer_diagonals = patterns.row_diagonals(c, start - tile.key_start)
+        layer_sums = _target_sums(c @ self.columns[:, :, keys], layer_diagonals, next_ok)[:, 0]  # (B, rows, 7)
         shares = layer_sums[..., :6] / layer_sums[..., 6:].clamp_min(tiny)
 
         # The mixing ratio: Σ_{j≠i} c_ij as a vector is Σ_h w_h,i P_h with w_h,i the head's
@@ -289,7 +296,7 @@ class LayerMixing:
         stacked = self.mixing.stacked(self.module)
         mixed = torch.mm(others.transpose(1, 2).reshape(batch * count, heads * d), stacked.t())
         m = mixed.norm(dim=-1).view(batch, count)
-        p = c[:, 0].diagonal(offset=start, dim1=-2, dim2=-1)
+        p = layer_diagonals[0][:, 0]
         x_norm = terms.x_norm[:, rows]
         layer_rows = torch.cat(
             [

@@ -56,6 +56,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from attnwh.ingest.encoder.tiles import Tile
 from attnwh.ingest.measures import fused
 
 # Codes stored in head_stats.pattern; the names are the lookup table pattern_types
@@ -243,30 +244,30 @@ class MapFeatures:
 
     def add(
         self,
-        start: int,
+        tile: Tile,
         a: torch.Tensor,
         diagonals: tuple[torch.Tensor, ...] | None = None,
         row_max: torch.Tensor | None = None,
         by_segment: torch.Tensor | None = None,
     ) -> None:
-        """Tile `a` (B, H, rows, S) of query rows from `start`; `diagonals` (its
+        """`tile` with its weights `a` in float32 (B, H, rows, keys); `diagonals` (its
         :func:`row_diagonals`), `row_max` (its largest weight per row) and `by_segment` (a @
         the segment columns, (B, H, rows, G)), when the caller has them already."""
         m = self.m
-        stop = start + a.shape[-2]
-        rows = slice(start, stop)
-        d0, prev, nxt = diagonals if diagonals is not None else row_diagonals(a, start)
-        self.d0[..., rows], self.prev[..., rows], self.nxt[..., rows] = d0, prev, nxt
+        rows, keys = tile.rows, tile.keys
+        if diagonals is None:
+            diagonals = row_diagonals(a, tile.start - tile.key_start)
+        self.d0[..., rows], self.prev[..., rows], self.nxt[..., rows] = diagonals
         # As a batched product (einsum would first copy the maps into another layout).
-        self.column += (m.row_weight[:, None, None, rows] @ a)[..., 0, :]
+        self.column[..., keys] += (m.row_weight[:, None, None, rows] @ a)[..., 0, :]
         if by_segment is None:  # (B, H, rows, G): each row's mass on each segment's ordinary keys
-            by_segment = a @ m.segment_columns[:, None]
+            by_segment = a @ m.segment_columns[:, None, keys]
         segment = m.segment[:, None, rows, None].expand(-1, a.shape[1], -1, 1)
         self.own[..., rows] = by_segment.gather(-1, segment)[..., 0]
         self.to_ordinary[..., rows] = by_segment.sum(-1)
         self.row_max[..., rows] = a.amax(-1) if row_max is None else row_max
 
-    def finish(self, tiles: Callable[[], Iterator[tuple[int, torch.Tensor]]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def finish(self, tiles: Callable[[], Iterator[Tile]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Features (B, H, len(FEATURE_COLUMNS)) and look features (B, H, len(LOOK_COLUMNS));
         `tiles()` gives the tiles again, in the same order as :meth:`add` had them."""
         m = self.m
@@ -276,9 +277,7 @@ class MapFeatures:
         # Mean mass per column without its band cells: column j loses w_j A[j, j],
         # w_{j+1} A[j+1, j] and w_{j-1} A[j-1, j].
         band_of_column = (
-            w * self.d0
-            + nn.functional.pad(w[..., 1:] * below, (0, 1))
-            + nn.functional.pad(w[..., :-1] * above, (1, 0))
+            w * self.d0 + nn.functional.pad(w[..., 1:] * below, (0, 1)) + nn.functional.pad(w[..., :-1] * above, (1, 0))
         )
         off = self.column - band_of_column
         col_cls = (off * m.cls[:, None]).sum(-1)
@@ -294,7 +293,7 @@ class MapFeatures:
         features = torch.stack([col_cls, col_sep, col_punct, other, band, block], dim=-1).clamp_min(0)
         return features, self._look(tiles, below, above)
 
-    def _look(self, tiles: Callable[[], Iterator[tuple[int, torch.Tensor]]], below, above) -> torch.Tensor:
+    def _look(self, tiles: Callable[[], Iterator[Tile]], below, above) -> torch.Tensor:
         """The look features (B, H, len(LOOK_COLUMNS)): the map as a person sees it, drawn
         scaled to its largest weight (x = A / max A over the real cells). Weights are
         compared with levels of the largest one (A > level * max A), so no scaled copy of
@@ -316,9 +315,13 @@ class MapFeatures:
         covered = top.new_zeros(top.shape)
         levels = top[..., None] * torch.tensor(DARK_LEVELS, device=top.device)  # (B, H, levels)
         dark = top.new_zeros((*top.shape, len(DARK_LEVELS)), dtype=torch.float64)  # counts pass 2^24
-        for start, a in tiles():
-            rows_real = m.real[:, None, start : start + a.shape[-2]]  # (B, 1, rows)
-            at = a.gather(-1, strongest_column.expand(-1, -1, a.shape[-2], 1))[..., 0]
+        for tile in tiles():
+            a = tile.probs.float()
+            rows_real = m.real[:, None, tile.rows]  # (B, 1, rows)
+            # The strongest column's cells in this tile (0 where it lies outside the tile's keys).
+            column = strongest_column - tile.key_start
+            inside = (column >= 0) & (column < a.shape[-1])
+            at = a.gather(-1, column.clamp(0, a.shape[-1] - 1).expand(-1, -1, a.shape[-2], 1))[..., 0] * inside[..., 0]
             covered += ((at > COVER_LEVEL * top[..., None]).float() * rows_real).sum(-1)
             dark += (fused.counts(a, levels) * rows_real[..., None]).sum(-2, dtype=torch.float64)
         cover = covered / n
@@ -368,8 +371,9 @@ def map_features(a: torch.Tensor, m: PatternMasks) -> tuple[torch.Tensor, torch.
     """Features (B, H, len(FEATURE_COLUMNS)) and look features (B, H, len(LOOK_COLUMNS)) of
     whole maps `a` (B, H, S, S) whose padding keys are 0; padding query rows are ignored."""
     features = MapFeatures(m, a.shape[1])
-    features.add(0, a)
-    return features.finish(lambda: iter([(0, a)]))
+    whole = Tile(0, 0, a)
+    features.add(whole, a)
+    return features.finish(lambda: iter([whole]))
 
 
 def pooling_matrix(length: int, size: int = THUMBNAIL_SIZE, device: torch.device | None = None) -> torch.Tensor:

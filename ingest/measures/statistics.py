@@ -158,7 +158,7 @@ class HeadStatistics:
     def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         """Whole maps: the same as one tile holding every row."""
         self.begin_layer(module, value, probs.shape[-2])
-        self.observe_tile(module, 0, probs, value)
+        self.observe_tile(module, capture.Tile(0, 0, probs), value)
         self.end_layer(module, capture.whole_tiles(probs))
         return probs
 
@@ -197,19 +197,17 @@ class HeadStatistics:
             maps=[[] for _ in self._map_rows],
         )
 
-    def observe_tile(
-        self, module: nn.Module, start: int, probs: torch.Tensor, value: torch.Tensor
-    ) -> torch.Tensor | None:
+    def observe_tile(self, module: nn.Module, tile: capture.Tile, value: torch.Tensor) -> torch.Tensor | None:
         """Reduce one tile; returns its rows of P·V (computed in the same product as the
         shares) for a float32 model, None otherwise."""
         batch, layer = self._batch, self._layer
         if batch is None or layer is None:
             raise RuntimeError("call begin_layer before observe_tile")
-        a = probs.float()
-        count = a.shape[-2]
-        rows = slice(start, start + count)
-        diagonals = patterns.row_diagonals(a, start)
-        products = (a @ layer.right).split(layer.split, dim=-1)
+        a = tile.probs.float()
+        start, first, rows, keys = tile.start, tile.key_start, tile.rows, tile.keys
+        count, width = a.shape[-2:]
+        diagonals = patterns.row_diagonals(a, start - first)
+        products = (a @ layer.right[:, :, keys]).split(layer.split, dim=-1)
         targets, scaled, by_segment, output = products[0], products[1], products[2], products[-1]
         norm_shares = scaled[..., :3] / scaled[..., 3:].clamp_min(torch.finfo(torch.float32).tiny)
         entropy, row_max = fused.rows(a)
@@ -229,17 +227,21 @@ class HeadStatistics:
         # Means over rows accumulate in float64, so that tiles of any height sum the same
         # per-row values to the same float32 result (the rows' count reaches thousands).
         layer.stats += torch.einsum("bhsk,bs->bhk", per_row.double(), batch.row_weight[:, rows].double())
-        layer.features.add(start, a, diagonals, row_max, by_segment)
+        layer.features.add(tile, a, diagonals, row_max, by_segment)
         if layer.mixing is not None:
-            layer.mixing.add(start, a, diagonals, (products[3], output))
+            layer.mixing.add(tile, a, diagonals, (products[3], output))
         for thumb, row, n in zip(layer.thumbs, self._thumb_rows, self._thumb_lengths):
-            if start < n:
+            if start < n and first < n:
                 pool = self._pooling[n]
-                stop = min(n, start + count)
-                thumb += pool[:, start:stop] @ (a[row, :, : stop - start, :n] @ pool.t())
+                stop, last = min(n, start + count), min(n, first + width)
+                thumb += pool[:, start:stop] @ (a[row, :, : stop - start, : last - first] @ pool[:, first:last].t())
         for kept, (row, n) in zip(layer.maps, self._map_rows):
             if start < n:
-                kept.append(a[row, :, : min(n, start + count) - start, :n].cpu())
+                piece = a.new_zeros((a.shape[1], min(n, start + count) - start, n))
+                last = min(n, first + width)
+                if first < last:
+                    piece[..., first:last] = a[row, :, : piece.shape[1], : last - first]
+                kept.append(piece.cpu())
         return output if value.dtype == torch.float32 else None
 
     def end_layer(self, module: nn.Module, tiles: capture.Tiles) -> None:
@@ -247,9 +249,11 @@ class HeadStatistics:
         if layer is None:
             raise RuntimeError("call begin_layer before end_layer")
         self._layer = None
-        features, look = layer.features.finish(lambda: ((start, a.float()) for start, a in tiles()))
+        features, look = layer.features.finish(tiles)
         code, margin = pattern_model.assign(self.classifier, features, look)
-        self._layers.append(torch.cat([layer.stats.float(), features, look, code[..., None].float(), margin[..., None]], dim=-1))
+        self._layers.append(
+            torch.cat([layer.stats.float(), features, look, code[..., None].float(), margin[..., None]], dim=-1)
+        )
         if layer.mixing is not None:
             self._mixing_heads.append(layer.mixing.per_head.float())
             self._mixing_layers.append(layer.mixing.per_layer.float())

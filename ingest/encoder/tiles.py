@@ -1,0 +1,35 @@
+"""A tile of one layer's attention maps: what attnwh's attention function hands a tile
+observer (`capture.py`) when a layer is computed a block of query rows at a time. Kept apart
+from the attention function so that the measures can name it without loading transformers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A block of one layer's maps: query rows from `start`, keys from `key_start`.
+    `probs` (batch, heads, rows, keys) holds every weight of those rows that can be non-zero:
+    all keys, or on a sliding-window layer (ModernBERT's local layers) the keys within the
+    window of some row of the tile; the weights outside it are exactly 0."""
+
+    start: int
+    key_start: int
+    probs: torch.Tensor
+
+    @property
+    def rows(self) -> slice:
+        return slice(self.start, self.start + self.probs.shape[-2])
+
+    @property
+    def keys(self) -> slice:
+        return slice(self.key_start, self.key_start + self.probs.shape[-1])
+
+
+# The tiles of a layer's maps, in row order. Calling it again recomputes them (or gives the
+# whole maps when they exist).
+Tiles = Callable[[], Iterator[Tile]]
