@@ -237,3 +237,27 @@ def test_sizes_read_as_powers_of_1024():
     assert parse_memory("2G") == parse_memory("2GiB") == 2 * 2**30
     assert parse_memory("1.5g") == 3 * 2**29
     assert parse_memory(None) is None
+
+
+# ---------------------------------------------------------------- head disabling in tiles
+
+
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+@pytest.mark.parametrize("mode", ["uniform", "zero"])
+def test_disabling_heads_in_tiles_gives_the_whole_maps_logits(tmp_path, family, mode):
+    """The ablation sweep (prefix cache on) with layers in tiles of 7 rows gives the logits of
+    whole maps: padding, a pair, and on ModernBERT local layers whose window crosses tiles."""
+    from attnwh.ingest.measures.ablation import AblationSweep, sweep_configurations
+
+    model = make_tiny(family, tmp_path / family, classifier=True, positions=POSITIONS)
+    encoder = load_encoder(str(model), device="cpu")
+    batch = long_batch(encoder.tokenizer)
+    configs = sweep_configurations(encoder.num_layers, encoder.num_heads)
+    sweep = AblationSweep(encoder, mode)
+    whole = sweep.logits(batch, configs)
+    with capture.attention_memory(rows=7):
+        tiled = sweep.logits(batch, configs)
+    np.testing.assert_allclose(tiled, whole, rtol=1e-5, atol=1e-5)
+    assert (tiled.argmax(-1) == whole.argmax(-1)).all()
+    # Disabling must change something, or the comparison proves little.
+    assert np.abs(whole[1:] - whole[0]).max() > 1e-3

@@ -290,12 +290,12 @@ def attnwh_attention(
     observer = _active
     batch, heads, queries, _ = query.shape
     keys = key.shape[2]
-    tiles_ok = observer is None or isinstance(observer, TileObserver)
-    rows = tile_rows(batch, heads, queries, keys, observer) if tiles_ok else queries
+    reader = observer if isinstance(observer, TileObserver) else None
+    rows = tile_rows(batch, heads, queries, keys, observer) if observer is None or reader is not None else queries
     if rows < queries:
         window = kwargs.get("sliding_window")
         window = int(window) if isinstance(window, int) and window > 0 else None
-        return _tiled(module, query, key, value, attention_mask, scaling, dropout, rows, window, observer), None
+        return _tiled(module, query, key, value, attention_mask, scaling, dropout, rows, window, reader), None
     mask = _whole_mask(attention_mask)
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
     if mask is not None:

@@ -273,9 +273,11 @@ class LayerMixing:
         c = self.mixing.block_rows(terms, tile, a, diagonals[0])[:, None]  # (B, 1, rows, keys)
 
         # Per head: ||t_h,ij|| = A^h[i,j] ||f_h(x_j)|| up to σ_i, which every share divides out.
-        neighbours = tuple(  # the tile's diagonals scaled by the key's norm: j = i, i - 1, i + 1
+        # The tile's diagonals scaled by the key's norm: j = i, i - 1, i + 1.
+        own, prev, nxt = (
             diagonal * _shifted(terms.norms, start, count, k) for k, diagonal in zip((0, -1, 1), diagonals)
         )
+        neighbours = (own, prev, nxt)
         head_sums = _target_sums(column_sums, neighbours, next_ok)  # (B, H, rows, 7)
         head_total = head_sums[..., 6:]  # (B, H, rows, 1)
         residual = terms.x_norm[:, None, rows, None].expand(-1, heads, -1, -1)

@@ -325,7 +325,7 @@ class MapFeatures:
             covered += ((at > COVER_LEVEL * top[..., None]).float() * rows_real).sum(-1)
             dark += (fused.counts(a, levels) * rows_real[..., None]).sum(-2, dtype=torch.float64)
         cover = covered / n
-        dark = (dark / (n * n)[..., None]).float().unbind(-1)
+        dark_shares = (dark / (n * n)[..., None]).float().unbind(-1)
         dark_columns = ((c > DARK_COLUMN_LEVEL).float() * real).sum(-1) / n
         neighbours = (n - 1).clamp_min(1)
         pair_rows = m.real[:, None, 1:]  # A[i+1, i] and A[i, i+1] exist for i + 1 < n
@@ -359,7 +359,7 @@ class MapFeatures:
                 look_next,
                 look_cls,
                 background,
-                *dark,
+                *dark_shares,
                 look_within,
                 look_across,
             ],
