@@ -581,6 +581,7 @@ def ablation(
         int, typer.Option(min=100, help="Bootstrap resamples and permutations per configuration.")
     ] = 1000,
     importance: Annotated[bool, typer.Option(help="Also store gradient importance per head (Michel et al.).")] = True,
+    attention_memory: AttentionMemoryOpt = None,
     configs_per_pass: Annotated[
         int | None,
         typer.Option(min=1, help="Configurations evaluated together in one batch (default: 8 on a GPU, 1 on a CPU)."),
@@ -631,6 +632,7 @@ def ablation(
                 importance=importance,
                 prefix_cache=prefix_cache,
                 configs_per_pass=per_pass,
+                attention_memory=parse_memory(attention_memory),
             )
             for m in modes
         ]

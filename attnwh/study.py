@@ -388,11 +388,17 @@ class Study:
         # Fail on lengths now rather than after fine-tuning: the limit, and the attention
         # memory of the statistics and of the comparison (the tuned models have the base's shape).
         from attnwh.ingest.measures.change import ChangeCapture
+        from attnwh.ingest.runs.ablation import AblationOptions, check_ablation_fits
         from attnwh.ingest.runs.loop import StatisticsCapture, check_fits
 
         prepared = prepare_tasks(self.base, [t.eval for t in self.tasks], self.ingest)
         check_fits(StatisticsCapture(self.base, attention_memory=options.attention_memory), prepared)
         check_fits(ChangeCapture(self.base, self.base, options.attention_memory), prepared)
+        check_ablation_fits(
+            self.base,
+            prepared,
+            AblationOptions(importance=options.importance, attention_memory=options.attention_memory),
+        )
         self._tuned: dict[str, EncoderModel] = {}
         self.run_ids: dict[tuple[str, str], int] = {}  # (stage, task) -> run id of this study's run
         self.sinks_notes: dict[tuple[str, str], str | None] = {}  # (ablation stage, task) -> why no sinks
@@ -604,6 +610,7 @@ class Study:
                     n_resamples=self.options.resamples,
                     importance=self.options.importance,
                     configs_per_pass=per_pass,
+                    attention_memory=self.options.attention_memory,
                 )
                 prepared = prepare_ablation(tuned, [task.eval], options, settings)
                 gold_labels(tuned, prepared[0].data)

@@ -267,9 +267,10 @@ _mask: torch.Tensor | None = None
 
 
 def observed_mask() -> torch.Tensor | None:
-    """During an observer's `observe` called from attnwh's attention function: the additive
-    mask of that layer (batch, 1, query, key), which holds what the layer may see beyond the
-    padding (ModernBERT's sliding window on its local layers); None elsewhere."""
+    """During an observer's `observe` (or `observe_tile`) called from attnwh's attention
+    function: the additive mask of that layer (batch, 1, query, key) (of the tile's rows and
+    keys), which holds what the layer may see beyond the padding (ModernBERT's sliding window
+    on its local layers); None elsewhere."""
     return _mask
 
 
@@ -303,7 +304,7 @@ def attnwh_attention(
     probs = nn.functional.softmax(scores, dim=-1)
     if isinstance(observer, TileObserver):  # one tile of every row; it may give the output
         observer.begin_layer(module, value, queries)
-        rows_out = observer.observe_tile(module, Tile(0, 0, probs), value)
+        rows_out = _read(observer, module, Tile(0, 0, probs, mask), value)
         observer.end_layer(module, whole_tiles(probs))
         if rows_out is not None and not (module.training and dropout > 0):
             return rows_out.transpose(1, 2).contiguous(), None
@@ -346,7 +347,7 @@ def _tiled(
         block = _block_of(mask, start, stop, first, last)
         if block is not None:
             scores.add_(block)
-        return Tile(start, first, nn.functional.softmax(scores, dim=-1))
+        return Tile(start, first, nn.functional.softmax(scores, dim=-1), block)
 
     def tiles() -> Iterator[Tile]:
         for start in range(0, queries, rows):
@@ -356,7 +357,7 @@ def _tiled(
     if observer is not None:
         observer.begin_layer(module, value, queries)
     for tile in tiles():
-        rows_out = observer.observe_tile(module, tile, value) if observer is not None else None
+        rows_out = _read(observer, module, tile, value) if observer is not None else None
         if rows_out is None or (module.training and dropout > 0):
             probs = nn.functional.dropout(tile.probs, p=dropout, training=module.training)
             rows_out = torch.matmul(probs, value[:, :, tile.keys])
@@ -364,6 +365,16 @@ def _tiled(
     if observer is not None:
         observer.end_layer(module, tiles)
     return output
+
+
+def _read(observer: TileObserver, module: nn.Module, tile: Tile, value: torch.Tensor) -> torch.Tensor | None:
+    """`observer.observe_tile`, with the tile's mask as `observed_mask()` meanwhile."""
+    global _mask
+    _mask = tile.mask
+    try:
+        return observer.observe_tile(module, tile, value)
+    finally:
+        _mask = None
 
 
 def whole_tiles(probs: torch.Tensor) -> Tiles:

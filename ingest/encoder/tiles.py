@@ -20,6 +20,7 @@ class Tile:
     start: int
     key_start: int
     probs: torch.Tensor
+    mask: torch.Tensor | None = None  # the additive mask of these rows and keys, if the layer has one
 
     @property
     def rows(self) -> slice:

@@ -74,12 +74,16 @@ def combination(kind: str, heads: Sequence[tuple[int, int]], k: int | None = Non
 
 
 class HeadDisabler:
-    """Attention observer that replaces the probabilities of disabled heads.
+    """Attention observer that replaces the probabilities of disabled heads, on whole maps
+    or a tile of query rows at a time (a `capture.TileObserver`: long inputs).
 
     `disabled` is (layers, rows, heads): which heads are off for each row of the batch, so
     one pass can hold several configurations. Layers are counted from `start` in call order
     (layers below `start` are not run in a cached pass; ALBERT calls one module per depth).
     """
+
+    # The replaced tile and its product with the values, per map cell (bytes).
+    cell_bytes = 8
 
     def __init__(self, mode: str) -> None:
         if mode not in MODES:
@@ -96,17 +100,34 @@ class HeadDisabler:
         # Decided on the host, so layers with nothing disabled cost no device work or sync.
         self._active = [bool(layer.any()) for layer in disabled]
         self._disabled = torch.from_numpy(disabled).to(key_mask.device)[..., None, None]  # (L, R, H, 1, 1)
-        self._layer = start
+        self._layer = start - 1  # begin_layer moves to the first layer run
 
     def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        layer = self._layer
+        self.begin_layer(module, value, probs.shape[-2])
+        return self._replaced(module, capture.Tile(0, 0, probs))
+
+    def begin_layer(self, module: nn.Module, value: torch.Tensor, length: int) -> None:
         self._layer += 1
-        if not self._active[layer]:
+
+    def observe_tile(self, module: nn.Module, tile: capture.Tile, value: torch.Tensor) -> torch.Tensor | None:
+        """The tile's rows of the attention output with the disabled heads replaced; None
+        where nothing is disabled in this layer (the attention function's own product)."""
+        if not self._active[self._layer]:
+            return None
+        return torch.matmul(self._replaced(module, tile), value[:, :, tile.keys])
+
+    def end_layer(self, module: nn.Module, tiles: capture.Tiles) -> None:
+        pass
+
+    def _replaced(self, module: nn.Module, tile: capture.Tile) -> torch.Tensor:
+        probs = tile.probs
+        if not self._active[self._layer]:
             return probs
         # _active is filled by begin(), which sets both tensors: past the check they are there.
         disabled, uniform = self._disabled, self._uniform
         assert disabled is not None and uniform is not None
-        off = disabled[layer]
+        off = disabled[self._layer]
+        # The mask of the tile's rows and keys (capture.observed_mask: set while it is read).
         mask = capture.observed_mask() if getattr(module, "sliding_window", None) is not None else None
         if self.mode == "zero":
             replacement = probs.new_zeros(())
@@ -115,14 +136,14 @@ class HeadDisabler:
         else:
             # Also a sliding-window layer without a mask: transformers leaves it out when
             # nothing is padded and the whole input fits in the window.
-            replacement = uniform.to(probs.dtype)
+            replacement = uniform[..., tile.keys].to(probs.dtype)
         return torch.where(off, replacement, probs)
 
 
 def _window_uniform(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Uniform weights over the keys each query of a sliding-window layer (ModernBERT's local
     layers) may see: the real tokens of its window, read from the layer's additive mask."""
-    allowed = (mask > torch.finfo(mask.dtype).min / 2).to(dtype)  # (R, 1, S, S)
+    allowed = (mask > torch.finfo(mask.dtype).min / 2).to(dtype)  # (R, 1, rows, keys)
     return allowed / allowed.sum(-1, keepdim=True).clamp(min=1)
 
 
@@ -210,8 +231,18 @@ class _Reference:
 class AblationSweep:
     """Logits of a classifier under many head-disabling configurations, batch by batch."""
 
-    def __init__(self, encoder: EncoderModel, mode: str, prefix_cache: bool = True, configs_per_pass: int = 1) -> None:
+    def __init__(
+        self,
+        encoder: EncoderModel,
+        mode: str,
+        prefix_cache: bool = True,
+        configs_per_pass: int = 1,
+        attention_memory: int | None = None,
+    ) -> None:
+        """`attention_memory` (bytes; default: sized from the device) bounds the maps alive
+        at once: long layers are computed in tiles (`capture.attention_memory`)."""
         self.encoder = encoder
+        self.budget = attention_memory or capture.default_budget(encoder.device)
         self.mode = mode
         self.disabler = HeadDisabler(mode)
         self.layers = encoder_layers(encoder.model) if prefix_cache else None
@@ -220,9 +251,19 @@ class AblationSweep:
         self.projections = qkv_projections(self.layers) if self.layers is not None else None
         self.configs_per_pass = max(1, configs_per_pass)
 
-    @torch.inference_mode()
+    def max_rows(self, length: int) -> int:
+        """How many examples of `length` tokens one call of :meth:`logits` may hold under the
+        budget (each pass holds `configs_per_pass` copies of them); at least 1."""
+        fit = capture.batch_rows(self.budget, self.encoder.num_heads, length, self.disabler, self.encoder.tiles)
+        return max(1, fit // self.configs_per_pass)
+
     def logits(self, batch: dict[str, torch.Tensor], configurations: Sequence[Configuration]) -> np.ndarray:
         """Logits (configurations, batch, labels) in float32, in the order given."""
+        with capture.attention_memory(self.budget):
+            return self._logits(batch, configurations)
+
+    @torch.inference_mode()
+    def _logits(self, batch: dict[str, torch.Tensor], configurations: Sequence[Configuration]) -> np.ndarray:
         model, L, H = self.encoder.model, self.encoder.num_layers, self.encoder.num_heads
         inputs = forward_inputs(model, batch)
         key_mask = batch["attention_mask"].bool()

@@ -39,12 +39,14 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from attnwh.errors import DataError, ModelError
+from attnwh.errors import DataError, ModelError, UsageError
+from attnwh.ingest.encoder import capture
 from attnwh.ingest.encoder.encoding import collate, length_buckets
 from attnwh.ingest.encoder.loading import EncoderModel
 from attnwh.ingest.measures.ablation import (
     AblationSweep,
     Configuration,
+    HeadDisabler,
     combination,
     head_importance_batch,
     sweep_configurations,
@@ -78,6 +80,7 @@ class AblationOptions:
     importance: bool = True  # gradient importance per head
     prefix_cache: bool = True  # False: every configuration runs the whole model (for checks)
     configs_per_pass: int = 1  # configurations sharing one forward pass (GPU)
+    attention_memory: int | None = None  # bytes of maps alive at once (capture.py); None: from the device
 
     def identity(self) -> dict[str, object]:
         """What goes into the run key: settings that change the stored rows."""
@@ -85,7 +88,12 @@ class AblationOptions:
 
     def worker_settings(self) -> dict[str, Any]:
         """What a worker needs to sweep (`sweep_worker`)."""
-        return {"mode": self.mode, "prefix_cache": self.prefix_cache, "configs_per_pass": self.configs_per_pass}
+        return {
+            "mode": self.mode,
+            "prefix_cache": self.prefix_cache,
+            "configs_per_pass": self.configs_per_pass,
+            "attention_memory": self.attention_memory,
+        }
 
 
 @dataclass(frozen=True)
@@ -181,7 +189,31 @@ def prepare_ablation(
 ) -> list[PreparedTask]:
     """`prepare_tasks` for an ablation sweep with these settings: the run key names them, so
     another mode or top-k is another run."""
-    return prepare_tasks(encoder, tasks, options, ablation_identity(encoder, ablation))
+    prepared = prepare_tasks(encoder, tasks, options, ablation_identity(encoder, ablation))
+    check_ablation_fits(encoder, prepared, ablation)
+    return prepared
+
+
+def check_ablation_fits(encoder: EncoderModel, tasks: Sequence[PreparedTask], ablation: AblationOptions) -> None:
+    """Refuse, before anything is written, inputs whose maps cannot fit the attention memory
+    budget: the sweep's where the family keeps them whole (DeBERTa, MPNet), and gradient
+    importance's, which keeps every layer's maps for the backward pass."""
+    longest = max((int(t.encoded.n_tokens.max()) for t in tasks if len(t.encoded.n_tokens)), default=0)
+    if not longest:
+        return
+    budget = ablation.attention_memory or capture.default_budget(encoder.device)
+    heads, layers = encoder.num_heads, encoder.num_layers
+    fix = "lower --max-length or raise --attention-memory"
+    if capture.batch_rows(budget, heads, longest, HeadDisabler(ablation.mode), encoder.tiles) == 0:
+        raise UsageError(
+            f"an input of {longest} tokens needs more attention memory than the budget of {budget / 2**20:.0f} MiB "
+            f"({encoder.family} keeps its maps whole here); {fix}"
+        )
+    if ablation.importance and layers * capture.map_bytes(1, heads, longest, longest) > budget:
+        raise UsageError(
+            f"gradient importance keeps every layer's maps of an input for the backward pass: {longest} tokens need "
+            f"more than the attention memory budget of {budget / 2**20:.0f} MiB; give --no-importance, or {fix}"
+        )
 
 
 def ingest_ablation(
@@ -340,8 +372,14 @@ class SweepWorker:
         ids = list(unit.configs) if unit.configs is not None else list(range(len(self.configs)))
         if unit.labels is None:
             raise ValueError("an ablation unit needs its gold labels")
-        batch = unit.collate(encoder.tokenizer.pad_token_id, encoder.device)
-        predictions = _predictions(self.sweep.logits(batch, [self.configs[i] for i in ids]), self.regression)
+        configs = [self.configs[i] for i in ids]
+        # A batch of long inputs is swept in pieces whose maps fit the attention memory budget.
+        pieces = unit.split(self.sweep.max_rows(int(unit.n_tokens.max())))
+        logits = np.concatenate(
+            [self.sweep.logits(p.collate(encoder.tokenizer.pad_token_id, encoder.device), configs) for p in pieces],
+            axis=1,
+        )
+        predictions = _predictions(logits, self.regression)
         tables = {
             "ablation_configs": config_rows(self.sweep.mode, self.configs, 0),
             "ablation_predictions": prediction_rows(ids, unit.example_ids, predictions, unit.labels, self.regression),
@@ -353,7 +391,15 @@ class SweepWorker:
 
 def sweep_worker(encoder: EncoderModel, settings: Mapping[str, Any]) -> SweepWorker:
     """The worker of a sweep of `encoder` with `AblationOptions.worker_settings()`."""
-    return SweepWorker(AblationSweep(encoder, settings["mode"], settings["prefix_cache"], settings["configs_per_pass"]))
+    return SweepWorker(
+        AblationSweep(
+            encoder,
+            settings["mode"],
+            settings["prefix_cache"],
+            settings["configs_per_pass"],
+            settings.get("attention_memory"),
+        )
+    )
 
 
 def _ignore(*args: object) -> None:
