@@ -234,11 +234,6 @@ def map_bytes(batch: int, heads: int, queries: int, keys: int, observer: object 
     return batch * heads * queries * keys * per_cell
 
 
-def budget() -> int | None:
-    """The attention memory budget in force, in bytes (None: none set, whole maps always)."""
-    return _budget
-
-
 def tile_rows(batch: int, heads: int, queries: int, keys: int, observer: object | None) -> int:
     """How many query rows each tile of a layer holds (`queries`: the whole map)."""
     if _forced_rows is not None:
@@ -291,7 +286,9 @@ def attnwh_attention(
     observer = _active
     batch, heads, queries, _ = query.shape
     keys = key.shape[2]
-    reader = observer if isinstance(observer, TileObserver) else None
+    # Tile observers read eval-mode passes; with dropout on, an observer sees whole maps.
+    training = module.training and dropout > 0
+    reader = observer if isinstance(observer, TileObserver) and not training else None
     rows = tile_rows(batch, heads, queries, keys, observer) if observer is None or reader is not None else queries
     if rows < queries:
         window = kwargs.get("sliding_window")
@@ -302,11 +299,11 @@ def attnwh_attention(
     if mask is not None:
         scores = scores + mask
     probs = nn.functional.softmax(scores, dim=-1)
-    if isinstance(observer, TileObserver):  # one tile of every row; it may give the output
-        observer.begin_layer(module, value, queries)
-        rows_out = _read(observer, module, Tile(0, 0, probs, mask), value)
-        observer.end_layer(module, whole_tiles(probs))
-        if rows_out is not None and not (module.training and dropout > 0):
+    if reader is not None:  # one tile of every row; it may give the output
+        reader.begin_layer(module, value, queries)
+        rows_out = _read(reader, module, Tile(0, 0, probs, mask), value)
+        reader.end_layer(module, whole_tiles(probs))
+        if rows_out is not None:
             return rows_out.transpose(1, 2).contiguous(), None
     elif observer is not None:
         global _mask
@@ -333,7 +330,7 @@ def _tiled(
     observer: TileObserver | None,
 ) -> torch.Tensor:
     """The attention output (batch, query, heads, head_dim), computed `rows` query rows at a
-    time; `observer` sees each tile, then may walk them again. On a sliding-window layer
+    time; `observer` (never with dropout on) sees each tile, then may walk them again. On a sliding-window layer
     (`window`: transformers' ``sliding_window``, keys at most window - 1 away) a tile holds
     only the keys some of its rows can see: the others' weights are exactly 0."""
     queries, keys = query.shape[2], key.shape[2]
@@ -358,7 +355,7 @@ def _tiled(
         observer.begin_layer(module, value, queries)
     for tile in tiles():
         rows_out = _read(observer, module, tile, value) if observer is not None else None
-        if rows_out is None or (module.training and dropout > 0):
+        if rows_out is None:
             probs = nn.functional.dropout(tile.probs, p=dropout, training=module.training)
             rows_out = torch.matmul(probs, value[:, :, tile.keys])
         output[:, tile.rows] = rows_out.transpose(1, 2)
