@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
@@ -16,6 +18,10 @@ def tile():
     return scores.softmax(-1)
 
 
+@pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
+    reason="torch.compile needs a C++ compiler on a CPU; without one attnwh stays eager (tested below)",
+)
 def test_compiled_reductions_match_the_eager_ones(tile, monkeypatch):
     monkeypatch.setattr(fused, "COMPILE_MIN_CELLS", 0)
     gram = torch.randn(2, 300, 3, 3)
@@ -34,6 +40,25 @@ def test_compiled_reductions_match_the_eager_ones(tile, monkeypatch):
     torch.testing.assert_close(squares, fused.squares_eager(tile, gram), rtol=1e-5, atol=1e-6)
     # The counts mean what they say.
     assert torch.equal(counts[..., 2].long(), (tile > levels[..., 2, None, None]).sum(-1))
+
+
+def test_a_failed_compile_falls_back_to_eager_with_one_note(tile, monkeypatch, capsys):
+    monkeypatch.setattr(fused, "COMPILE_MIN_CELLS", 0)
+    broken = fused._Compiled(fused.rows_eager)
+
+    def no_compiler(function, **options):
+        raise RuntimeError("no C++ compiler found\nmore detail")
+
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    monkeypatch.setattr(fused, "_rows", broken)
+    entropy, top = fused.rows(tile)
+    fused.rows(tile)
+    expected_entropy, expected_top = fused.rows_eager(tile)
+    assert torch.equal(entropy, expected_entropy) and torch.equal(top, expected_top)
+    assert broken.failed
+    assert capsys.readouterr().err.splitlines() == [
+        "attnwh: note: long-input reductions run uncompiled (no C++ compiler found)"
+    ]
 
 
 def test_compiling_can_be_switched_off(tile, monkeypatch):
