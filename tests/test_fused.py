@@ -24,6 +24,7 @@ def tile():
 )
 def test_compiled_reductions_match_the_eager_ones(tile, monkeypatch):
     monkeypatch.setattr(fused, "COMPILE_MIN_CELLS", 0)
+    monkeypatch.setattr(fused, "COMPILE_MIN_KEYS", 0)
     gram = torch.randn(2, 300, 3, 3)
     gram = gram @ gram.transpose(-1, -2)
     levels = tile.amax((-1, -2))[..., None] * torch.tensor([0.02, 0.05, 0.1, 0.25, 0.5])
@@ -44,6 +45,7 @@ def test_compiled_reductions_match_the_eager_ones(tile, monkeypatch):
 
 def test_a_failed_compile_falls_back_to_eager_with_one_note(tile, monkeypatch, capsys):
     monkeypatch.setattr(fused, "COMPILE_MIN_CELLS", 0)
+    monkeypatch.setattr(fused, "COMPILE_MIN_KEYS", 0)
     broken = fused._Compiled(fused.rows_eager)
 
     def no_compiler(function, **options):
@@ -63,6 +65,7 @@ def test_a_failed_compile_falls_back_to_eager_with_one_note(tile, monkeypatch, c
 
 def test_compiling_can_be_switched_off(tile, monkeypatch):
     monkeypatch.setattr(fused, "COMPILE_MIN_CELLS", 0)
+    monkeypatch.setattr(fused, "COMPILE_MIN_KEYS", 0)
     monkeypatch.setenv("ATTNWH_COMPILE", "0")
     calls = []
     monkeypatch.setattr(fused, "rows_eager", lambda a: calls.append(a) or (a.sum(-1), a.amax(-1)))

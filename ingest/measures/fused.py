@@ -9,8 +9,8 @@ temporaries of the same size. Compiled, each becomes one loop over the tile that
 its per-row results: on long inputs several times faster (`bench/long.py`).
 
 The eager functions are the definition and the fallback. The compiled ones are used on tiles
-of at least :data:`COMPILE_MIN_CELLS` cells (short inputs never pay the compilation, a few
-seconds once per process), unless ``ATTNWH_COMPILE=0`` is set or compiling fails (no C++
+of at least :data:`COMPILE_MIN_CELLS` cells and :data:`COMPILE_MIN_KEYS` keys (shorter inputs
+never pay the compilation, a few seconds once per process), unless ``ATTNWH_COMPILE=0`` is set or compiling fails (no C++
 compiler on a CPU, no Triton on a GPU): then attnwh says so once on stderr and stays eager.
 Integer counts are equal either way; float results agree within float32 rounding (a few
 1e-7, relative), the order of the sums being the only difference.
@@ -24,9 +24,13 @@ from collections.abc import Callable
 
 import torch
 
-# Tiles smaller than this (batch × heads × rows × keys) are reduced eagerly: at GLUE lengths a
-# whole batch's layer is about 10⁶ cells, and the eager passes cost less than compiling.
+# Tiles smaller than this (batch × heads × rows × keys), or of inputs shorter than
+# COMPILE_MIN_KEYS, are reduced eagerly: compiling costs seconds once per process (about 6 s
+# with a warm compiler cache, 20 s cold), which only inputs of thousands of tokens repay. At GLUE
+# lengths a whole batch's layer is about 10⁶ cells; a batch of 512-token inputs gains less per
+# batch than compiling costs in a run of ordinary size.
 COMPILE_MIN_CELLS = 1 << 22
+COMPILE_MIN_KEYS = 1024
 
 
 def rows_eager(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,7 +104,7 @@ _squares = _Compiled(_squares_compiled)
 
 
 def _large(a: torch.Tensor) -> bool:
-    return a.numel() >= COMPILE_MIN_CELLS
+    return a.numel() >= COMPILE_MIN_CELLS and a.shape[-1] >= COMPILE_MIN_KEYS
 
 
 def rows(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
