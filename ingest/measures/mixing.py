@@ -210,7 +210,7 @@ class ContextMixing:
     ) -> LayerMixing:
         """The reductions of one layer, to be fed its tiles: `row_weight` (B, S) is 1/n on
         real rows, `columns` (B, 1, S, 4) the [CLS], [SEP] and punctuation columns and a
-        column of ones, `next_ok` (B, S - 1) whether row i has a real right neighbour."""
+        column of ones, `next_ok` (B, S) whether row i has a real right neighbour."""
         v = value.float()
         return LayerMixing(self, module, v, self.key_terms(module, v), row_weight, columns, next_ok)
 
@@ -269,7 +269,7 @@ class LayerMixing:
         batch, heads, _, d = v.shape
         start, rows, count = tile.start, tile.rows, a.shape[-2]
         tiny = torch.finfo(torch.float32).tiny
-        next_ok = nn.functional.pad(self.next_ok, (0, 1))[:, rows]  # (B, rows)
+        next_ok = self.next_ok[:, rows]  # (B, rows)
         c = self.mixing.block_rows(terms, tile, a, diagonals[0])[:, None]  # (B, 1, rows, keys)
 
         # Per head: ||t_h,ij|| = A^h[i,j] ||f_h(x_j)|| up to σ_i, which every share divides out.

@@ -86,7 +86,7 @@ class _Batch:
     masks: patterns.PatternMasks
     row_weight: torch.Tensor  # (B, S): 1/n on the n real rows, 0 on padding
     columns: torch.Tensor  # (B, 1, S, 4): [CLS], [SEP] and punctuation columns, and ones
-    next_ok: torch.Tensor  # (B, S - 1): row i has a real right neighbour
+    next_ok: torch.Tensor  # (B, S): row i has a real right neighbour (0 on the last position)
 
 
 class HeadStatistics:
@@ -146,7 +146,7 @@ class HeadStatistics:
             masks=patterns.PatternMasks(key_mask, cls, sep, punct),
             row_weight=real / real.sum(-1, keepdim=True),  # mean over the n real rows
             columns=torch.stack([cls, sep, punct, torch.ones_like(cls)], dim=-1).float()[:, None],
-            next_ok=real[:, 1:],  # row i has a real right neighbour
+            next_ok=nn.functional.pad(real[:, 1:], (0, 1)),  # row i has a real right neighbour
         )
         self._layers = []
         self._mixing_heads, self._mixing_layers = [], []
@@ -211,7 +211,7 @@ class HeadStatistics:
         targets, scaled, by_segment, output = products[0], products[1], products[2], products[-1]
         norm_shares = scaled[..., :3] / scaled[..., 3:].clamp_min(torch.finfo(torch.float32).tiny)
         entropy, row_max = fused.rows(a)
-        next_ok = nn.functional.pad(batch.next_ok, (0, 1))[:, None, rows]
+        next_ok = batch.next_ok[:, None, rows]
         per_row = torch.stack(
             [
                 *targets.unbind(-1),
