@@ -285,3 +285,102 @@ def test_ablation_under_a_budget_tiles_splits_and_refuses_importance(tmp_path, m
         predictions[name] = stored(db, "ablation_predictions", "config_id, example_id, prediction")[1]
     assert len(predictions["whole"]) >= 5 * (1 + 2 * 4 + 2)  # the sweep, then combinations
     assert predictions["tiled"] == predictions["whole"]
+
+
+def tuned_of(family: str, base, out):
+    """Another seed's weights of `family`, with the base model's tokenizer (the seed also
+    draws the tiny tokenizers' vocabulary)."""
+    from transformers import AutoTokenizer
+
+    tuned = make_tiny(family, out, positions=POSITIONS, seed=1)
+    AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(tuned))
+    return tuned
+
+
+def reference_cosines(base, tuned, batch) -> np.ndarray:
+    """(batch, layer, head) cosines of the two models' maps cropped to the real tokens, from
+    HF's `output_attentions=True` on the eager path, one example at a time."""
+    from transformers import AutoModel
+
+    models = [AutoModel.from_pretrained(str(path), attn_implementation="eager").eval() for path in (base, tuned)]
+    out = []
+    for row in range(batch["input_ids"].shape[0]):
+        n = int(batch["attention_mask"][row].sum())
+        single = {k: v[row : row + 1, :n] for k, v in batch.items()}
+        with torch.no_grad():
+            maps = [torch.stack(m(**single, output_attentions=True).attentions)[:, 0] for m in models]
+        a, b = (m.flatten(-2).double() for m in maps)  # (layer, head, n²)
+        out.append((a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1)))
+    return torch.stack(out).numpy()
+
+
+@pytest.mark.parametrize("family", TILED_FAMILIES)
+def test_comparison_in_tiles_gives_the_whole_maps_cosines(long_models, tmp_path, family):
+    from attnwh.ingest.measures.change import ChangeCapture
+
+    base_path = long_models(family)
+    tuned_path = tuned_of(family, base_path, tmp_path / "tuned")
+    base, tuned = (load_encoder(str(p), device="cpu") for p in (base_path, tuned_path))
+    batch = long_batch(tuned.tokenizer)
+    compare = ChangeCapture(base, tuned)
+    whole = compare.run(batch)[..., 0]
+    np.testing.assert_allclose(whole, reference_cosines(base_path, tuned_path, batch), atol=1e-6)
+    assert (whole < 0.9999).any()  # the models differ: the check is not of a map with itself
+    for rows in (1, 7, 64):
+        with capture.attention_memory(rows=rows):
+            tiled = compare.run(batch)[..., 0]
+        np.testing.assert_allclose(tiled, whole, rtol=1e-6, atol=1e-6, err_msg=f"tiles of {rows}")
+
+
+def test_tiled_comparison_keeps_queries_and_keys_not_maps(long_models, tmp_path):
+    """In tiles of 7 rows neither pass makes a float tensor larger than a tile: the base
+    model's layers are kept as what rebuilds their tiles, not as maps."""
+    from attnwh.ingest.measures.change import ChangeCapture
+
+    base = load_encoder(str(long_models("bert")), device="cpu")
+    tuned = load_encoder(str(tuned_of("bert", long_models("bert"), tmp_path / "tuned")), device="cpu")
+    batch = long_batch(tuned.tokenizer)
+    n = batch["input_ids"].shape[1]
+    compare = ChangeCapture(base, tuned)
+    largest = []
+
+    class Sizes(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor) and out.dim() > 1 and out.shape[-1] == n and out.dtype.is_floating_point:
+                largest.append(int(np.prod(out.shape)))
+            return out
+
+    with Sizes(), capture.attention_memory(rows=7):
+        compare.run(batch)
+    width = max(7, base.model.config.hidden_size // base.num_heads)
+    assert largest and max(largest) <= 3 * base.num_heads * width * n
+    assert 3 * base.num_heads * n * n > 20 * max(largest)
+
+
+def test_comparison_under_a_budget_stores_the_same_cosines(long_models, tmp_path, monkeypatch, capsys):
+    from helpers import run as run_cli
+
+    data = write_long_texts(tmp_path / "long.tsv")
+    base = str(long_models("bert"))
+    tuned = str(tuned_of("bert", base, tmp_path / "tuned"))
+    capsys.readouterr()
+    dbs = {}
+    for name, extra in (("whole", []), ("tiled", ["--attention-memory", "1M"])):
+        dbs[name] = tmp_path / f"{name}.duckdb"
+        code, _, err = run_cli(
+            monkeypatch, capsys, "ingest", "compare", "--base", base, "--tuned", tuned, "--data", str(data),
+            "--text-column", "sentence", "--db", str(dbs[name]), "--device", "cpu", *extra,
+        )  # fmt: skip
+        assert code == 0, err
+    # 1 MiB holds not even one example's base maps of every layer: each example runs alone, in tiles.
+    from attnwh.ingest.measures.change import KeepTiles
+
+    shortest = min(n for (n,) in stored(dbs["tiled"], "run_examples", "n_tokens")[1])
+    assert capture.map_bytes(1, 4, 64, shortest, KeepTiles(2 * 4 + 36)) > 2**20
+    (_, whole), (_, tiled) = (
+        stored(dbs[name], "attention_change", "* EXCLUDE (run_id)") for name in ("whole", "tiled")
+    )
+    assert len(whole) == len(tiled) == 5 * 2 * 4
+    for a, b in zip(whole, tiled):
+        assert a[:-1] == b[:-1] and abs(a[-1] - b[-1]) <= 1e-6, (a, b)

@@ -165,7 +165,7 @@ AttentionMemoryOpt = Annotated[
         callback=_memory,
         help="Attention maps alive at once, e.g. 256M or 2G. Longer layers are computed in tiles of query rows "
         "that fit it and batches of long inputs are split, so memory grows linearly with the input's length; "
-        "what keeps maps whole (DeBERTa, MPNet, the comparison's base maps, gradient importance) refuses inputs over "
+        "what keeps maps whole (DeBERTa, MPNet, gradient importance) refuses inputs over "
         "it. Default: an eighth of the free memory of the device (GPU) or host (CPU), between 64M and 512M.",
     ),
 ]

@@ -31,7 +31,7 @@ from torch import nn
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import eager_mask
 
-from attnwh.ingest.encoder.tiles import Tile, Tiles
+from attnwh.ingest.encoder.tiles import LayerTiles, Tile, whole_tiles
 
 ATTENTION_NAME = "attnwh"
 
@@ -64,7 +64,7 @@ class TileObserver(AttentionObserver, Protocol):
         function the product."""
         ...
 
-    def end_layer(self, module: nn.Module, tiles: Tiles) -> None: ...
+    def end_layer(self, module: nn.Module, tiles: LayerTiles) -> None: ...
 
 
 class KeepMaps:
@@ -335,8 +335,7 @@ def _tiled(
     only the keys some of its rows can see: the others' weights are exactly 0."""
     queries, keys = query.shape[2], key.shape[2]
 
-    def tile_at(start: int) -> Tile:
-        stop = min(queries, start + rows)
+    def tile_of(start: int, stop: int) -> Tile:
         first, last = (0, keys) if window is None else (max(0, start - window), min(keys, stop + window))
         # In place: each tile is computed twice (`end_layer`'s second pass), so every pass
         # over it counts.
@@ -346,10 +345,7 @@ def _tiled(
             scores.add_(block)
         return Tile(start, first, nn.functional.softmax(scores, dim=-1), block)
 
-    def tiles() -> Iterator[Tile]:
-        for start in range(0, queries, rows):
-            yield tile_at(start)
-
+    tiles = LayerTiles(tile_of, queries, rows)
     output = query.new_empty((query.shape[0], queries, query.shape[1], value.shape[-1]))
     if observer is not None:
         observer.begin_layer(module, value, queries)
@@ -372,11 +368,6 @@ def _read(observer: TileObserver, module: nn.Module, tile: Tile, value: torch.Te
         return observer.observe_tile(module, tile, value)
     finally:
         _mask = None
-
-
-def whole_tiles(probs: torch.Tensor) -> Tiles:
-    """The tiles of maps that exist whole: one tile holding every row and key."""
-    return lambda: iter([Tile(0, 0, probs)])
 
 
 def register() -> str:

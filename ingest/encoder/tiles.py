@@ -34,3 +34,26 @@ class Tile:
 # The tiles of a layer's maps, in row order. Calling it again recomputes them (or gives the
 # whole maps when they exist).
 Tiles = Callable[[], Iterator[Tile]]
+
+
+class LayerTiles:
+    """One layer's maps as tiles of query rows, without the maps: calling it walks the tiles
+    in row order, :meth:`block` gives the tile of any rows. Each is computed when asked for
+    (from the layer's queries and keys), or cut from the whole maps where they exist."""
+
+    def __init__(self, block: Callable[[int, int], Tile], queries: int, rows: int) -> None:
+        self._block, self.queries, self.height = block, queries, rows
+
+    def __call__(self) -> Iterator[Tile]:
+        for start in range(0, self.queries, self.height):
+            yield self._block(start, min(self.queries, start + self.height))
+
+    def block(self, start: int, stop: int) -> Tile:
+        """The tile of query rows [start, stop)."""
+        return self._block(start, stop)
+
+
+def whole_tiles(probs: torch.Tensor) -> LayerTiles:
+    """The tiles of maps (…, queries, keys) that exist whole: one tile of every row and key."""
+    queries = probs.shape[-2]
+    return LayerTiles(lambda start, stop: Tile(start, 0, probs[..., start:stop, :]), queries, queries)

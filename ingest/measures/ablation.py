@@ -116,7 +116,7 @@ class HeadDisabler:
             return None
         return torch.matmul(self._replaced(module, tile), value[:, :, tile.keys])
 
-    def end_layer(self, module: nn.Module, tiles: capture.Tiles) -> None:
+    def end_layer(self, module: nn.Module, tiles: capture.LayerTiles) -> None:
         pass
 
     def _replaced(self, module: nn.Module, tile: capture.Tile) -> torch.Tensor:

@@ -8,10 +8,13 @@ al. compared maps padded to length 200: their padding rows are not zero, so they
 same values to both maps and inflate the similarity; attnwh does not.)
 
 Both models run through attnwh's registered attention function. The base model's pass keeps
-each layer's probabilities; the tuned model's pass turns each of its layers into cosines
-against the kept base layer on the device and drops that layer at once. So at most one batch
-of the base model's maps (batch × layers × heads × seq²) is alive, and no map leaves the
-device.
+each layer as its tiles (`capture.LayerTiles`): the whole maps where every layer's fit the
+attention memory budget together, otherwise only what rebuilds any tile of rows (the layer's
+queries and keys, n × d instead of n × n). The tuned model's pass reads its own layers a
+tile of query rows at a time, rebuilds the base model's tile of the same rows, and adds their
+products and squares to the layer's sums; the base layer is dropped once used. So on long
+inputs no layer's n × n maps exist at once, and no map leaves the device. (DeBERTa and MPNet
+compute their maps inside their modules: they keep them whole, within the budget.)
 """
 
 from __future__ import annotations
@@ -35,35 +38,89 @@ from attnwh.ingest.sources.examples import TaskData
 CHANGE_COLUMNS: tuple[str, ...] = ("cosine",)
 
 
+class KeepTiles:
+    """Observer for the base model's pass: keeps each layer's tiles, in call order."""
+
+    def __init__(self, cell_bytes: int) -> None:
+        # Whole maps are kept only when every layer's fit the budget together (with the
+        # tuned pass's working memory), so the tile height counts them all per cell.
+        self.cell_bytes = cell_bytes
+        self.layers: list[capture.LayerTiles | None] = []
+
+    def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        self.layers.append(capture.whole_tiles(probs.detach()))
+        return probs
+
+    def begin_layer(self, module: nn.Module, value: torch.Tensor, length: int) -> None:
+        pass
+
+    def observe_tile(self, module: nn.Module, tile: capture.Tile, value: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def end_layer(self, module: nn.Module, tiles: capture.LayerTiles) -> None:
+        self.layers.append(tiles)
+
+
 class CosineAgainst:
     """Observer for the tuned model's pass: per layer, the cosine of its maps with the kept
-    base maps over the real query × key cells, (batch, heads) per layer."""
+    base layer over the real query × key cells, (batch, heads) per layer, a tile of query
+    rows at a time."""
 
-    def __init__(self, kept: list[torch.Tensor | None], key_mask: torch.Tensor) -> None:
+    # The base model's rebuilt tile (scores, probabilities, mask) and the products' temporaries.
+    cell_bytes = 24
+
+    def __init__(self, kept: list[capture.LayerTiles | None], key_mask: torch.Tensor) -> None:
         self._kept = kept
-        real = key_mask.float()
-        # 1 where both the query and the key are real tokens: the cropped n × n map.
-        self._cells = real[:, None, :, None] * real[:, None, None, :]  # (B, 1, S, S)
+        self._real = key_mask.float()
         self._layer = 0
+        self._base: capture.LayerTiles | None = None
+        self._sums: torch.Tensor | None = None  # (3, B, H): Σ a·b, Σ a², Σ b² so far, float64
         self.cosines: list[torch.Tensor] = []
 
     def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        self.begin_layer(module, value, probs.shape[-2])
+        self.observe_tile(module, capture.Tile(0, 0, probs), value)
+        self.end_layer(module, capture.whole_tiles(probs))
+        return probs
+
+    def begin_layer(self, module: nn.Module, value: torch.Tensor, length: int) -> None:
         if self._layer >= len(self._kept):
             raise RuntimeError(f"the tuned model has more attention layers than the base model ({len(self._kept)})")
-        base = self._kept[self._layer]
-        self._kept[self._layer] = None  # drop the base layer as soon as it is used
-        # Each layer's entry is read once, before it is dropped: it is still there.
-        assert base is not None
-        self._layer += 1
+        self._base = self._kept[self._layer]
+        self._kept[self._layer] = None  # dropped once this layer is done
+        self._sums = torch.zeros((3, *value.shape[:2]), dtype=torch.float64, device=value.device)
+
+    def observe_tile(self, module: nn.Module, tile: capture.Tile, value: torch.Tensor) -> torch.Tensor | None:
+        base, sums = self._base, self._sums
+        # Each layer's entry is taken once, in begin_layer: it is still there.
+        assert base is not None and sums is not None
+        other = base.block(tile.start, tile.start + tile.probs.shape[-2])
         # Padding keys already have probability 0; padding query rows do not (they attend to
-        # the real keys), so both maps are masked. Reduced in float32 whatever the model dtype.
-        a = probs.float() * self._cells
-        b = base.float() * self._cells
-        dot = (a * b).sum((-2, -1))
-        norms = torch.linalg.vector_norm(a, dim=(-2, -1)) * torch.linalg.vector_norm(b, dim=(-2, -1))
+        # the real keys), so both tiles' padding rows are zeroed. Reduced in float32 whatever
+        # the model dtype, summed over tiles in float64.
+        rows = self._real[:, None, tile.rows, None]
+        a, b = tile.probs.float() * rows, other.probs.float() * rows
+        # The tiles may hold different keys (a sliding window, or whole base maps): every
+        # weight outside a tile's keys is 0, so the product needs only the keys both hold.
+        first, last = max(tile.key_start, other.key_start), min(tile.keys.stop, other.keys.stop)
+        if first < last:
+            both = (
+                a[..., first - tile.key_start : last - tile.key_start]
+                * b[..., first - other.key_start : last - other.key_start]
+            )
+            sums[0] += both.sum((-2, -1), dtype=torch.float64)
+        sums[1] += (a * a).sum((-2, -1), dtype=torch.float64)
+        sums[2] += (b * b).sum((-2, -1), dtype=torch.float64)
+        return None
+
+    def end_layer(self, module: nn.Module, tiles: capture.LayerTiles) -> None:
+        sums = self._sums
+        assert sums is not None
+        self._base, self._sums = None, None
+        self._layer += 1
         # Every real row sums to 1, so neither norm is 0; the clamp only guards the division.
-        self.cosines.append(dot / norms.clamp_min(torch.finfo(torch.float32).tiny))
-        return probs
+        norms = (sums[1] * sums[2]).sqrt().clamp_min(torch.finfo(torch.float32).tiny)
+        self.cosines.append((sums[0] / norms).float())
 
 
 class ChangeCapture:
@@ -88,12 +145,19 @@ class ChangeCapture:
     def settings(self) -> dict[str, Any]:
         return {"attention_memory": self.attention_memory}
 
+    def _keeper(self) -> KeepTiles:
+        # Per map cell: every layer's kept base maps, and the tuned pass's tile beside them.
+        per_layer = self.base.dtype.itemsize
+        return KeepTiles(self.base.num_layers * per_layer + capture.map_bytes(1, 1, 1, 1, CosineAgainst))
+
     def max_rows(self, length: int) -> int:
-        """The base model's maps of every layer are kept whole (float32 or the model's
-        dtype) while the tuned model's layers are computed whole beside them."""
-        layers, heads = self.base.num_layers, self.base.num_heads
-        kept = layers * heads * length * length * self.base.dtype.itemsize
-        return self.budget // (kept + capture.map_bytes(1, heads, length, length))
+        """With tiles, enough examples for tiles of `capture.TILE_FLOOR` rows; DeBERTa and
+        MPNet keep the base model's maps of every layer whole beside the tuned model's."""
+        heads = self.base.num_heads
+        if self.base.tiles and self.encoder.tiles:
+            return capture.batch_rows(self.budget, heads, length, self._keeper(), tiles=True)
+        kept = self.base.num_layers * heads * length * length * self.base.dtype.itemsize
+        return self.budget // (kept + capture.map_bytes(1, heads, length, length, CosineAgainst))
 
     def _forward(self, encoder: EncoderModel, batch: dict[str, torch.Tensor]) -> None:
         encoder.model(**forward_inputs(encoder.model, {k: v.to(encoder.device) for k, v in batch.items()}))
@@ -102,14 +166,15 @@ class ChangeCapture:
     def run(self, batch: dict[str, torch.Tensor], thumbnail_rows: Sequence[int] = ()) -> np.ndarray:
         """Cosines of one collated batch (see `encoding.collate`); a comparison keeps no
         thumbnails."""
-        keep = capture.KeepMaps()
-        with capture.observing(keep):
-            self._forward(self.base, batch)
-        if len(keep.maps) != self.base.num_layers:
-            raise RuntimeError(f"saw {len(keep.maps)} attention layers, expected {self.base.num_layers}")
-        cosine = CosineAgainst(keep.maps, batch["attention_mask"].to(self.encoder.device).bool())
-        with capture.observing(cosine):
-            self._forward(self.encoder, batch)
+        keep = self._keeper()
+        with capture.attention_memory(self.budget):
+            with capture.observing(keep):
+                self._forward(self.base, batch)
+            if len(keep.layers) != self.base.num_layers:
+                raise RuntimeError(f"saw {len(keep.layers)} attention layers, expected {self.base.num_layers}")
+            cosine = CosineAgainst(keep.layers, batch["attention_mask"].to(self.encoder.device).bool())
+            with capture.observing(cosine):
+                self._forward(self.encoder, batch)
         if len(cosine.cosines) != self.encoder.num_layers:
             raise RuntimeError(f"saw {len(cosine.cosines)} attention layers, expected {self.encoder.num_layers}")
         return torch.stack(cosine.cosines, dim=1)[..., None].cpu().numpy()  # (B, L, H, 1)

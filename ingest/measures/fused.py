@@ -35,7 +35,9 @@ COMPILE_MIN_KEYS = 1024
 
 def rows_eager(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row of `a` (…, rows, keys): its entropy -Σ a ln a (nats) and its largest weight."""
-    return -torch.special.xlogy(a, a).sum(-1), a.amax(-1)
+    # a · ln max(a, tiny) is xlogy(a, a) (0 where a = 0) in vectorised operations: about three
+    # times faster on a CPU than xlogy, whose kernel is scalar.
+    return -(a * a.clamp_min(torch.finfo(a.dtype).tiny).log()).sum(-1), a.amax(-1)
 
 
 def counts_eager(a: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:

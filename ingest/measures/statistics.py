@@ -244,7 +244,7 @@ class HeadStatistics:
                 kept.append(piece.cpu())
         return output if value.dtype == torch.float32 else None
 
-    def end_layer(self, module: nn.Module, tiles: capture.Tiles) -> None:
+    def end_layer(self, module: nn.Module, tiles: capture.LayerTiles) -> None:
         layer = self._layer
         if layer is None:
             raise RuntimeError("call begin_layer before end_layer")
