@@ -97,7 +97,7 @@ class CosineAgainst:
         other = base.block(tile.start, tile.start + tile.probs.shape[-2])
         # Padding keys already have probability 0; padding query rows do not (they attend to
         # the real keys), so both tiles' padding rows are zeroed. Reduced in float32 whatever
-        # the model dtype, summed over tiles in float64.
+        # the model dtype, a tile's sums added up in float64.
         rows = self._real[:, None, tile.rows, None]
         a, b = tile.probs.float() * rows, other.probs.float() * rows
         # The tiles may hold different keys (a sliding window, or whole base maps): every
@@ -108,9 +108,9 @@ class CosineAgainst:
                 a[..., first - tile.key_start : last - tile.key_start]
                 * b[..., first - other.key_start : last - other.key_start]
             )
-            sums[0] += both.sum((-2, -1), dtype=torch.float64)
-        sums[1] += (a * a).sum((-2, -1), dtype=torch.float64)
-        sums[2] += (b * b).sum((-2, -1), dtype=torch.float64)
+            sums[0] += both.sum((-2, -1))
+        sums[1] += torch.linalg.vector_norm(a, dim=(-2, -1)).double() ** 2
+        sums[2] += torch.linalg.vector_norm(b, dim=(-2, -1)).double() ** 2
         return None
 
     def end_layer(self, module: nn.Module, tiles: capture.LayerTiles) -> None:
