@@ -53,6 +53,8 @@ from attnwh.cli.options import (
     GlueDirOpt,
     GpusPerWorkerOpt,
     LabelColumnOpt,
+    MassiveOpt,
+    MixingOpt,
     Mode,
     PairColumnOpt,
     RayAddressOpt,
@@ -347,6 +349,8 @@ def ingest(
             "the pattern gallery and `attnwh patterns train`; 0 keeps none.",
         ),
     ] = 20,
+    mixing: MixingOpt = True,
+    massive: MassiveOpt = True,
     value_zeroing: ValueZeroingOpt = None,
     attention_memory: AttentionMemoryOpt = None,
     compute: Engine,
@@ -368,11 +372,11 @@ def ingest(
             thumbnails=thumbnails,
             value_zeroing=value_zeroing.value if value_zeroing else None,
             attention_memory=parse_memory(attention_memory),
+            mixing=mixing,
+            massive=massive,
         )
         prepared = prepare_tasks(encoder, loaded, options)
-        capture = StatisticsCapture(
-            encoder, value_zeroing=options.value_zeroing, attention_memory=options.attention_memory
-        )
+        capture = StatisticsCapture.for_options(encoder, options)
         check_fits(capture, prepared)
 
     console.print(f"{describe(encoder)}, {options.max_length or encoder.max_length} tokens max", highlight=False)

@@ -1,14 +1,15 @@
 """Benchmark: what context mixing (residual + LayerNorm) and massive activations add to an ingest.
 
 Runs the whole statistics ingest of one task (batches, the model, the reductions, the rows
-written into a fresh DuckDB file) twice per repeat, taking turns (A B, B A, …):
+written into a fresh DuckDB file) once per variant and repeat, taking turns (A B C D, D C B A, …):
 
-- baseline: head statistics, pattern features and thumbnails only (``mixing=False,
-  massive=False``), what `attnwh ingest` stored before;
-- default: the same plus head_mixing, layer_mixing and massive_activations, as
-  `attnwh ingest` runs now.
+- baseline: head statistics, pattern features and thumbnails only (``--no-mixing
+  --no-massive``);
+- + massive: with massive_activations (``--no-mixing``);
+- + mixing: with head_mixing and layer_mixing (``--no-massive``);
+- default: both, as `attnwh ingest` runs by default.
 
-Prints seconds (best of --repeats) and the ratio of the default to the baseline, measured in
+Prints seconds (best of --repeats) and each variant's ratio to the baseline, measured in
 the same run: best against best, and the median of the ratios within each repeat. Usage:
 ``python bench/mixing.py [--glue-dir ../shared/data/glue --task sst2 --repeats 5]``
 """
@@ -28,6 +29,8 @@ def main() -> None:
     encoder, options, prepared = prepare_ingest(args)
     captures = {
         "baseline (statistics only)": StatisticsCapture(encoder, mixing=False, massive=False),
+        "+ massive": StatisticsCapture(encoder, mixing=False),
+        "+ mixing": StatisticsCapture(encoder, massive=False),
         "default (+ mixing, massive)": StatisticsCapture(encoder),
     }
     times, counts = time_ingests(captures, prepared, options, args.repeats, inspect=row_counts)
@@ -39,7 +42,7 @@ def main() -> None:
 
 
 def row_counts(db: Path) -> dict[str, int]:
-    """Rows of the tables the two variants differ in."""
+    """Rows of the tables the variants differ in."""
     con = warehouse.connect(db, read_only=True)
     tables = ("head_stats", "head_mixing", "layer_mixing", "massive_activations")
     counts = {t: warehouse.one_row(con, f"SELECT count(*) FROM {t}")[0] for t in tables}

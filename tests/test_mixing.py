@@ -227,3 +227,41 @@ def test_other_post_ln_families_mix(tiny_model_dir, family):
     ratio = layers["mixing_ratio"].to_numpy()
     assert np.all((ratio > 0) & (ratio < share))
     assert np.all(layers["rn_to_sep"].to_numpy() > 0)
+
+
+def test_lenses_left_out_are_not_stored_and_make_a_run_of_their_own(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    import duckdb
+
+    from helpers import run as run_cli
+
+    db = tmp_path / "w.duckdb"
+    common = ["ingest", "--model", str(tiny_model_dir("bert")), "--task", "sentiment", "--limit", "12", "--db", str(db)]
+    code, _, err = run_cli(monkeypatch, capsys, *common, "--no-mixing", "--no-massive")
+    assert code == 0, err
+    code, _, err = run_cli(monkeypatch, capsys, *common)  # every lens: a new run, not the one above skipped
+    assert code == 0, err
+    with duckdb.connect(str(db), read_only=True) as con:
+        runs = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()]
+        assert len(runs) == 2
+        lean, full = runs
+
+        def count(table: str, run_id: int) -> int:
+            return con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
+
+        for table in ("head_mixing", "layer_mixing", "massive_activations"):
+            assert count(table, lean) == 0 and count(table, full) > 0, table
+        # The statistics, pattern types and thumbnails do not depend on the other lenses.
+        for table in ("head_stats", "pattern_thumbnails"):
+            rows = [
+                con.execute(f"SELECT * EXCLUDE (run_id) FROM {table} WHERE run_id = ? ORDER BY ALL", [r]).fetchall()
+                for r in runs
+            ]
+            assert len(rows[0]) == len(rows[1]) > 0, table
+            for a, b in zip(*rows):  # within float32 rounding: one product reads the maps either way
+                for x, y in zip(a, b, strict=True):
+                    if isinstance(x, float | list):
+                        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6, err_msg=table)
+                    else:
+                        assert x == y, (table, a[:4])
+    code, _, err = run_cli(monkeypatch, capsys, *common, "--no-mixing", "--no-massive")
+    assert code == 0 and "already complete" in err + _, err  # its own run is found again

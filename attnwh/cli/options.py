@@ -67,6 +67,23 @@ class ReportFormat(str, enum.Enum):
     svg = "svg"
 
 
+MixingOpt = Annotated[
+    bool,
+    typer.Option(
+        "--mixing/--no-mixing",
+        help="Store context mixing after the residual and LayerNorm (Kobayashi et al. 2021) in head_mixing and "
+        "layer_mixing (post-LN models). The costliest lens: at GLUE lengths on a CPU a whole ingest takes about a "
+        "quarter longer with it (bench/mixing.py); --no-mixing leaves it out of the run.",
+    ),
+]
+MassiveOpt = Annotated[
+    bool,
+    typer.Option(
+        "--massive/--no-massive",
+        help="Store massive activations (Sun et al. 2024) in massive_activations (a whole ingest takes about 6% "
+        "longer with them); --no-massive leaves them out of the run.",
+    ),
+]
 ValueZeroingOpt = Annotated[
     Zeroing | None,
     typer.Option(

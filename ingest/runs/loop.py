@@ -51,6 +51,8 @@ class IngestOptions:
     thumbnails: int = 20  # examples per run whose maps are kept as 32 x 32 thumbnails (seeded)
     value_zeroing: str | None = None  # statistics runs: "layer" or "head" (value_zeroing.py); None: off
     attention_memory: int | None = None  # bytes of maps alive at once (capture.py); None: sized from the device
+    mixing: bool = True  # statistics runs: context mixing after residual and LayerNorm (mixing.py)
+    massive: bool = True  # statistics runs: massive activations (massive.py)
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,10 @@ def prepare_tasks(
         if options.value_zeroing and run_identity["kind"] == "statistics":
             # Only when on, so the keys of runs without it stay what they were.
             run_identity["value_zeroing"] = options.value_zeroing
+        left_out = [name for name, on in (("mixing", options.mixing), ("massive", options.massive)) if not on]
+        if left_out and run_identity["kind"] == "statistics":
+            # Likewise only when a lens is left out: a run with every lens keeps its key.
+            run_identity["without"] = left_out
         prepared.append(PreparedTask(data, encoded, ids, max_length, run_identity))
     return prepared
 
@@ -197,8 +203,9 @@ def ingest_statistics(
     `on_batch(n)` report progress. `engine` runs the batches on Ray, or writes one static
     shard of them (see :mod:`attnwh.ingest.runs.engine`); by default, here.
     """
-    capture = StatisticsCapture(encoder, value_zeroing=options.value_zeroing, attention_memory=options.attention_memory)
-    return ingest_runs(db_path, capture, tasks, options, on_start, on_batch, engine)
+    return ingest_runs(
+        db_path, StatisticsCapture.for_options(encoder, options), tasks, options, on_start, on_batch, engine
+    )
 
 
 def ingest_runs(
@@ -354,8 +361,8 @@ class StatisticsCapture:
     activations (`massive.py`); with `value_zeroing` ("layer" or "head") it also runs value
     zeroing (`value_zeroing.py`, n recomputations of each layer). Batch rows named in
     `run(..., thumbnail_rows)` also leave thumbnails of their maps. :meth:`extra_rows`
-    returns all those rows. `mixing=False` and `massive=False` leave them out, for
-    benchmarks. `attention_memory` (bytes; default: sized from the device,
+    returns all those rows. `mixing=False` and `massive=False` leave them out (`--no-mixing`,
+    `--no-massive`). `attention_memory` (bytes; default: sized from the device,
     `capture.default_budget`) bounds the maps alive at once: long layers are observed in
     tiles and batches of long inputs split (:meth:`max_rows`)."""
 
@@ -389,6 +396,17 @@ class StatisticsCapture:
         self._massive: dict[str, np.ndarray] | None = None  # the last batch's scan
         self._tokens: dict[int, list[str]] = {}  # the last batch's real tokens, by row
         self._zeroed: np.ndarray | None = None  # the last batch's value-zeroing shares
+
+    @classmethod
+    def for_options(cls, encoder: EncoderModel, options: IngestOptions) -> StatisticsCapture:
+        """The capture of a statistics run with `options`' lenses and budget."""
+        return cls(
+            encoder,
+            value_zeroing=options.value_zeroing,
+            mixing=options.mixing,
+            massive=options.massive,
+            attention_memory=options.attention_memory,
+        )
 
     def models(self) -> dict[str, EncoderModel]:
         return {"model_id": self.encoder}
