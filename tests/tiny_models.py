@@ -45,12 +45,23 @@ CORPUS = [
 FAMILIES = ("bert", "roberta", "distilbert", "electra", "albert", "modernbert", "deberta-v2", "mpnet")
 
 
+# The WordPiece pieces of the corpus, as `trainers.WordPieceTrainer(vocab_size=200)` learned them
+# once (the special tokens go first). Stored rather than learned at each call: the trainer breaks
+# ties between equally frequent pieces differently from run to run, so the vocabulary, and with
+# it every tiny model's token ids and outputs, would change between test runs.
+_PIECES = Path(__file__).parent / "fixtures" / "wordpiece_pieces.txt"
+
+
+def _wordpiece_vocab(specials: list[str]) -> dict[str, int]:
+    pieces = [*specials, *_PIECES.read_text(encoding="utf-8").split()]
+    return {piece: i for i, piece in enumerate(pieces)}
+
+
 def _bert_tokenizer() -> PreTrainedTokenizerFast:
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.WordPiece(_wordpiece_vocab(specials), unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok.train_from_iterator(CORPUS, trainers.WordPieceTrainer(vocab_size=200, special_tokens=specials))
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
@@ -161,11 +172,7 @@ def _mpnet_tokenizer() -> MPNetTokenizer:
     """WordPiece in MPNet's layout: <s> A </s></s> B </s>; <pad> is id 1 (MPNet's position
     ids count from it)."""
     specials = ["<s>", "<pad>", "</s>", "[UNK]", "<mask>"]
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.train_from_iterator(CORPUS, trainers.WordPieceTrainer(vocab_size=200, special_tokens=specials))
-    return MPNetTokenizer(vocab=tok.get_vocab(), do_lower_case=True, model_max_length=62)
+    return MPNetTokenizer(vocab=_wordpiece_vocab(specials), do_lower_case=True, model_max_length=62)
 
 
 TOKENIZERS = {
