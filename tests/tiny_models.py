@@ -52,6 +52,15 @@ FAMILIES = ("bert", "roberta", "distilbert", "electra", "albert", "modernbert", 
 _PIECES = Path(__file__).parent / "fixtures" / "wordpiece_pieces.txt"
 
 
+# Likewise the Unigram pieces and scores of the tiny ALBERT and DeBERTa tokenizers (the trainer
+# gives the same pieces each time, but in another order and with scores that differ by up to 1e-4).
+_UNIGRAMS = Path(__file__).parent / "fixtures" / "unigram_pieces.json"
+
+
+def _unigram_vocab(family: str) -> list[tuple[str, float]]:
+    return [(piece, score) for piece, score in json.loads(_UNIGRAMS.read_text(encoding="utf-8"))[family]]
+
+
 def _wordpiece_vocab(specials: list[str]) -> dict[str, int]:
     pieces = [*specials, *_PIECES.read_text(encoding="utf-8").split()]
     return {piece: i for i, piece in enumerate(pieces)}
@@ -107,11 +116,10 @@ def _roberta_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def _albert_tokenizer() -> PreTrainedTokenizerFast:
-    tok = Tokenizer(models.Unigram())
+    vocab = _unigram_vocab("albert")  # <pad>, <unk>, [CLS], [SEP], [MASK], then the pieces
+    tok = Tokenizer(models.Unigram(vocab, unk_id=1))
     tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    specials = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
-    tok.train_from_iterator(CORPUS, trainers.UnigramTrainer(vocab_size=150, special_tokens=specials, unk_token="<unk>"))
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
@@ -159,13 +167,8 @@ def _modernbert_tokenizer() -> PreTrainedTokenizerFast:
 def _deberta_tokenizer() -> DebertaV2Tokenizer:
     """A Unigram (SentencePiece-style, ▁) tokenizer with DeBERTa-v3's ids: [PAD] 0, [CLS] 1,
     [SEP] 2, [UNK] 3."""
-    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
-    tok = Tokenizer(models.Unigram())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.train_from_iterator(CORPUS, trainers.UnigramTrainer(vocab_size=150, special_tokens=specials, unk_token="[UNK]"))
-    vocab = [tuple(piece) for piece in json.loads(tok.to_str())["model"]["vocab"]]
-    return DebertaV2Tokenizer(vocab=vocab, do_lower_case=False, model_max_length=64)
+    # Learned by the Unigram trainer (NFC, Metaspace ▁ prepended) with those special tokens first.
+    return DebertaV2Tokenizer(vocab=_unigram_vocab("deberta-v2"), do_lower_case=False, model_max_length=64)
 
 
 def _mpnet_tokenizer() -> MPNetTokenizer:
