@@ -330,9 +330,9 @@ def _tiled(
     observer: TileObserver | None,
 ) -> torch.Tensor:
     """The attention output (batch, query, heads, head_dim), computed `rows` query rows at a
-    time; `observer` (never with dropout on) sees each tile, then may walk them again. On a sliding-window layer
-    (`window`: transformers' ``sliding_window``, keys at most window - 1 away) a tile holds
-    only the keys some of its rows can see: the others' weights are exactly 0."""
+    time; `observer` (never with dropout on) sees each tile, then may walk them again. On a
+    sliding-window layer (`window`: transformers' ``sliding_window``, keys at most window - 1
+    away) a tile holds only the keys some of its rows can see: the others' weights are exactly 0."""
     queries, keys = query.shape[2], key.shape[2]
 
     def tile_of(start: int, stop: int) -> Tile:

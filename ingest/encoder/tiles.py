@@ -31,11 +31,6 @@ class Tile:
         return slice(self.key_start, self.key_start + self.probs.shape[-1])
 
 
-# The tiles of a layer's maps, in row order. Calling it again recomputes them (or gives the
-# whole maps when they exist).
-Tiles = Callable[[], Iterator[Tile]]
-
-
 class LayerTiles:
     """One layer's maps as tiles of query rows, without the maps: calling it walks the tiles
     in row order, :meth:`block` gives the tile of any rows. Each is computed when asked for

@@ -58,6 +58,7 @@ from attnwh.ingest.runs.loop import (
     IngestOptions,
     OpenRun,
     PreparedTask,
+    longest_input,
     model_identity,
     open_task_run,
     prepare_tasks,
@@ -198,7 +199,7 @@ def check_ablation_fits(encoder: EncoderModel, tasks: Sequence[PreparedTask], ab
     """Refuse, before anything is written, inputs whose maps cannot fit the attention memory
     budget: the sweep's where the family keeps them whole (DeBERTa, MPNet), and gradient
     importance's, which keeps every layer's maps for the backward pass."""
-    longest = max((int(t.encoded.n_tokens.max()) for t in tasks if len(t.encoded.n_tokens)), default=0)
+    longest = longest_input(tasks)
     if not longest:
         return
     budget = ablation.attention_memory or capture.default_budget(encoder.device)

@@ -174,10 +174,15 @@ class BatchCapture(Protocol):
         ...
 
 
+def longest_input(tasks: Sequence[PreparedTask]) -> int:
+    """The most tokens of any input of `tasks` (0: none)."""
+    return max((int(t.encoded.n_tokens.max()) for t in tasks if len(t.encoded.n_tokens)), default=0)
+
+
 def check_fits(capture: BatchCapture, tasks: Sequence[PreparedTask]) -> None:
     """Refuse, before anything is written, inputs whose attention maps cannot fit the
     capture's attention memory budget even one example at a time."""
-    longest = max((int(t.encoded.n_tokens.max()) for t in tasks if len(t.encoded.n_tokens)), default=0)
+    longest = longest_input(tasks)
     if longest and capture.max_rows(longest) == 0:
         family = capture.encoder.family
         raise UsageError(
