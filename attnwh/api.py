@@ -349,6 +349,15 @@ def ingest(
             "the pattern gallery and `attnwh patterns train`; 0 keeps none.",
         ),
     ] = 20,
+    map_tokens: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Thumbnail-sample examples of at most this many tokens also keep every head's whole map "
+            "(pattern_maps), for `attnwh patterns label` and the report's token maps; each takes n² × 4 bytes "
+            "per head (a 256-token input: 256 KiB per head).",
+        ),
+    ] = 64,
     mixing: MixingOpt = True,
     massive: MassiveOpt = True,
     value_zeroing: ValueZeroingOpt = None,
@@ -370,6 +379,7 @@ def ingest(
         options = dataclasses.replace(
             reading.ingest_options(replace),
             thumbnails=thumbnails,
+            map_tokens=map_tokens,
             value_zeroing=value_zeroing.value if value_zeroing else None,
             attention_memory=parse_memory(attention_memory),
             mixing=mixing,

@@ -751,7 +751,7 @@ def gallery_cells(frame: pl.DataFrame, size: int = 16) -> pl.DataFrame:
     0.005 are left out: they draw as the white background anyway, and most cells of a map
     are near 0, so the page stays small.
 
-    With the example's tokens (`tokens`, kept for examples of at most 64 tokens), each cell
+    With the example's tokens (`tokens`, kept where the whole map is: examples of at most 64 tokens, or `--map-tokens`), each cell
     names the query and key tokens it covers (`query_tokens`, `key_tokens`), and the map's
     first row carries its `caption`: a line naming run, layer, head and length, then the
     tokens, wrapped; a map is unreadable without the sentence it attends over."""

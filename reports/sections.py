@@ -460,7 +460,7 @@ def _pattern_gallery(ctx: ReportContext) -> list[Block]:
             "16 × 16 and scaled to its largest cell: the two most typical (the largest margin: the classifier "
             "that gave the types was surest) and the two most borderline (the smallest). Under each map its run, "
             "layer (L), head (H), number of tokens n and the start of its tokens (kept for examples of at most 64 "
-            "tokens); hover a cell for the query and key tokens it pools, the rules' scores V, D, B and the margin; "
+            "tokens, or --map-tokens); hover a cell for the query and key tokens it pools, the rules' scores V, D, B and the margin; "
             "query pattern_gallery.",
             charts.pattern_gallery(ctx.query("pattern_gallery")),
         )

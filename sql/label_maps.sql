@@ -3,7 +3,7 @@
 -- params: run, task, layer, pattern
 -- Every head's map of each statistics run's thumbnail sample (`attnwh ingest --thumbnails N`),
 -- what `attnwh patterns label` draws. attention is the whole n x n map (row-major, row = query)
--- for examples of at most 64 real tokens, NULL for longer ones and for runs ingested before
+-- for examples of at most 64 real tokens (`attnwh ingest --map-tokens N`), NULL for longer ones and for runs ingested before
 -- whole maps were kept; thumbnail is the 32 x 32 map; tokens the real tokens, NULL where no
 -- whole map was kept. pattern is the stored type (head_stats.pattern); col_* / band / block the
 -- rules' features; margin how near it is to another type (head_stats.pattern_margin). run is a run_id,

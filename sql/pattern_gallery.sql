@@ -11,7 +11,7 @@
 -- scores V, D and B; slot the map's place among its type's maps of that kind (1, 2); margin is
 -- head_stats.pattern_margin (NULL for rows written before margins were kept, which then
 -- count as borderline); tokens the example's real tokens (example_tokens: kept for examples
--- of at most 64 real tokens, NULL for longer ones). model is a model name as stored; NULL = all.
+-- of at most 64 real tokens or --map-tokens, NULL for longer ones). model is a model name as stored; NULL = all.
 WITH maps AS (
     SELECT
         m.name                                              AS model,

@@ -81,6 +81,36 @@ def test_cross_validation_predicts_each_map_once_without_its_label():
     assert scores.confusion.sum() == len(labels) and scores.confusion[:, 0].tolist() == [30, 25, 20, 15, 4]
 
 
+def test_scores_across_groups_and_on_subsets():
+    """across_groups fits on every other group only and scores each group's own maps; subset
+    reads held-out predictions on a mask; both as scikit-learn scores them."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 5, 120)
+    groups = np.array(["a"] * 50 + ["b"] * 40 + ["c"] * 30, dtype=object)
+    seen = {}
+
+    def noisy(train: np.ndarray, test: np.ndarray) -> np.ndarray:
+        seen[tuple(test.tolist())] = set(train.tolist())
+        return np.where(rng.random(len(test)) < 0.7, labels[test], (labels[test] + 1) % 5)
+
+    across = calibration.across_groups("others", labels, groups, noisy)
+    assert list(across) == ["a", "b", "c"]
+    for group, scores in across.items():
+        test = np.flatnonzero(groups == group)
+        assert seen[tuple(test.tolist())] == set(np.flatnonzero(groups != group).tolist())
+        assert scores.agreement == pytest.approx(accuracy_score(labels[test], scores.predictions))
+        assert scores.macro_f1 == pytest.approx(f1_score(labels[test], scores.predictions, average="macro"))
+        assert scores.confusion.sum() == len(test)
+    split = calibration.folds(labels, 4, seed=1)
+    pooled = calibration.cross_validate("noisy", labels, split, noisy)
+    where = groups == "b"
+    part = calibration.subset(pooled, labels, where, "b")
+    assert part.agreement == pytest.approx(accuracy_score(labels[where], pooled.predictions[where]))
+    assert part.macro_f1 == pytest.approx(f1_score(labels[where], pooled.predictions[where], average="macro"))
+
+
 def _labelled_warehouse(tmp_path: Path, monkeypatch, capsys) -> tuple[Path, np.ndarray]:
     """A synthetic-map warehouse whose hand labels are the HIDDEN thresholds' types."""
     db = tmp_path / "labelled.duckdb"
@@ -112,6 +142,14 @@ def test_calibrate_stores_a_set_that_reclassify_applies(tmp_path, monkeypatch, c
     assert "150 labelled maps, 5 stratified folds" in text and "stored as 'mine'" in text
     # The shipped classifier as it is (marked: not fitted per fold) and its training procedure.
     assert "classifier (shipped weights) *" in text and "classifier (retrained, nested)" in text
+    # The nested predictions read per model and per length band (the synthetic maps run from
+    # 8 to 128 tokens); one model, so no row trained on other models.
+    cells = [c.strip() for c in out.replace("┃", "│").split("│")]
+    rows = {cells[i]: cells[i + 1 : i + 5] for i in range(len(cells) - 4) if cells[i].startswith(("model ", "length "))}
+    assert set(rows) == {"model synthetic/maps", "length ≤ 64 tokens", "length > 64 tokens"}
+    assert rows["model synthetic/maps"][0] == "150"
+    assert int(rows["length ≤ 64 tokens"][0]) + int(rows["length > 64 tokens"][0]) == 150
+    assert "trained on the others" not in text
     with duckdb.connect(str(db), read_only=True) as con:
         stored = con.execute(
             "SELECT vertical, diagonal, mixed_vertical, mixed_diagonal, block, n_labels, cv_macro_f1 FROM pattern_thresholds"

@@ -13,6 +13,7 @@ import duckdb
 from helpers import run
 from test_patterns import ingested  # noqa: F401
 from test_report_browser import browser, open_offline  # noqa: F401
+from test_tiles import long_maps_warehouse, long_models  # noqa: F401
 
 # Key presses and the types they stand for, one per map in page order; "s" skips a map.
 PRESSES = [("v", "vertical"), ("d", "diagonal"), ("s", None), ("4", "vertical+diagonal"), ("b", "block")]
@@ -70,3 +71,45 @@ def test_label_export_import_round_trip(browser, ingested, tmp_path, monkeypatch
         for i, name in expected.items()
     }
     assert set(stored) == want
+
+
+def test_long_maps_zoom_and_name_the_cell_under_the_pointer(  # noqa: F811
+    browser,  # noqa: F811
+    long_maps_warehouse,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+    capsys,
+):
+    """A map of over 150 tokens kept whole (--map-tokens; run 2) is drawn without unreadable
+    axis labels; + doubles its cells (the frame scrolls), - comes back; the readout names the
+    query and key tokens under the pointer; for a thumbnail (run 1) the tokens its cell pools."""
+    db, _, _ = long_maps_warehouse
+    for run_id, whole in ((2, True), (1, False)):
+        page_path = tmp_path / f"label-{run_id}.html"
+        code, _, err = run(
+            monkeypatch, capsys, "patterns", "label", str(page_path), "--db", str(db), "--run", str(run_id)
+        )
+        assert code == 0, err
+        tab, log = open_offline(browser, page_path)
+        first = json.loads(tab.locator("#maps-data").text_content())[0]
+        assert first["n_tokens"] > 150 and first["whole"] is whole
+        side = round(len(first["cells"]) ** 0.5)
+        width = tab.evaluate("() => document.getElementById('map').width")
+        tab.keyboard.press("+")
+        assert tab.evaluate("() => document.getElementById('map').width") > 1.5 * width or not whole
+        assert "zoom ×2" in tab.locator("#meta").inner_text()
+        cell = max(1, (720 - 114) // side) * 2
+        box = tab.locator("#map").bounding_box()
+        # The readout of the cell in row 5, column 3 (the axes' margin is 24 px without token labels).
+        margin = 110 if whole and cell >= 7 else 24
+        tab.mouse.move(box["x"] + margin + 3 * cell + cell / 2, box["y"] + margin + 5 * cell + cell / 2)
+        text = tab.locator("#readout").inner_text()
+        if whole:
+            assert f"query 5 {first['tokens'][5]} → key 3 {first['tokens'][3]}" in text, text
+        else:  # a 32 × 32 thumbnail of n tokens: cell 5 pools tokens 5n/32 to 6n/32
+            n = first["n_tokens"]
+            assert f"query {5 * n // 32}–{-(-6 * n // 32) - 1} → key {3 * n // 32}–" in text, text
+        tab.keyboard.press("-")
+        assert tab.evaluate("() => document.getElementById('map').width") == width
+        assert log["errors"] == [] and log["requests"] == []
+        tab.context.close()

@@ -384,3 +384,49 @@ def test_comparison_under_a_budget_stores_the_same_cosines(long_models, tmp_path
     assert len(whole) == len(tiled) == 5 * 2 * 4
     for a, b in zip(whole, tiled):
         assert a[:-1] == b[:-1] and abs(a[-1] - b[-1]) <= 1e-6, (a, b)
+
+
+@pytest.fixture(scope="module")
+def long_maps_warehouse(long_models, tmp_path_factory):
+    """A warehouse of the tiny BERT over five ~200–280-token texts, ingested twice: with the
+    default --map-tokens (no whole maps of such inputs) and with --map-tokens 300, both under
+    a 1 MiB budget (tiled)."""
+    from helpers import cli_main
+
+    folder = tmp_path_factory.mktemp("long-maps")
+    data = write_long_texts(folder / "long.tsv")
+    db = folder / "w.duckdb"
+    model = str(long_models("bert"))
+    base = ["ingest", "--model", model, "--data", str(data), "--text-column", "sentence", "--db", str(db)]
+    for extra in ([], ["--map-tokens", "300"]):
+        cli_main(*base, "--device", "cpu", "--thumbnails", "5", "--attention-memory", "1M", *extra)
+    return db, model, data
+
+
+def test_map_tokens_keeps_whole_long_maps_equal_to_eager_ones(long_maps_warehouse):
+    """`--map-tokens 300` keeps every head's whole map of the sampled long inputs, assembled
+    from tiles, equal to HF's eager `output_attentions` within 1e-6, with the tokens; the
+    default keeps none of them; the two settings are two runs, not one run redone."""
+    import duckdb
+    from transformers import AutoModel, AutoTokenizer
+
+    db, model, _ = long_maps_warehouse
+    with duckdb.connect(str(db), read_only=True) as con:
+        runs = con.execute("SELECT run_id, status FROM runs WHERE kind = 'statistics' ORDER BY 1").fetchall()
+        per_run = dict(con.execute("SELECT run_id, count(*) FROM pattern_maps GROUP BY 1").fetchall())
+        longest = con.execute("SELECT max(n_tokens) FROM pattern_thumbnails").fetchone()[0]
+        kept = con.execute(
+            "SELECT m.layer, m.head, m.n_tokens, m.attention, t.tokens, e.text_a FROM pattern_maps AS m"
+            " JOIN example_tokens AS t USING (run_id, example_id) JOIN examples AS e USING (example_id)"
+            " ORDER BY m.example_id, m.layer, m.head"
+        ).fetchall()
+    assert [status for _, status in runs] == ["complete", "complete"]
+    assert per_run == {runs[1][0]: 5 * 2 * 4} and 200 < longest <= 300
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    eager = AutoModel.from_pretrained(model, attn_implementation="eager").eval()
+    for layer, head, n, attention, tokens, text in kept:
+        inputs = tokenizer(text, return_tensors="pt")
+        assert tokens == tokenizer.convert_ids_to_tokens(inputs["input_ids"][0].tolist()) and n > 64
+        with torch.no_grad():
+            maps = eager(**inputs, output_attentions=True).attentions
+        np.testing.assert_allclose(np.array(attention).reshape(n, n), maps[layer][0, head].numpy(), atol=1e-6)

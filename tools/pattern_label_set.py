@@ -47,6 +47,9 @@ import numpy as np
 
 TYPES = ("heterogeneous", "vertical", "diagonal", "vertical+diagonal", "block")
 TILE, PAD, TICK = 232, 14, 5
+# Maps longer than this are drawn six to an image, on tiles of LONG_TILE pixels (two or
+# more pixels per token up to 195 tokens), so that one token's column stays visible.
+LONG_TOKENS, LONG_TILE = 64, 400
 
 
 def _png(image: np.ndarray, path: Path) -> None:
@@ -71,45 +74,146 @@ def _kind(token: str) -> str:
     return "other"
 
 
-def sample(db: Path, out: Path, per_task: int, seed: int) -> None:
-    """Per task, maps spread evenly over layers (seeded); whole maps only (≤ 64 tokens), and
-    inputs of at least 6 tokens (shorter maps cannot be judged)."""
-    con = duckdb.connect(str(db), read_only=True)
-    rows = con.execute(
-        "SELECT r.task, m.example_id, m.layer, m.head FROM pattern_maps AS m JOIN runs AS r USING (run_id)"
-        " WHERE m.n_tokens >= 6 ORDER BY ALL"
-    ).fetchall()
-    rng = np.random.default_rng(seed)
-    picked = []
-    tasks = sorted({r[0] for r in rows})
-    layers = sorted({r[2] for r in rows})
-    for task in tasks:
-        for layer in layers:
-            pool = [r for r in rows if r[0] == task and r[2] == layer]
-            want = per_task // len(layers) + (1 if layer < per_task % len(layers) else 0)
-            for i in rng.choice(len(pool), size=min(want, len(pool)), replace=False):
-                picked.append(pool[int(i)])
+KEY = ("model", "task", "example", "layer", "head")
+# A map's model is the last part of its stored name (a hub name's or a folder's).
+MODEL = "regexp_extract(mo.name, '[^/]+$')"
+# Every whole map: its key, length and run.
+MAPS = (
+    f"SELECT {MODEL} AS model, r.task, m.example_id, m.layer, m.head, m.n_tokens, m.run_id FROM pattern_maps AS m"
+    " JOIN runs AS r USING (run_id) JOIN models AS mo ON mo.model_id = r.model_id"
+)
+
+
+def _key(r: dict) -> tuple:
+    return (r["model"], r["task"], int(r["example"]), int(r["layer"]), int(r["head"]))
+
+
+def _write_picked(out: Path, picked: list[tuple], append: bool) -> None:
+    """`picked`: (model, task, example, layer, head, source) rows; with `append`, added to
+    `out` (maps already in it are not added twice)."""
+    old = []
+    if append and out.exists():
+        with out.open() as handle:
+            old = [(*_key(r), r["source"]) for r in csv.DictReader(handle)]
+    seen = {row[:5] for row in old}
+    fresh = sorted({row for row in picked if row[:5] not in seen})
     with out.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["task", "example", "layer", "head"])
-        writer.writerows(sorted(picked))
-    print(f"{len(picked)} maps → {out}")
+        writer.writerow([*KEY, "source"])
+        writer.writerows(old + fresh)
+    print(f"{len(fresh)} maps added → {out} ({len(old) + len(fresh)} in all)")
 
 
-def _sheet(con: duckdb.DuckDBPyConnection, keys: list[tuple | None], columns: int, path: Path) -> None:
-    """Draw the maps `keys` (task, example, layer, head; None leaves a place empty) as tiles,
-    `columns` to a row, in reading order, into a PNG at `path`."""
+def _spread(rows: list[tuple], want: int, rng: np.random.Generator) -> list[tuple]:
+    """`want` rows drawn without replacement, spread evenly over the layers (row[3])."""
+    layers = sorted({r[3] for r in rows})
+    picked = []
+    for k, layer in enumerate(layers):
+        pool = [r for r in rows if r[3] == layer]
+        n = want // len(layers) + (1 if k < want % len(layers) else 0)
+        picked += [pool[int(i)] for i in rng.choice(len(pool), size=min(n, len(pool)), replace=False)]
+    return picked
+
+
+def sample(
+    db: Path,
+    out: Path,
+    per_task: int,
+    seed: int,
+    model: str | None = None,
+    tasks: list[str] | None = None,
+    tokens: tuple[int, int] = (6, 64),
+    source: str = "random",
+    append: bool = False,
+) -> None:
+    """Per model and task, `per_task` maps spread evenly over layers (seeded), of whole maps
+    with `tokens` (least, most) real tokens: at least 6 (shorter maps cannot be judged)."""
+    con = duckdb.connect(str(db), read_only=True)
+    rows = con.execute(f"SELECT * FROM ({MAPS}) WHERE n_tokens BETWEEN ? AND ? ORDER BY ALL", list(tokens)).fetchall()
+    rows = [r[:5] for r in rows if (model is None or r[0] == model) and (tasks is None or r[1] in tasks)]
+    rng = np.random.default_rng(seed)
+    picked = []
+    for group in sorted({r[:2] for r in rows}):
+        picked += _spread([r for r in rows if r[:2] == group], per_task, rng)
+    _write_picked(out, [(*r, source) for r in picked], append)
+
+
+def _within(attention: np.ndarray, tokens: list[str]) -> float:
+    """The within-sentence mass of a sentence pair's map as people see a block: for each
+    sentence, the mean over its ordinary rows of the weight on its own tokens and its closing
+    separator; the smaller of the two (0 unless the input is a pair)."""
+    special = [i for i, t in enumerate(tokens) if _kind(t) == "special"]
+    # The sentences lie between specials with a gap: [CLS] A [SEP] ([SEP]) B [SEP].
+    spans = [(a + 1, b) for a, b in zip(special, special[1:], strict=False) if b > a + 1]
+    if len(spans) != 2:
+        return 0.0
+    shares = []
+    for start, stop in spans:  # keys start..stop: the sentence and its closing separator
+        shares.append(float(attention[start:stop, start : stop + 1].sum(1).mean()))
+    return min(shares)
+
+
+# How blocks() measures a pair's within-sentence mass: with the rules' B (ordinary keys only;
+# the maps' D < 0.4; top B ≥ 0.45, near misses 0.3–0.45), as round 2 of the shipped set was
+# picked, or as people see a block (`_within`, separators included; D < 0.15; top ≥ 0.6,
+# near misses 0.4–0.6), as round 3 was, after round 2's candidates were nearly all diagonal.
+MASSES = {"rules": (0.4, 0.45, 0.3), "sentence": (0.15, 0.6, 0.4)}
+
+
+def blocks(
+    db: Path, out: Path, per_task: int, near: int, seed: int, model: str | None, tasks: list[str], mass: str
+) -> None:
+    """Block candidates of sentence pairs, found by their within-sentence mass (`MASSES`),
+    leaving out maps whose diagonal band holds much of it (in-sentence trivially): per model
+    and task the `per_task` maps with the largest mass (source pairs-block), and `near` near
+    misses at random (pairs-near). Appended to `out`."""
+    band, top_at, near_at = MASSES[mass]
+    con = duckdb.connect(str(db), read_only=True)
+    whole = mass == "sentence"
+    rows = con.execute(
+        "SELECT w.model, w.task, w.example_id, w.layer, w.head, p.block"
+        + (", m.attention, w.n_tokens, t.tokens" if whole else "")
+        + f" FROM ({MAPS}) AS w JOIN head_patterns AS p USING (run_id, example_id, layer, head)"
+        + (
+            " JOIN pattern_maps AS m USING (run_id, example_id, layer, head)"
+            " JOIN example_tokens AS t USING (run_id, example_id)"
+            if whole
+            else ""
+        )
+        + " WHERE w.n_tokens >= 6 AND p.block > 0 AND p.band < ? AND list_contains(?, w.task)"
+        + ("" if model is None else " AND w.model = ?")
+        + " ORDER BY ALL",
+        [band, tasks] + ([] if model is None else [model]),
+    ).fetchall()
+    if whole:
+        rows = [(*r[:5], _within(np.asarray(r[6], np.float32).reshape(r[7], r[7]), r[8])) for r in rows]
+    rng = np.random.default_rng(seed)
+    picked = []
+    for group in sorted({r[:2] for r in rows}):
+        pool = [r for r in rows if r[:2] == group]
+        top = sorted((r for r in pool if r[5] >= top_at), key=lambda r: -r[5])[:per_task]
+        misses = [r for r in pool if near_at <= r[5] < top_at]
+        picked += [(*r[:5], "pairs-block") for r in top]
+        picked += [(*misses[int(i)][:5], "pairs-near") for i in rng.choice(len(misses), min(near, len(misses)), False)]
+    _write_picked(out, picked, append=True)
+
+
+def _sheet(
+    con: duckdb.DuckDBPyConnection, keys: list[tuple | None], columns: int, path: Path, tile: int = TILE
+) -> None:
+    """Draw the maps `keys` (model, task, example, layer, head; None leaves a place empty) as
+    tiles of `tile` pixels, `columns` to a row, in reading order, into a PNG at `path`."""
+    TILE = tile  # noqa: N806 - the sheet's tile size
     rows = (len(keys) + columns - 1) // columns
     image = np.full((rows * (TILE + PAD) + PAD, columns * (TILE + PAD) + PAD, 3), 255, np.uint8)
     for c, key in enumerate(keys):
         if key is None:
             continue
-        task, example, layer, head = key
         attention, n, tokens = con.execute(
             "SELECT m.attention, m.n_tokens, t.tokens FROM pattern_maps AS m JOIN runs AS r USING (run_id)"
-            " JOIN example_tokens AS t USING (run_id, example_id)"
-            " WHERE r.task = ? AND m.example_id = ? AND m.layer = ? AND m.head = ?",
-            [task, example, layer, head],
+            " JOIN models AS mo ON mo.model_id = r.model_id JOIN example_tokens AS t USING (run_id, example_id)"
+            f" WHERE {MODEL} = ? AND r.task = ? AND m.example_id = ? AND m.layer = ? AND m.head = ? LIMIT 1",
+            list(key),
         ).fetchone()
         a = np.array(attention, np.float32).reshape(n, n)
         x = np.clip(a / max(float(a.max()), 1e-9), 0, 1)
@@ -133,24 +237,37 @@ def _sheet(con: duckdb.DuckDBPyConnection, keys: list[tuple | None], columns: in
     _png(image, path)
 
 
+def _lengths(con: duckdb.DuckDBPyConnection) -> dict[tuple, int]:
+    return {r[:5]: r[5] for r in con.execute(MAPS).fetchall()}  # first run wins: the same map
+
+
 def grids(db: Path, picked: Path, seed: int, out: Path, only: set[tuple] | None = None) -> None:
+    """The picked maps in a seeded order, sixteen to an image (4 × 4), those longer than
+    LONG_TOKENS six to an image on larger tiles (3 × 2), after the short ones."""
     con = duckdb.connect(str(db), read_only=True)
     with picked.open() as handle:
-        keys = [(r["task"], int(r["example"]), int(r["layer"]), int(r["head"])) for r in csv.DictReader(handle)]
+        keys = [_key(r) for r in csv.DictReader(handle)]
     if only is not None:
         keys = [k for k in keys if k in only]
     order = [keys[int(k)] for k in np.random.default_rng(seed).permutation(len(keys))]
+    length = _lengths(con)
     out.mkdir(parents=True, exist_ok=True)
-    index = []
-    for g in range(0, len(order), 16):
-        chunk = order[g : g + 16]
-        _sheet(con, chunk, 4, out / f"grid-{g // 16 + 1:03d}.png")
-        index.extend((g // 16 + 1, c + 1, *key) for c, key in enumerate(chunk))
+    index: list[tuple] = []
+    sheets = 0
+    for group, per, columns, tile in (
+        ([k for k in order if length[k] <= LONG_TOKENS], 16, 4, TILE),
+        ([k for k in order if length[k] > LONG_TOKENS], 6, 3, LONG_TILE),
+    ):
+        for g in range(0, len(group), per):
+            sheets += 1
+            chunk = group[g : g + per]
+            _sheet(con, list(chunk), columns, out / f"grid-{sheets:03d}.png", tile)
+            index.extend((sheets, c + 1, *key) for c, key in enumerate(chunk))
     with (out / "index.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["grid", "cell", "task", "example", "layer", "head"])
+        writer.writerow(["grid", "cell", *KEY])
         writer.writerows(index)
-    print(f"{len(index)} maps in {len(range(0, len(order), 16))} grids → {out}")
+    print(f"{len(index)} maps in {sheets} grids → {out}")
 
 
 def examples(db: Path, labels: Path, out: Path, seed: int) -> None:
@@ -166,9 +283,9 @@ def examples(db: Path, labels: Path, out: Path, seed: int) -> None:
         settled = [r for r in rows if r["type"] == name and r["pass1"] != r["pass2"]]
         first = [agreed[int(i)] for i in rng.permutation(len(agreed))[:4]]
         second = [settled[int(i)] for i in rng.permutation(len(settled))[:4]]
-        keys: list[tuple | None] = [(r["task"], int(r["example"]), int(r["layer"]), int(r["head"])) for r in first]
+        keys: list[tuple | None] = [_key(r) for r in first]
         keys += [None] * (4 - len(keys))  # the settled ones start the second row
-        keys += [(r["task"], int(r["example"]), int(r["layer"]), int(r["head"])) for r in second]
+        keys += [_key(r) for r in second]
         path = out / f"{name.replace('+', '-')}.png"
         _sheet(con, keys, 4, path)
         print(f"{name}: {len(first)} agreed, {len(second)} settled → {path}")
@@ -176,10 +293,7 @@ def examples(db: Path, labels: Path, out: Path, seed: int) -> None:
 
 def _labels(folder: Path) -> dict[tuple, str]:
     with (folder / "index.csv").open() as handle:
-        where = {
-            (int(r["grid"]), int(r["cell"])): (r["task"], int(r["example"]), int(r["layer"]), int(r["head"]))
-            for r in csv.DictReader(handle)
-        }
+        where = {(int(r["grid"]), int(r["cell"])): _key(r) for r in csv.DictReader(handle)}
     with (folder / "labels.csv").open() as handle:
         labels = {}
         for r in csv.DictReader(handle):
@@ -211,19 +325,29 @@ def disputes(db: Path, picked: Path, first: Path, second: Path, out: Path) -> No
     grids(db, picked, 3, out, only={k for k in a if a[k] != b.get(k)})
 
 
-def final(picked: Path, first: Path, second: Path, settled: Path, out: Path) -> None:
+def final(picked: Path, first: Path, second: Path, settled: Path, out: Path, append: bool = False) -> None:
     """The label set: per picked map both passes' labels and the final one (the passes' label
-    where they agree, else the third look's)."""
+    where they agree, else the third look's); with `append`, added after the rows in `out`
+    (another round of labelling). Maps a pass skipped are left out."""
     a, b, c = _labels(first), _labels(second), _labels(settled)
     with picked.open() as handle:
         rows = list(csv.DictReader(handle))
+    old = []
+    if append:
+        with out.open() as handle:
+            old = list(csv.reader(handle))[1:]
+    written = 0
     with out.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["task", "example", "layer", "head", "source", "pass1", "pass2", "type"])
+        writer.writerow([*KEY, "source", "pass1", "pass2", "type"])
+        writer.writerows(old)
         for r in rows:
-            k = (r["task"], int(r["example"]), int(r["layer"]), int(r["head"]))
+            k = _key(r)
+            if "skip" in (a[k], b[k]) or (a[k] != b[k] and c[k] == "skip"):
+                continue
             writer.writerow([*k, r["source"], a[k], b[k], a[k] if a[k] == b[k] else c[k]])
-    print(f"{len(rows)} maps → {out}")
+            written += 1
+    print(f"{written} maps → {out}")
 
 
 def export(db: Path, labels: Path, out: Path) -> None:
@@ -239,8 +363,9 @@ def export(db: Path, labels: Path, out: Path) -> None:
         for r in rows:
             found = con.execute(
                 "SELECT min(t.run_id) FROM pattern_thumbnails AS t JOIN runs AS r USING (run_id)"
-                " WHERE r.task = ? AND t.example_id = ? AND t.layer = ? AND t.head = ?",
-                [r["task"], int(r["example"]), int(r["layer"]), int(r["head"])],
+                f" JOIN models AS mo ON mo.model_id = r.model_id WHERE {MODEL} = ? AND r.task = ?"
+                " AND t.example_id = ? AND t.layer = ? AND t.head = ?",
+                list(_key(r)),
             ).fetchone()
             if found is None or found[0] is None:
                 missing += 1
@@ -290,6 +415,20 @@ def main() -> None:
     s.add_argument("out", type=Path)
     s.add_argument("--per-task", type=int, default=144)
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--model", help="only maps of this model (the last part of its stored name)")
+    s.add_argument("--tasks", type=lambda v: v.split(","), help="only these tasks, comma-separated")
+    s.add_argument("--tokens", type=lambda v: tuple(int(x) for x in v.split("-")), default=(6, 64), help="6-64")
+    s.add_argument("--source", default="random")
+    s.add_argument("--append", action="store_true", help="add to OUT's maps")
+    k = sub.add_parser("blocks")
+    k.add_argument("db", type=Path)
+    k.add_argument("out", type=Path)
+    k.add_argument("--per-task", type=int, default=12)
+    k.add_argument("--near", type=int, default=6)
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--model")
+    k.add_argument("--tasks", type=lambda v: v.split(","), default=["mrpc", "rte", "stsb", "qnli"])
+    k.add_argument("--mass", choices=sorted(MASSES), default="sentence")
     g = sub.add_parser("grids")
     g.add_argument("db", type=Path)
     g.add_argument("picked", type=Path)
@@ -310,6 +449,7 @@ def main() -> None:
     f.add_argument("second", type=Path)
     f.add_argument("settled", type=Path)
     f.add_argument("out", type=Path)
+    f.add_argument("--append", action="store_true", help="add to the labels in OUT")
     x = sub.add_parser("examples")
     x.add_argument("db", type=Path)
     x.add_argument("labels", type=Path)
@@ -324,7 +464,11 @@ def main() -> None:
     m.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.command == "sample":
-        sample(args.db, args.out, args.per_task, args.seed)
+        sample(
+            args.db, args.out, args.per_task, args.seed, args.model, args.tasks, args.tokens, args.source, args.append
+        )
+    elif args.command == "blocks":
+        blocks(args.db, args.out, args.per_task, args.near, args.seed, args.model, args.tasks, args.mass)
     elif args.command == "grids":
         grids(args.db, args.picked, args.seed, args.out)
     elif args.command == "disputes":
@@ -336,7 +480,7 @@ def main() -> None:
     elif args.command == "model":
         model(args.db, args.out)
     elif args.command == "final":
-        final(args.picked, args.first, args.second, args.settled, args.out)
+        final(args.picked, args.first, args.second, args.settled, args.out, args.append)
     else:
         agree(args.first, args.second)
 

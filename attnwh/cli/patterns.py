@@ -139,7 +139,7 @@ def label(
     seed: Annotated[int, typer.Option(help="Seed of the random order.")] = 0,
     db: ReadDbOpt = DEFAULT_DB,
 ) -> None:
-    """Write an offline HTML page for labelling stored maps by eye: each map drawn large with its tokens on the axes (the whole map for inputs of up to 64 tokens, else the 32 x 32 thumbnail), one key per type, labels saved as you go, and an export as the CSV that `attnwh patterns import-labels` reads. Maps come from each statistics run's thumbnail sample (`attnwh ingest --thumbnails N`)."""
+    """Write an offline HTML page for labelling stored maps by eye: each map drawn large with its tokens on the axes (the whole map where ingest kept it, for inputs of up to 64 tokens or `attnwh ingest --map-tokens N`, else the 32 x 32 thumbnail; + and - zoom, the pointer's cell is named under the map), one key per type, labels saved as you go, and an export as the CSV that `attnwh patterns import-labels` reads. Maps come from each statistics run's thumbnail sample (`attnwh ingest --thumbnails N`)."""
     from attnwh.ingest.runs import patterns as pattern_store
     from attnwh.reports.labelling import label_page
 
@@ -225,6 +225,25 @@ def calibrate(
         if row.sum():
             confusion.add_row(patterns.PATTERN_TYPES[code], *(str(int(v)) for v in row))
     console.print(confusion)
+    parts = [
+        *(("model", k, v) for k, v in result.by_model.items()),
+        *(("length", k, v) for k, v in result.by_length.items()),
+        *(("across models", k, v) for k, v in result.across_models.items()),
+    ]
+    if parts:
+        block = patterns.PATTERN_TYPES.index("block")
+        table = Table(
+            "read on", "maps", "macro-F1", "agreement", "block F1",
+            title="the default classifier's training procedure by model and length (nested, held out) "
+            "and trained on the other models' labels only",
+        )  # fmt: skip
+        for kind, key, s in parts:
+            c = s.confusion
+            pairs = c[block].sum() + c[:, block].sum()
+            f1 = f"{2 * c[block, block] / pairs:.3f}" if pairs else "–"
+            where = f"{key} (trained on the others)" if kind == "across models" else f"{kind} {key}"
+            table.add_row(where, str(int(c.sum())), f"{s.macro_f1:.3f}", f"{s.agreement:.3f}", f1)
+        console.print(table)
     fitted = ", ".join(f"{k}={v:g}" for k, v in result.thresholds.as_dict().items())
     console.print(
         f"thresholds fitted to all {result.n_labels} labels, stored as {result.name!r}: {fitted}; "

@@ -122,11 +122,16 @@ def cross_validate(
     name: str, labels: np.ndarray, split: Sequence[tuple[np.ndarray, np.ndarray]], classifier: FoldClassifier
 ) -> Scores:
     """Held-out predictions of `classifier` on every fold of `split`, and their scores."""
-    from sklearn.metrics import confusion_matrix
-
     predictions = np.full(len(labels), -1, np.int64)
     for train, test in split:
         predictions[test] = classifier(train, test)
+    return scores_of(name, labels, predictions)
+
+
+def scores_of(name: str, labels: np.ndarray, predictions: np.ndarray) -> Scores:
+    """The scores of `predictions` against `labels` (the same maps)."""
+    from sklearn.metrics import confusion_matrix
+
     present = sorted(set(labels.tolist()))
     return Scores(
         name,
@@ -135,6 +140,22 @@ def cross_validate(
         float(np.mean(predictions == labels)),
         confusion_matrix(labels, predictions, labels=list(range(len(patterns.PATTERN_TYPES)))),
     )
+
+
+def subset(scores: Scores, labels: np.ndarray, where: np.ndarray, name: str) -> Scores:
+    """`scores` read on the maps `where` (a boolean mask) only, e.g. one length band."""
+    return dataclasses.replace(scores_of(name, labels[where], scores.predictions[where]), held_out=scores.held_out)
+
+
+def across_groups(name: str, labels: np.ndarray, groups: np.ndarray, classifier: FoldClassifier) -> dict[str, Scores]:
+    """Per group (e.g. per model), `classifier` fitted on the maps of every other group and
+    scored on the group's own: how well a classifier carries over to a model it never saw."""
+    out = {}
+    for group in sorted(set(groups.tolist())):
+        test = np.flatnonzero(groups == group)
+        train = np.flatnonzero(groups != group)
+        out[group] = scores_of(f"{name} → {group}", labels[test], classifier(train, test))
+    return out
 
 
 def fixed_rules(features: np.ndarray, thresholds: patterns.Thresholds) -> FoldClassifier:

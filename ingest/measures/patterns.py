@@ -97,8 +97,9 @@ PATTERN_COLUMNS: tuple[str, ...] = (*FEATURE_COLUMNS, *LOOK_COLUMNS, "pattern", 
 
 THUMBNAIL_SIZE = 32
 # Thumbnail-sample examples with at most this many real tokens also keep their whole maps
-# (pattern_maps), for labelling by eye: 64² weights per head is small, and a longer map drawn
-# at a readable size no longer fits a screen.
+# (pattern_maps), for labelling by eye, by default (`attnwh ingest --map-tokens N` changes it):
+# 64² weights per head is small; a longer map takes n² · 4 bytes per head and needs the label
+# page's zoom to be read.
 MAP_MAX_TOKENS = 64
 
 

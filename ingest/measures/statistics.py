@@ -105,10 +105,13 @@ class HeadStatistics:
         num_layers: int,
         classifier: pattern_model.PatternModel | patterns.Thresholds | None = None,
         mixing: ContextMixing | None = None,
+        map_tokens: int = patterns.MAP_MAX_TOKENS,
     ) -> None:
         """`classifier`: what gives the pattern types, the shipped classifier by default
-        (:func:`pattern_model.default`) or the rules with these thresholds."""
+        (:func:`pattern_model.default`) or the rules with these thresholds; thumbnail rows of
+        at most `map_tokens` real tokens also keep their whole maps."""
         self._grams = grams
+        self.map_tokens = map_tokens
         self.mixing = mixing
         self._mixing_heads: list[torch.Tensor] = []
         self._mixing_layers: list[torch.Tensor] = []
@@ -138,7 +141,7 @@ class HeadStatistics:
         lengths = key_mask.sum(-1)
         self._thumb_lengths = [int(lengths[r]) for r in self._thumb_rows]
         self._thumbs = []
-        self._map_rows = [(r, n) for r, n in zip(self._thumb_rows, self._thumb_lengths) if n <= patterns.MAP_MAX_TOKENS]
+        self._map_rows = [(r, n) for r, n in zip(self._thumb_rows, self._thumb_lengths) if n <= self.map_tokens]
         self._maps = []
         self._pooling = {n: patterns.pooling_matrix(n, device=key_mask.device) for n in set(self._thumb_lengths)}
         real = key_mask.float()
@@ -291,12 +294,12 @@ class HeadStatistics:
     @property
     def map_rows(self) -> list[int]:
         """The batch rows (set by `begin`) whose whole maps are kept: the thumbnail rows with
-        at most `patterns.MAP_MAX_TOKENS` real tokens."""
+        at most `map_tokens` real tokens."""
         return [r for r, _ in self._map_rows]
 
     def collect_maps(self) -> tuple[list[int], list[np.ndarray]]:
         """(rows, maps) of the last batch: the thumbnail rows with at most
-        `patterns.MAP_MAX_TOKENS` real tokens, and per row its (layer, head, n, n) maps cropped
+        `map_tokens` real tokens, and per row its (layer, head, n, n) maps cropped
         to the real tokens."""
         maps = [torch.stack(per_row).numpy() for per_row in zip(*self._maps, strict=True)] if self._maps else []
         self._maps = []

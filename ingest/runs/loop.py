@@ -29,6 +29,7 @@ from attnwh.ingest.encoder.encoding import EncodedTask, TokenKinds, encode_task
 from attnwh.ingest.encoder.loading import EncoderModel, attention_outputs, forward_inputs
 from attnwh.ingest.measures.massive import scan
 from attnwh.ingest.measures.mixing import HEAD_COLUMNS, LAYER_COLUMNS, ContextMixing
+from attnwh.ingest.measures.patterns import MAP_MAX_TOKENS
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, HeadStatistics, value_norm_grams
 from attnwh.ingest.runs import rows
 from attnwh.ingest.runs.units import CaptureWorker, WorkUnit, plan_units
@@ -53,6 +54,7 @@ class IngestOptions:
     attention_memory: int | None = None  # bytes of maps alive at once (capture.py); None: sized from the device
     mixing: bool = True  # statistics runs: context mixing after residual and LayerNorm (mixing.py)
     massive: bool = True  # statistics runs: massive activations (massive.py)
+    map_tokens: int = MAP_MAX_TOKENS  # thumbnail-sample examples up to this long keep whole maps
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,8 @@ def prepare_tasks(
         if left_out and run_identity["kind"] == "statistics":
             # Likewise only when a lens is left out: a run with every lens keeps its key.
             run_identity["without"] = left_out
+        if options.map_tokens != MAP_MAX_TOKENS and run_identity["kind"] == "statistics":
+            run_identity["map_tokens"] = options.map_tokens
         prepared.append(PreparedTask(data, encoded, ids, max_length, run_identity))
     return prepared
 
@@ -369,7 +373,8 @@ class StatisticsCapture:
     returns all those rows. `mixing=False` and `massive=False` leave them out (`--no-mixing`,
     `--no-massive`). `attention_memory` (bytes; default: sized from the device,
     `capture.default_budget`) bounds the maps alive at once: long layers are observed in
-    tiles and batches of long inputs split (:meth:`max_rows`)."""
+    tiles and batches of long inputs split (:meth:`max_rows`). Thumbnail rows of at most
+    `map_tokens` real tokens also keep their whole maps (`--map-tokens`)."""
 
     kind = "statistics"
     table = "head_stats"
@@ -382,6 +387,7 @@ class StatisticsCapture:
         mixing: bool = True,
         massive: bool = True,
         attention_memory: int | None = None,
+        map_tokens: int = MAP_MAX_TOKENS,
     ) -> None:
         self.encoder = encoder
         self.attention_memory = attention_memory
@@ -389,7 +395,7 @@ class StatisticsCapture:
         outputs = attention_outputs(encoder.model)
         grams = value_norm_grams({m: o.dense for m, o in outputs.items()}, encoder.num_heads)
         mixer = ContextMixing(outputs, encoder.num_heads) if mixing and ContextMixing.applies(outputs) else None
-        self.observer = HeadStatistics(grams, encoder.num_layers, mixing=mixer)
+        self.observer = HeadStatistics(grams, encoder.num_layers, mixing=mixer, map_tokens=map_tokens)
         self.kinds = TokenKinds(encoder.tokenizer)
         self.massive = massive
         self.value_zeroing = value_zeroing
@@ -411,6 +417,7 @@ class StatisticsCapture:
             mixing=options.mixing,
             massive=options.massive,
             attention_memory=options.attention_memory,
+            map_tokens=options.map_tokens,
         )
 
     def models(self) -> dict[str, EncoderModel]:
@@ -422,6 +429,7 @@ class StatisticsCapture:
             "mixing": self.observer.mixing is not None,
             "massive": self.massive,
             "attention_memory": self.attention_memory,
+            "map_tokens": self.observer.map_tokens,
         }
 
     def max_rows(self, length: int) -> int:

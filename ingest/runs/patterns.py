@@ -368,6 +368,17 @@ class Calibration:
     # Shipped rules, fitted rules, then (where every labelled map has look features) the shipped
     # classifier and its training procedure, then the CNN if it ran.
     scores: list[calibration.Scores]
+    # The training procedure's nested cross-validated predictions read per model and per length
+    # band (LENGTH_BANDS), and, where the labels hold maps of two models or more, trained on the
+    # other models' labels only and scored on each model's (empty without look features).
+    by_model: dict[str, calibration.Scores] = dataclasses.field(default_factory=dict)
+    by_length: dict[str, calibration.Scores] = dataclasses.field(default_factory=dict)
+    across_models: dict[str, calibration.Scores] = dataclasses.field(default_factory=dict)
+
+
+# Length bands the classifier's agreement is read in: the labelled maps of the shipped set
+# were at most 64 tokens long at first; longer maps are where it may not carry over.
+LENGTH_BANDS: tuple[tuple[str, int, int], ...] = (("≤ 64 tokens", 0, 64), ("> 64 tokens", 65, 1 << 30))
 
 
 def calibrate(
@@ -390,8 +401,10 @@ def calibrate(
         raise UsageError(f"--folds must be at least 2, got {folds}")
     feature_list = ", ".join(f"s.{c}" for c in (*patterns.FEATURE_COLUMNS, *patterns.LOOK_COLUMNS))
     data = con.sql(
-        f"SELECT l.pattern AS label, {feature_list}, t.thumbnail FROM pattern_labels AS l"
+        f"SELECT l.pattern AS label, {feature_list}, t.thumbnail, t.n_tokens, m.name AS model"
+        " FROM pattern_labels AS l"
         " JOIN head_stats AS s USING (run_id, example_id, layer, head)"
+        " JOIN runs AS r USING (run_id) JOIN models AS m ON m.model_id = r.model_id"
         " LEFT JOIN pattern_thumbnails AS t USING (run_id, example_id, layer, head)"
         " WHERE s.band IS NOT NULL ORDER BY l.run_id, l.example_id, l.layer, l.head"
     ).to_arrow_table()
@@ -411,9 +424,11 @@ def calibrate(
             "rules (fitted)", labels, split, calibration.fitted_rules(features, labels, shipped)
         ),
     ]
+    by_model, by_length, across = {}, {}, {}
     if data["look_col_1"].null_count == 0:  # every labelled map has look features
         x = pattern_model.features_of(_features(data, (*patterns.FEATURE_COLUMNS, *patterns.LOOK_COLUMNS)))
         shipped_model = pattern_model.default()
+        procedure = calibration.fitted_classifier(x, labels, seed)
         scores += [
             dataclasses.replace(
                 calibration.cross_validate(
@@ -424,10 +439,19 @@ def calibrate(
                 ),
                 held_out=False,
             ),
-            calibration.cross_validate(
-                "classifier (retrained, nested)", labels, split, calibration.fitted_classifier(x, labels, seed)
-            ),
+            calibration.cross_validate("classifier (retrained, nested)", labels, split, procedure),
         ]
+        nested = scores[-1]
+        models = np.array(data["model"].to_pylist(), dtype=object)
+        lengths = np.array([n if n is not None else -1 for n in data["n_tokens"].to_pylist()])
+        for model in sorted(set(models.tolist())):
+            by_model[model] = calibration.subset(nested, labels, models == model, model)
+        for band, least, most in LENGTH_BANDS:
+            where = (lengths >= least) & (lengths <= most)
+            if where.any():
+                by_length[band] = calibration.subset(nested, labels, where, band)
+        if len(by_model) > 1:
+            across = calibration.across_groups("trained on the other models", labels, models, procedure)
     thumbs = data["thumbnail"].to_pylist()
     if cnn and all(t is not None for t in thumbs):
         stacked = np.asarray(thumbs, dtype=np.float32)
@@ -450,7 +474,7 @@ def calibrate(
                 "cv_agreement": [scores[1].agreement],
             },
         )
-    return Calibration(name, fitted, len(labels), folds, seed, scores)
+    return Calibration(name, fitted, len(labels), folds, seed, scores, by_model, by_length, across)
 
 
 def threshold_set(con: duckdb.DuckDBPyConnection, name: str) -> patterns.Thresholds:
