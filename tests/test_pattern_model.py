@@ -21,7 +21,8 @@ HELD_OUT_SEED = 20241130  # as test_patterns: never used to make the anchors (se
 
 def _data(n: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, len(pattern_model.INPUT_NAMES))).astype(np.float32) * rng.uniform(0.1, 5, 29)
+    width = len(pattern_model.INPUT_NAMES)
+    x = rng.normal(size=(n, width)).astype(np.float32) * rng.uniform(0.1, 5, width)
     labels = (x[:, 0] > 0).astype(np.int64) + 2 * (x[:, 5] > 0.3) + (x[:, 7] * x[:, 8] > 1)
     return x, np.minimum(labels, 4)
 
@@ -66,12 +67,15 @@ def test_single_sentences_are_never_block():
 
 def test_margin_is_the_gap_between_the_two_likeliest_types():
     model = pattern_model.default()
-    inputs, labels = pattern_model.anchors()
+    maps = synthetic_maps.generate(20, HELD_OUT_SEED)
+    stored = synthetic_maps.features(maps)
+    columns = [OBSERVED_COLUMNS.index(c) for c in (*patterns.FEATURE_COLUMNS, *patterns.LOOK_COLUMNS)]
+    labels = np.array([m.label for m in maps])
     # Midpoints between maps of different types: some of them borderline.
     order = np.argsort(labels, kind="stable")
-    x = torch.from_numpy((inputs[order] + inputs[order[::-1]]) / 2)
+    x = torch.from_numpy((stored[order][:, columns] + stored[order[::-1]][:, columns]) / 2)
     k = len(patterns.FEATURE_COLUMNS)
-    features, look = x[:, :k], x[:, k : k + len(patterns.LOOK_COLUMNS)]
+    features, look = x[:, :k], x[:, k:]
     code, margin = model.classify(features, look)
     x = pattern_model.inputs(features, look)
     p = np.sort(model.probabilities(x).numpy(), 1)

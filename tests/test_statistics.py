@@ -15,7 +15,7 @@ from transformers import AutoModel
 
 from attnwh.ingest.encoder.encoding import collate, encode_task
 from attnwh.ingest.encoder.loading import load_encoder
-from attnwh.ingest.measures import pattern_model
+from attnwh.ingest.measures import pattern_model, patterns
 from attnwh.ingest.measures.patterns import PATTERN_TYPES, THRESHOLDS
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, STAT_COLUMNS
 from attnwh.ingest.runs.loop import StatisticsCapture
@@ -71,18 +71,20 @@ def look_reference(A: np.ndarray, cls: np.ndarray, sep: np.ndarray) -> list[floa
 def learned_reference(features: list[float], look: list[float]) -> tuple[int, float]:
     """Type and margin by the shipped classifier, from its stored weights, written out plainly."""
     weights = json.loads((Path(pattern_model.__file__).with_name("pattern_model.json")).read_text())
-    col = dict(zip(weights["inputs"], features + look))
-    diagonal = max(col["look_prev"], col["look_self"], col["look_next"])
-    h = np.array(
-        features
-        + look
-        + [
-            np.log((col["look_col_1"] + 1e-3) / (col["look_col_median"] + 1e-3)),
-            np.log((diagonal + 1e-3) / (col["look_cls"] + 1e-3)),
-            np.log((col["look_within"] + 1e-3) / (col["look_across"] + 1e-3)),
-            float(col["block"] > 0),
-        ]
-    )
+    col = dict(zip((*patterns.FEATURE_COLUMNS, *patterns.LOOK_COLUMNS), features + look, strict=True))
+    offsets = (col["look_prev"], col["look_self"], col["look_next"])
+    diagonal = max(offsets)
+    inputs = {
+        "columns": col["col_cls"] + col["col_sep"] + col["col_punct"] + col["col_other"],
+        **col,
+        "look_diagonal": diagonal,
+        "look_band": sum(offsets),
+        "log_column_contrast": np.log((col["look_col_1"] + 1e-3) / (col["look_col_median"] + 1e-3)),
+        "log_diagonal_over_column": np.log((diagonal + 1e-3) / (col["look_col_1"] + 1e-3)),
+        "log_within_over_across": np.log((col["look_within"] + 1e-3) / (col["look_across"] + 1e-3)),
+        "pair": float(col["block"] > 0),
+    }
+    h = np.array([inputs[name] for name in weights["inputs"]])
     h = (h - np.array(weights["mean"])) / np.array(weights["scale"])
     for k, layer in enumerate(weights["layers"]):
         h = h @ np.array(layer["weight"]) + np.array(layer["bias"])

@@ -1,25 +1,30 @@
 """Build the hand-labelled set of real attention maps (docs/pattern_labels.md).
 
-The maps come from a warehouse of the bundled MiniLM over GLUE dev sets, ingested with
-whole maps kept (`attnwh ingest --glue-dir DIR --task sst2,rte,mrpc --limit 150
---thumbnails 80`). This tool picks the maps and draws them for labelling by eye, sixteen to
-an image, in a seeded order per pass, so that a pass can be labelled without the page and
-without seeing another pass:
+The maps come from one warehouse holding each model's ingest of GLUE dev sets with whole
+maps kept (`attnwh ingest --model M --glue-dir DIR --task sst2,rte,mrpc,stsb,qnli --limit
+150 --thumbnails 80 --map-tokens 192`); a map is named by its model (the last part of the
+stored name), task, example, layer and head. This tool picks the maps and draws them for
+labelling by eye, in a seeded order per pass (sixteen to an image; maps over 64 tokens six to
+an image, larger), so that a pass can be labelled without the page and without seeing
+another pass. One round of labelling:
 
-    python tools/pattern_label_set.py sample W.duckdb picked.csv
+    python tools/pattern_label_set.py sample W.duckdb picked.csv --model M --tasks sst2,rte
+    python tools/pattern_label_set.py blocks W.duckdb picked.csv      (block candidates, added)
     python tools/pattern_label_set.py grids W.duckdb picked.csv --seed 1 --out pass1/
     (look at pass1/grid-NNN.png, write pass1/labels.csv: grid,cell,type)
     python tools/pattern_label_set.py grids W.duckdb picked.csv --seed 2 --out pass2/
     python tools/pattern_label_set.py agree pass1 pass2
     python tools/pattern_label_set.py disputes W.duckdb picked.csv pass1 pass2 --out settled/
     (a third look at the maps the passes disagree on: settled/labels.csv)
-    python tools/pattern_label_set.py final picked.csv pass1 pass2 settled labels.csv
+    python tools/pattern_label_set.py final picked.csv pass1 pass2 settled labels.csv --round N [--append]
     python tools/pattern_label_set.py examples W.duckdb labels.csv --out docs/pattern_labels
 
-The set made this way ships in tools/label_set/ (docs/pattern_labels.md). To use it, rebuild
-the maps and import the labels into that warehouse:
+The set made this way ships in tools/label_set/ (labels.csv, and per round roundN/ with its
+picked maps and passes; docs/pattern_labels.md). To use it, rebuild the maps and import the
+labels into that warehouse:
 
-    attnwh ingest --db W.duckdb --glue-dir DIR --task sst2,rte,mrpc --limit 150 --thumbnails 80
+    attnwh ingest --db W.duckdb --model M --glue-dir DIR --task sst2,rte,mrpc,stsb,qnli \
+        --limit 150 --thumbnails 80 --map-tokens 192          (once per model of the set)
     python tools/pattern_label_set.py export W.duckdb tools/label_set/labels.csv labels-W.csv
     attnwh patterns import-labels labels-W.csv --db W.duckdb
 
@@ -29,8 +34,9 @@ maps) and written where attnwh ships it with
     python tools/pattern_label_set.py model W.duckdb
 
 Each tile is one map, rows = queries and columns = keys, darker = more attention (scaled to
-the map's largest weight); ticks above and left of it mark [CLS]/[SEP] (red) and punctuation
-(orange) positions. Tiles are numbered 1-16 in reading order. The rules' type is never drawn.
+the map's largest weight); ticks above and left of it mark special tokens (red) and
+punctuation (orange) positions. Tiles are numbered in reading order. Neither the model, nor
+the rules' or the classifier's type, is drawn.
 """
 
 from __future__ import annotations
@@ -325,10 +331,12 @@ def disputes(db: Path, picked: Path, first: Path, second: Path, out: Path) -> No
     grids(db, picked, 3, out, only={k for k in a if a[k] != b.get(k)})
 
 
-def final(picked: Path, first: Path, second: Path, settled: Path, out: Path, append: bool = False) -> None:
+def final(
+    picked: Path, first: Path, second: Path, settled: Path, out: Path, append: bool = False, round_: int = 1
+) -> None:
     """The label set: per picked map both passes' labels and the final one (the passes' label
-    where they agree, else the third look's); with `append`, added after the rows in `out`
-    (another round of labelling). Maps a pass skipped are left out."""
+    where they agree, else the third look's), and which labelling round they come from; with
+    `append`, added after the rows in `out` (another round). Maps a pass skipped are left out."""
     a, b, c = _labels(first), _labels(second), _labels(settled)
     with picked.open() as handle:
         rows = list(csv.DictReader(handle))
@@ -339,13 +347,13 @@ def final(picked: Path, first: Path, second: Path, settled: Path, out: Path, app
     written = 0
     with out.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow([*KEY, "source", "pass1", "pass2", "type"])
+        writer.writerow([*KEY, "source", "round", "pass1", "pass2", "type"])
         writer.writerows(old)
         for r in rows:
             k = _key(r)
             if "skip" in (a[k], b[k]) or (a[k] != b[k] and c[k] == "skip"):
                 continue
-            writer.writerow([*k, r["source"], a[k], b[k], a[k] if a[k] == b[k] else c[k]])
+            writer.writerow([*k, r["source"], round_, a[k], b[k], a[k] if a[k] == b[k] else c[k]])
             written += 1
     print(f"{written} maps → {out}")
 
@@ -399,7 +407,8 @@ def model(db: Path, out: Path | None = None) -> None:
     labels = np.array([r[0] for r in rows], np.int64)
     x = pattern_model.features_of([r[1:] for r in rows])
     maps = synthetic_maps.generate(ANCHORS_PER_TYPE, ANCHOR_SEED)
-    observed = synthetic_maps.features(maps)[:, [OBSERVED_COLUMNS.index(c) for c in columns]]
+    observed = synthetic_maps.features(maps, classifier=patterns.THRESHOLDS)
+    observed = observed[:, [OBSERVED_COLUMNS.index(c) for c in columns]]
     anchors = (pattern_model.features_of(observed), np.array([m.label for m in maps], np.int64))
     fitted = pattern_model.fit_selected(x, labels, 0, anchors)
     out = out or pattern_model.SHIPPED
@@ -450,6 +459,7 @@ def main() -> None:
     f.add_argument("settled", type=Path)
     f.add_argument("out", type=Path)
     f.add_argument("--append", action="store_true", help="add to the labels in OUT")
+    f.add_argument("--round", type=int, default=1, dest="round_", help="the labelling round of these passes")
     x = sub.add_parser("examples")
     x.add_argument("db", type=Path)
     x.add_argument("labels", type=Path)
@@ -480,7 +490,7 @@ def main() -> None:
     elif args.command == "model":
         model(args.db, args.out)
     elif args.command == "final":
-        final(args.picked, args.first, args.second, args.settled, args.out, args.append)
+        final(args.picked, args.first, args.second, args.settled, args.out, args.append, args.round_)
     else:
         agree(args.first, args.second)
 

@@ -189,7 +189,7 @@ def calibrate(
     epochs: Annotated[int, typer.Option(min=1, help="CNN: passes over each fold's training maps.")] = 60,
     db: ReadDbOpt = DEFAULT_DB,
 ) -> None:
-    """Fit the rules' thresholds to the hand labels in the warehouse (`attnwh patterns import-labels`) by maximising macro-F1; report the cross-validated macro-F1 and agreement of the shipped rules, the fitted rules, the shipped classifier, its training procedure (nested cross-validation) and the CNN on the same seeded folds; and store the thresholds fitted to all labels as a named set for `attnwh patterns reclassify --thresholds NAME`."""
+    """Fit the rules' thresholds to the hand labels in the warehouse (`attnwh patterns import-labels`) by maximising macro-F1; report the cross-validated macro-F1 and agreement of the shipped rules, the fitted rules, the shipped classifier, its training procedure (nested cross-validation) and the CNN on the same seeded folds; read the procedure's held-out types per model and per length band (up to 64 tokens, longer), and, where the labels hold maps of two models or more, trained on the other models' labels only and scored on each model's; and store the thresholds fitted to all labels as a named set for `attnwh patterns reclassify --thresholds NAME`."""
     from rich.table import Table
 
     from attnwh.ingest.measures import patterns

@@ -4,17 +4,19 @@ shipped hand labels of real maps (docs/pattern_labels.md).
 The rules (`patterns.py`) read three scores of attention mass. People judge a map by how it
 looks when drawn scaled to its largest weight, and on real maps the rules' thresholds cannot
 follow them (docs/pattern_labels.md has the cross-validated comparison). This classifier
-reads :data:`INPUT_NAMES`: the rules' six features, the look features (`patterns.LOOK_COLUMNS`)
-and four derived from them: the contrast of the strongest column against the median one, the
-strongest diagonal against the [CLS] column, within-sentence against across-sentence
-intensity (each a log ratio) and whether the input is a sentence pair. All are computed on
-the device during ingest and stored in head_stats, so `attnwh patterns reclassify` can apply
-the classifier again without the model.
+reads :data:`INPUT_NAMES`, made from the rules' features and the look features
+(`patterns.LOOK_COLUMNS`) so that they mean the same on every model: the columns' share of
+the mass whatever token they sit on, the diagonal band, the within-sentence mass, the look
+features (intensities scaled to the map's largest weight) without the ones tied to one
+token or one diagonal offset, the strongest diagonal and the band's sum, three log ratios
+(the strongest column against the median one, the strongest diagonal against the strongest
+column, within-sentence against across-sentence intensity) and whether the input is a
+sentence pair. All are computed from features stored in head_stats, so `attnwh patterns
+reclassify` can apply the classifier again without the model.
 
-The hand-labelled maps are short (at most 64 tokens) and hold five block maps. Trained on
-them alone, the network also reads clear maps outside their range wrongly: on synthetic maps
-of known type (one clean column over 100 tokens, say) it agrees with the type on about half.
-So every fit also sees *anchors*: 20 synthetic maps of each type (seeded, 10 to 128 tokens,
+The hand-labelled maps come from two models (MiniLM and all-mpnet-base-v2) and run up to 192
+tokens. Trained on real maps alone, a network can read clear maps outside their range
+wrongly (one clean column over 100 tokens, say). So every fit also sees *anchors*: 20 synthetic maps of each type (seeded, 10 to 128 tokens,
 from the generator the rules were tuned on), whose inputs ship beside the weights. They
 change how often held-out real maps get the hand label hardly at all, and keep the clear
 synthetic cases right (docs/pattern_labels.md has both numbers).
@@ -47,11 +49,20 @@ import torch
 
 from attnwh.ingest.measures import patterns
 
+# What the classifier reads must mean the same on every model: which token a column sits on
+# ([CLS] in BERT, </s> or punctuation in MPNet) and which diagonal a model favours (itself in
+# MiniLM, its neighbours in MPNet) are traits of the model, not of the type people see. So the
+# columns enter as their sum and their intensities whatever the token, the diagonal as its
+# strongest offset and the band's sum (docs/pattern_labels.md measures the gain across models).
 INPUT_NAMES: tuple[str, ...] = (
-    *patterns.FEATURE_COLUMNS,
-    *patterns.LOOK_COLUMNS,
+    "columns",  # V: col_cls + col_sep + col_punct + col_other
+    "band",
+    "block",
+    *(c for c in patterns.LOOK_COLUMNS if c not in ("look_prev", "look_self", "look_next", "look_cls")),
+    "look_diagonal",  # the strongest of look_prev, look_self, look_next
+    "look_band",  # their sum
     "log_column_contrast",
-    "log_diagonal_over_cls",
+    "log_diagonal_over_column",
     "log_within_over_across",
     "pair",
 )
@@ -67,19 +78,31 @@ CANDIDATES: Mapping[str, Mapping[str, Any]] = {
 SHIPPED = Path(__file__).with_name("pattern_model.json")
 
 
+_LOOK_KEPT = [
+    j for j, c in enumerate(patterns.LOOK_COLUMNS) if c not in ("look_prev", "look_self", "look_next", "look_cls")
+]
+
+
 def inputs(features: torch.Tensor, look: torch.Tensor) -> torch.Tensor:
     """Classifier inputs (…, len(INPUT_NAMES)) from the rules' features (…, 6) and the look
     features (…, len(LOOK_COLUMNS))."""
     f, x = features.float(), look.float()
+    rule = {name: f[..., j] for j, name in enumerate(patterns.FEATURE_COLUMNS)}
     col = {name: x[..., j] for j, name in enumerate(patterns.LOOK_COLUMNS)}
-    diagonal = torch.stack([col["look_prev"], col["look_self"], col["look_next"]], -1).amax(-1)
+    columns = rule["col_cls"] + rule["col_sep"] + rule["col_punct"] + rule["col_other"]
+    offsets = torch.stack([col["look_prev"], col["look_self"], col["look_next"]], -1)
+    diagonal = offsets.amax(-1)
     derived = [
+        diagonal,
+        offsets.sum(-1),
         torch.log((col["look_col_1"] + _EPS) / (col["look_col_median"] + _EPS)),
-        torch.log((diagonal + _EPS) / (col["look_cls"] + _EPS)),
+        torch.log((diagonal + _EPS) / (col["look_col_1"] + _EPS)),
         torch.log((col["look_within"] + _EPS) / (col["look_across"] + _EPS)),
-        (f[..., patterns.FEATURE_COLUMNS.index("block")] > 0).float(),
+        (rule["block"] > 0).float(),
     ]
-    return torch.cat([f, x, torch.stack(derived, -1)], -1)
+    return torch.cat(
+        [torch.stack([columns, rule["band"], rule["block"]], -1), x[..., _LOOK_KEPT], torch.stack(derived, -1)], -1
+    )
 
 
 @dataclass(frozen=True)
