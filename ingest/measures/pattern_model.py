@@ -53,7 +53,7 @@ from attnwh.ingest.measures import patterns
 # ([CLS] in BERT, </s> or punctuation in MPNet) and which diagonal a model favours (itself in
 # MiniLM, its neighbours in MPNet) are traits of the model, not of the type people see. So the
 # columns enter as their sum and their intensities whatever the token, the diagonal as its
-# strongest offset and the band's sum (docs/pattern_labels.md measures the gain across models).
+# strongest offset and the band's sum (docs/pattern_labels.md measures them across models).
 INPUT_NAMES: tuple[str, ...] = (
     "columns",  # V: col_cls + col_sep + col_punct + col_other
     "band",
