@@ -135,6 +135,10 @@ class StageResult:
     outcome: str = "done"  # "done", "skipped" (everything was already there), "partly done"
     tasks: list[TaskOutcome] = field(default_factory=list)
     seconds: float = 0.0
+    # The largest resident memory of this process while the stage ran (`memory.PeakMemory`,
+    # sampled); peak_sampled False: the process's lifetime peak, where it cannot be sampled.
+    peak_bytes: int = 0
+    peak_sampled: bool = True
 
     def add(self, subject: str, outcome: str, wrote: bool) -> None:
         self.tasks.append(TaskOutcome(subject, outcome, wrote))
@@ -438,13 +442,17 @@ class Study:
         """Run every stage in order; returns what each did."""
         import time
 
+        from attnwh.memory import PeakMemory
+
         results = []
         for index, stage in enumerate(STAGE_TABLE, start=1):
             self.hooks.stage(stage.name, index, len(STAGE_TABLE))
             started = time.perf_counter()
             result = StageResult(stage.name)
-            stage.run(self, result)
+            with PeakMemory() as peak:
+                stage.run(self, result)
             result.seconds = time.perf_counter() - started
+            result.peak_bytes, result.peak_sampled = peak.bytes, peak.sampled
             if result.outcome == "done" and result.wrote_nothing:
                 result.outcome = "skipped"
             self.hooks.stage_done(result)

@@ -5,6 +5,7 @@ and the STS-B regression): every table filled, the report written, rerun skips e
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import duckdb
@@ -199,6 +200,9 @@ def test_rerun_skips_every_stage(monkeypatch, capsys, studied):
     assert code == 0, err
     for stage in ("ingest-base", "finetune", "ingest-tuned", "compare", "ablation", "report"):
         assert f"{stage} skipped" in err, (stage, err)
+    # Each stage says its peak memory (this process's resident set, sampled while it ran).
+    peaks = [float(p) for p in re.findall(r"skipped in [\d.]+ s, peak memory ([\d.]+) GiB", " ".join(err.split()))]
+    assert len(peaks) == 6 and all(0.05 < p < 64 for p in peaks), err
     # The banner says what each stage is scored on: fine-tuning on the whole eval split (16).
     banner = " ".join(err.split())
     assert "scored on every eval example (rte 16, stsb 16); statistics on up to 12 and ablation on up to 12" in banner

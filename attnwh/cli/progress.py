@@ -16,6 +16,7 @@ from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderableType
 
 from attnwh.errors import Interrupted
+from attnwh.memory import gib
 
 if TYPE_CHECKING:
     from rich.progress import Progress, ProgressColumn
@@ -230,7 +231,8 @@ class StudyHooks:
         self.close()
         for line in result.detail:
             self.console.print(f"  {line}", highlight=False)
-        self.console.print(f"  {result.stage} {result.outcome} in {result.seconds:.1f} s", highlight=False)
+        peak = f"peak memory {gib(result.peak_bytes)}" + ("" if result.peak_sampled else " (the process's so far)")
+        self.console.print(f"  {result.stage} {result.outcome} in {result.seconds:.1f} s, {peak}", highlight=False)
 
     def start(self, name: str, total: int | None) -> None:
         self.bars.start(name, total)
