@@ -103,6 +103,7 @@ def test_scores_across_groups_and_on_subsets():
         assert scores.agreement == pytest.approx(accuracy_score(labels[test], scores.predictions))
         assert scores.macro_f1 == pytest.approx(f1_score(labels[test], scores.predictions, average="macro"))
         assert scores.confusion.sum() == len(test)
+        assert scores.f1_of(4) == pytest.approx(f1_score(labels[test], scores.predictions, labels=[4], average=None)[0])
     split = calibration.folds(labels, 4, seed=1)
     pooled = calibration.cross_validate("noisy", labels, split, noisy)
     where = groups == "b"

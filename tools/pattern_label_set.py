@@ -209,9 +209,8 @@ def _sheet(
 ) -> None:
     """Draw the maps `keys` (model, task, example, layer, head; None leaves a place empty) as
     tiles of `tile` pixels, `columns` to a row, in reading order, into a PNG at `path`."""
-    TILE = tile  # noqa: N806 - the sheet's tile size
     rows = (len(keys) + columns - 1) // columns
-    image = np.full((rows * (TILE + PAD) + PAD, columns * (TILE + PAD) + PAD, 3), 255, np.uint8)
+    image = np.full((rows * (tile + PAD) + PAD, columns * (tile + PAD) + PAD, 3), 255, np.uint8)
     for c, key in enumerate(keys):
         if key is None:
             continue
@@ -224,11 +223,11 @@ def _sheet(
         a = np.array(attention, np.float32).reshape(n, n)
         x = np.clip(a / max(float(a.max()), 1e-9), 0, 1)
         colour = np.stack([255 - 222 * x, 255 - 180 * x, 255 - 100 * x], -1).astype(np.uint8)
-        cell = (TILE - 2 * TICK) // n
-        tile = np.repeat(np.repeat(colour, cell, 0), cell, 1)
-        top = PAD + (c // columns) * (TILE + PAD) + 2 * TICK
-        left = PAD + (c % columns) * (TILE + PAD) + 2 * TICK
-        image[top : top + n * cell, left : left + n * cell] = tile
+        cell = (tile - 2 * TICK) // n
+        pixels = np.repeat(np.repeat(colour, cell, 0), cell, 1)
+        top = PAD + (c // columns) * (tile + PAD) + 2 * TICK
+        left = PAD + (c % columns) * (tile + PAD) + 2 * TICK
+        image[top : top + n * cell, left : left + n * cell] = pixels
         image[top - 1, left - 1 : left + n * cell + 1] = 150
         image[top + n * cell, left - 1 : left + n * cell + 1] = 150
         image[top - 1 : top + n * cell + 1, left - 1] = 150

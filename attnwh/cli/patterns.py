@@ -238,11 +238,10 @@ def calibrate(
             "and trained on the other models' labels only",
         )  # fmt: skip
         for kind, key, s in parts:
-            c = s.confusion
-            pairs = c[block].sum() + c[:, block].sum()
-            f1 = f"{2 * c[block, block] / pairs:.3f}" if pairs else "–"
+            f1 = s.f1_of(block)
             where = f"{key} (trained on the others)" if kind == "across models" else f"{kind} {key}"
-            table.add_row(where, str(int(c.sum())), f"{s.macro_f1:.3f}", f"{s.agreement:.3f}", f1)
+            row = (str(int(s.confusion.sum())), f"{s.macro_f1:.3f}", f"{s.agreement:.3f}")
+            table.add_row(where, *row, "–" if f1 is None else f"{f1:.3f}")
         console.print(table)
     fitted = ", ".join(f"{k}={v:g}" for k, v in result.thresholds.as_dict().items())
     console.print(

@@ -117,6 +117,12 @@ class Scores:
     # predictions are held out only if it never saw these labels.
     held_out: bool = True
 
+    def f1_of(self, code: int) -> float | None:
+        """One type's F1 from the confusion table (None where it is neither a label nor a
+        prediction)."""
+        both = int(self.confusion[code].sum() + self.confusion[:, code].sum())
+        return 2 * float(self.confusion[code, code]) / both if both else None
+
 
 def cross_validate(
     name: str, labels: np.ndarray, split: Sequence[tuple[np.ndarray, np.ndarray]], classifier: FoldClassifier
