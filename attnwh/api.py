@@ -709,7 +709,14 @@ def finetune(
     max_train_examples: Annotated[
         int | None, typer.Option(min=1, help="Train on a seeded random sample of this many examples.")
     ] = None,
-    epochs: Annotated[float, typer.Option(min=0.01, help="Passes over the training data.")] = 3.0,
+    epochs: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Passes over the training data; 0 trains nothing and scores the pre-trained encoder with its "
+            "untrained, seeded classifier head (the paper's Table 1 'pre-trained' column).",
+        ),
+    ] = 3.0,
     lr: Annotated[float, typer.Option(min=0.0, help="Peak learning rate (AdamW, linear warm-up and decay).")] = 5e-5,
     batch_size: Annotated[int, typer.Option(min=1, help="Examples per step.")] = 32,
     max_length: Annotated[int, typer.Option(min=4, help="Truncate inputs to this many tokens.")] = 128,

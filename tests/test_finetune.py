@@ -77,6 +77,25 @@ def test_from_scratch_starts_from_random_weights(tiny_model_dir, tmp_path):
     assert kept.tuned_weights_hash != scratch.tuned_weights_hash
 
 
+def test_zero_epochs_scores_the_pretrained_encoder_with_an_untrained_head(tiny_model_dir, tmp_path):
+    # The paper's Table 1 "pre-trained" column: no step is taken, the encoder is the base's,
+    # and the score is that of the saved model (base encoder + seeded random head).
+    base = tiny_model_dir("bert")
+    options = FinetuneOptions(epochs=0, batch_size=8, max_length=32, seed=3)
+    result = finetune(str(base), task(16), task(20, split="dev"), tmp_path / "z", options, "cpu")
+    assert result.final_loss is None
+    saved = load_encoder(str(tmp_path / "z"), "cpu")
+    base_weights = load_encoder(str(base), "cpu").model.state_dict()
+    encoder = {k.removeprefix("bert."): v for k, v in saved.model.state_dict().items() if k.startswith("bert.")}
+    assert encoder.keys() >= {k for k in base_weights if not k.startswith("pooler.")}
+    for key, value in encoder.items():
+        assert np.array_equal(value.numpy(), base_weights[key].numpy()), key
+    dev = task(20, split="dev")
+    predictions = predict(saved.model, saved.tokenizer, encode_task(saved.tokenizer, dev, 32), False, 8, saved.device)
+    gold = np.array([int(e.label) for e in dev.examples])
+    assert result.scores == {"accuracy": pytest.approx(accuracy_score(gold, predictions))}
+
+
 def test_cli_records_run_scores_and_lineage(monkeypatch, capsys, tiny_model_dir, tmp_path):
     db, out = tmp_path / "w.duckdb", tmp_path / "tuned"
     code, stdout, err = run(

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import time
 from dataclasses import dataclass, field
 
 from rich.console import Console
 
-from attnwh.cli.progress import make_progress
+from attnwh.cli.progress import Bars, make_progress
 from attnwh.ingest.runs import loop
 from attnwh.ingest.runs.loop import OpenRun, store_stream
 
@@ -73,3 +74,20 @@ def test_the_bar_shows_the_mean_rate_after_one_update():
     rate = 4 / progress.tasks[0].finished_time
     assert shown == f"{rate:.1f} ex/s"
     progress.stop()
+
+
+def test_a_bar_in_a_log_reports_every_interval():
+    def lines(log_every: float) -> list[str]:
+        out = io.StringIO()
+        console = Console(file=out, width=100, force_terminal=False)  # a log, not a terminal
+        with Bars(console, log_every=log_every) as bars:
+            bars.start("sst2", 10)
+            for _ in range(3):
+                bars.advance(1)
+        return [line for line in out.getvalue().splitlines() if "sst2" in line]
+
+    logged = lines(0.0)
+    # One line per advance (interval 0), then the finished bar rich prints at the end.
+    assert [re.search(r"\b(\d+)/10\b", line).group(1) for line in logged] == ["1", "2", "3", "3"]
+    assert all("ex/s" in line and "eta" in line for line in logged)
+    assert len(lines(3600.0)) == 1  # within the interval: only the end

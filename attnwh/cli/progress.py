@@ -105,12 +105,26 @@ class FittedRows:
         yield table
 
 
+# How often a bar drawn into a log reports how far it is, in seconds.
+LOG_EVERY = 60.0
+
+
 class Bars:
     """A bar per task, shown from the first `start` until `close`: `start` and `advance` are the
-    callbacks the ingest loops take."""
+    callbacks the ingest loops take.
 
-    def __init__(self, console: Console, unit: str = "ex", stat: ProgressColumn | None = None) -> None:
+    Where stderr is not a terminal (a log: nohup, a batch job, CI) rich draws no live bar, only
+    the finished bars at `close`; a stage of a study on a 12-layer model can then say nothing
+    for an hour. There the current bar is printed as a line every `log_every` seconds, with
+    its count, rate, elapsed time and eta."""
+
+    def __init__(
+        self, console: Console, unit: str = "ex", stat: ProgressColumn | None = None, log_every: float = LOG_EVERY
+    ) -> None:
         self._make = lambda: make_progress(console, unit, stat)
+        self._console = console
+        self._log_every = log_every
+        self._logged = 0.0
         self._progress: Progress | None = None
         self._current: Any = None
 
@@ -119,6 +133,17 @@ class Bars:
             self._progress = self._make()
             self._progress.start()
         self._current = self._progress.add_task(name, total=total, **fields)
+        self._logged = time.monotonic()
+
+    def _log(self) -> None:
+        if self._console.is_terminal or self._progress is None:
+            return
+        now = time.monotonic()
+        if now - self._logged < self._log_every:
+            return
+        self._logged = now
+        task = next(t for t in self._progress.tasks if t.id == self._current)
+        self._console.print(FittedRows(self._progress.columns, [task]))
 
     def starter(self, name: str) -> Callable[[int], None]:
         """`start` for loops whose callback takes only the total."""
@@ -127,10 +152,12 @@ class Bars:
     def advance(self, n: int) -> None:
         if self._progress is not None and self._current is not None:
             self._progress.advance(self._current, n)
+            self._log()
 
     def update(self, completed: int, total: int | None, **fields: Any) -> None:
         if self._progress is not None and self._current is not None:
             self._progress.update(self._current, completed=completed, total=total, **fields)
+            self._log()
 
     def close(self) -> None:
         if self._progress is not None:

@@ -141,7 +141,10 @@ def finetune(
     y_train, y_dev = _labels(train), _labels(dev)
 
     steps_per_epoch = math.ceil(len(train.examples) / options.batch_size)
-    total = max(1, round(options.epochs * steps_per_epoch))
+    # epochs 0: no step at all; the pre-trained encoder is scored with its untrained, seeded
+    # classifier head (Kovaleva et al.'s Table 1 "pre-trained" column). Any other share of an
+    # epoch takes at least one step.
+    total = max(1, round(options.epochs * steps_per_epoch)) if options.epochs > 0 else 0
     optimizer = torch.optim.AdamW(model.parameters(), lr=options.learning_rate, weight_decay=options.weight_decay)
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, round(options.warmup * total), total)
     order_rng = np.random.default_rng(options.seed)
