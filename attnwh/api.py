@@ -780,7 +780,8 @@ def finetune(
         Bars(console, unit="step", stat=steps_column()) as bars,
         interrupts_as(f"interrupted; the model was not saved to {out} and nothing was written to {db}"),
     ):
-        bars.start(f"{'from scratch' if from_scratch else 'fine-tuning'} {train.task}", None, loss="–")
+        doing = "from scratch" if from_scratch else "fine-tuning" if epochs > 0 else "untrained head, no steps:"
+        bars.start(f"{doing} {train.task}", None, loss="–")
 
         def on_step(step: int, total: int, loss: float) -> None:
             bars.update(step, total, loss=f"{loss:.4f}")

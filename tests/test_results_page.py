@@ -1,0 +1,158 @@
+"""tools/results_page.py on a tiny study (`attnwh study` on RTE and STS-B, from-scratch and
+untrained-head fine-tunings, dependency and FrameNet relations): every figure's section is
+written, and its numbers are the warehouse's, read here with plain SQL on the tables."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from helpers import cli_main
+from test_frames import framebert_text
+from test_relations import CONLLU
+from test_study import study_args, write_glue
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("results_page", ROOT / "tools" / "results_page.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["results_page"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    from tiny_models import make_tiny
+
+    tmp = tmp_path_factory.mktemp("results")
+    model = make_tiny("bert", tmp / "base")
+    glue = write_glue(tmp / "glue")
+    db = tmp / "w.duckdb"
+    cli_main(*study_args(model, glue, tmp))
+    common = ("--model", str(model), "--glue-dir", str(glue), "--task", "rte", "--batch-size", "8", "--db", str(db))
+    cli_main("finetune", *common, "--from-scratch", "--epochs", "1", "--out", str(tmp / "scratch"))
+    cli_main("finetune", *common, "--epochs", "0", "--out", str(tmp / "untrained"))
+    (tmp / "ud.conllu").write_text(CONLLU, encoding="utf-8")
+    (tmp / "fn.conll").write_text(framebert_text(), encoding="utf-8")
+    for flag, path in (("--conllu", "ud.conllu"), ("--framenet", "fn.conll")):
+        cli_main("ingest", "relations", flag, str(tmp / path), "--model", str(model), "--db", str(db))
+    log = tmp / "study.log"
+    log.write_text(
+        "  ingest-base done in 12.5 s, peak memory 1.50 GiB\n  ablation done in 600.0 s, peak memory 2.25 GiB\n"
+    )
+    (tmp / "time-scratch-rte.txt").write_text(
+        "\tElapsed (wall clock) time (h:mm:ss or m:ss): 1:02:03\n\tMaximum resident set size (kbytes): 2097152\n"
+    )
+    out = tmp / "docs" / "tiny.md"
+    load_tool().main(["--db", str(db), "--name", "tiny", "--log", str(log), "--time-dir", str(tmp), "--out", str(out)])
+    return db, out, out.read_text(encoding="utf-8")
+
+
+def rows_of(text: str, heading: str) -> list[list[str]]:
+    """The body rows of the first table under `heading`."""
+    section = text.split(heading, 1)[1]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    table = []
+    for line in lines[2:]:
+        table.append([cell.strip() for cell in line.strip("|").split("|")])
+        if not section.split(line, 1)[1].startswith("\n|"):
+            break
+    return table
+
+
+def test_every_figure_has_its_section_and_its_charts(page):
+    _, out, text = page
+    for heading in (
+        "## Table 1",
+        "## Fig. 2",
+        "## Fig. 5",
+        "## Figs. 6–7",
+        "## Figs. 8–9",
+        "## FrameNet and dependency heads",
+        "## What it costs",
+    ):
+        assert heading in text
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert len(images) == 6
+    for image in images:
+        assert (out.parent / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in (out.parent / out.stem).iterdir()) == sorted(Path(i).name for i in images)
+
+
+def test_table1_is_the_stored_scores(page):
+    db, _, text = page
+    with duckdb.connect(str(db), read_only=True) as con:
+        stored = con.execute(
+            "SELECT r.task, s.metric, f.from_scratch, f.epochs, s.value FROM scores s "
+            "JOIN finetunes f USING (run_id) JOIN runs r USING (run_id)"
+        ).fetchall()
+    kinds = {
+        (t, m, "scratch" if scratch else "pretrained" if epochs == 0 else "tuned"): v
+        for t, m, scratch, epochs, v in stored
+    }
+    rows = {(r[0], r[1]): r[2:] for r in rows_of(text, "## Table 1")}
+    assert rows.keys() == {(t, m) for t, m, _ in kinds}
+    for (task, metric), cells in rows.items():
+        for cell, kind in zip(cells, ("pretrained", "scratch", "tuned"), strict=True):
+            ours = cell.split(" / ")[1]
+            value = kinds.get((task, metric, kind))
+            assert ours == ("–" if value is None else f"{100 * value:.1f}"), (task, metric, kind)
+    assert rows[("rte", "accuracy")][0].startswith("52.7 / ")  # the paper's number beside ours
+
+
+def test_fig5_is_the_mean_cosine_per_layer(page):
+    db, _, text = page
+    with duckdb.connect(str(db), read_only=True) as con:
+        means = dict(
+            ((task, layer), mean)
+            for task, layer, mean in con.execute(
+                "SELECT r.task, c.layer, avg(c.cosine) FROM attention_change c JOIN runs r USING (run_id) GROUP BY ALL"
+            ).fetchall()
+        )
+    header = next(line for line in text.split("## Fig. 5", 1)[1].splitlines() if line.startswith("| layer"))
+    tasks = [cell.strip() for cell in header.strip("|").split("|")][1:]
+    rows = rows_of(text, "## Fig. 5")
+    assert len(rows) == len({layer for _, layer in means})
+    for row in rows:
+        for task, cell in zip(tasks, row[1:], strict=True):
+            assert cell == f"{means[(task, int(row[0]))]:.3f}"
+
+
+def test_ablation_counts_are_the_stored_deltas(page):
+    db, _, text = page
+    with duckdb.connect(str(db), read_only=True) as con:
+        counts = con.execute(
+            "SELECT r.task, a.metric, count(*) FILTER (WHERE a.value > a.baseline), count(*) "
+            "FROM ablations a JOIN ablation_configs c USING (run_id, config_id) JOIN runs r USING (run_id) "
+            "WHERE c.kind = 'head' AND c.mode = 'uniform' GROUP BY ALL"
+        ).fetchall()
+    rows = {(r[0], r[1]): r[3] for r in rows_of(text, "## Figs. 8–9")}
+    assert rows == {(task, metric): f"{raised} of {heads}" for task, metric, raised, heads in counts}
+
+
+def test_costs_come_from_the_log_and_the_time_files(page):
+    _, _, text = page
+    rows = rows_of(text, "## What it costs")
+    assert ["ingest-base", "0.2 min", "1.50 GiB"] in rows
+    assert ["ablation", "10.0 min", "2.25 GiB"] in rows
+    assert ["scratch-rte", "62.0 min", "2.00 GiB"] in rows
+
+
+def test_a_rerun_writes_the_same_page(page, tmp_path):
+    db, _, text = page
+    out = tmp_path / "again.md"
+    load_tool().main(["--db", str(db), "--name", "tiny", "--out", str(out), "--no-figures"])
+    again = out.read_text(encoding="utf-8")
+    # Without the log, time files and figures, the rest is the same text.
+    strip = re.compile(r"!\[[^\]]*\]\([^)]+\)\n\n|## What it costs.*", re.S)
+    assert strip.sub("", again).rstrip() == strip.sub("", text).rstrip()

@@ -1,0 +1,578 @@
+"""Write the results page of a study (`attnwh study`, plus `attnwh finetune --from-scratch`,
+`attnwh finetune --epochs 0` and `attnwh ingest relations`) against Kovaleva et al. (2019),
+figure by figure, from the warehouse, so the page can be checked and regenerated.
+
+Every number of ours comes from a named query (`attnwh queries` lists them; the page names
+the query under each table); the paper's numbers are the constants below. Usage::
+
+    python tools/results_page.py --db study.duckdb --name all-mpnet-base-v2 \\
+        --log study.log --time-dir . --out docs/results/all-mpnet-base-v2.md
+
+`--log` is the study's stderr (each stage's "done in N s, peak memory G GiB" line) and
+`--time-dir` a folder of GNU `/usr/bin/time -v` outputs (`time-<what>.txt`) of the other
+commands; both only feed the cost table. The charts (PNG, from the report's own chart
+builders) go into a folder named after the page, beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from attnwh.sql import warehouse
+from attnwh.sql.queries import get_query, run_query
+
+# Kovaleva et al. (2019), bert-base-uncased fine-tuned on the full train sets, GLUE dev; in
+# points (×100). Table 1: (pre-trained without fine-tuning, fine-tuned from random weights,
+# fine-tuned from the pre-trained weights); MRPC gives F1 and accuracy, STS-B one number.
+PAPER_TABLE1: dict[str, dict[str, tuple[float, float, float]]] = {
+    "mrpc": {"f1": (0.0, 81.2, 87.9), "accuracy": (31.6, 68.3, 82.3)},
+    "stsb": {"score": (33.1, 2.9, 82.7)},
+    "sst2": {"accuracy": (49.1, 80.5, 92.0)},
+    "rte": {"accuracy": (52.7, 52.7, 64.6)},
+}
+# Fig. 2's shares for the fine-tuned models, over its seven tasks (DESIGN.md §3), in %.
+PAPER_PATTERN_SHARES = {
+    "vertical": (22, 42),
+    "diagonal": (4, 7),
+    "vertical+diagonal": (7, 23),
+    "block": (3, 6),
+    "heterogeneous": (32, 61),
+}
+# §4.2: the two heads whose mean max attention on frame links exceeded the 99th percentile.
+PAPER_FRAME_HEADS = (0.201, 0.209)
+# Full GLUE train sets (examples), for the cost of the paper's setting.
+GLUE_TRAIN = {
+    "sst2": 67_349,
+    "mrpc": 3_668,
+    "rte": 2_490,
+    "stsb": 5_749,
+    "qnli": 104_743,
+    "qqp": 363_846,
+    "mnli": 392_702,
+}
+PAPER_TASKS = tuple(GLUE_TRAIN)
+PAPER_EXAMPLES = 1_000  # dev examples per task in the paper's analyses
+PAPER_EPOCHS = 3
+PRIMARY_METRIC = {"sst2": "accuracy", "mrpc": "f1", "rte": "accuracy", "stsb": "pearson"}
+PATTERNS = tuple(PAPER_PATTERN_SHARES)
+
+
+@dataclass(frozen=True)
+class Study:
+    """The runs of one study in the warehouse: the base model's name as stored, and per
+    task the name of the model fine-tuned from it (not from scratch, at least one epoch)."""
+
+    base: str
+    tuned: dict[str, str]  # task -> tuned model name
+    name: str  # the name the page uses for the base model
+
+
+def query(con, name: str, **params: object) -> pl.DataFrame:
+    frame = pl.from_arrow(run_query(con, get_query(name), params))
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def find_study(con, name: str | None) -> Study:
+    """The base model is the one the fine-tuned (not from scratch, epochs > 0) models came from."""
+    runs = query(con, "findings_finetune")
+    tuned = runs.filter(~pl.col("from_scratch") & (pl.col("epochs") > 0))
+    bases = tuned["base_model"].unique().to_list()
+    if len(bases) != 1:
+        raise SystemExit(f"error: expected fine-tuning runs from one base model, found {len(bases)}: {bases}")
+    base = bases[0]
+    per_task = {row["task"]: row["model"] for row in tuned.unique("task", keep="last").iter_rows(named=True)}
+    return Study(base, per_task, name or Path(base).name)
+
+
+def points(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def source(*names: str) -> str:
+    return "Queries: " + ", ".join(f"`{n}`" for n in names) + "."
+
+
+def setup(con, study: Study) -> list[str]:
+    runs = query(con, "findings_finetune", model=None).filter(pl.col("base_model") == study.base)
+    tuned = runs.filter(pl.col("model").is_in(list(study.tuned.values()))).unique("run_id")
+    ablation = query(con, "findings_ablation").filter(pl.col("model").is_in(list(study.tuned.values())))
+    epochs = sorted(set(tuned["epochs"].to_list()))
+    rates = sorted(set(tuned["learning_rate"].to_list()))
+    train = ", ".join(f"{r['task']} {r['train_examples']}" for r in tuned.sort("task").iter_rows(named=True))
+    examples = ", ".join(f"{task} {n}" for task, n in sorted(study_examples(con, study).items()))
+    swept = ", ".join(
+        f"{r['task']} {r['n_examples']}" for r in ablation.unique("run_id").sort("task").iter_rows(named=True)
+    )
+    return [
+        f"Model: `{study.name}` ({study.base} as stored). Tasks: {', '.join(sorted(study.tuned))}. "
+        f"Fine-tuning: a seeded sample of the train split ({train} examples), {', '.join(f'{e:g}' for e in epochs)} "
+        f"epoch{'' if epochs == [1] else 's'}, peak learning rate {', '.join(f'{r:g}' for r in rates)}, batch 32, inputs cut at 128 tokens; "
+        f"scored on the whole dev split. Statistics, patterns and the compare on a seeded sample of dev "
+        f"examples ({examples}); the ablation sweep (every head and every layer, uniform attention as in the "
+        f"paper, paired tests with Benjamini–Hochberg across the run's heads and layers) on ({swept}).",
+        "",
+        "The paper: bert-base-uncased fine-tuned on the full train sets (3 epochs, batch 32), analyses on up to "
+        f"{PAPER_EXAMPLES:,} dev examples per task, seven tasks. Its numbers below are as printed in the paper "
+        "(Kovaleva et al. 2019, arXiv:1908.08593).",
+        "",
+    ]
+
+
+def table1(con, study: Study) -> list[str]:
+    runs = query(con, "findings_finetune").filter(pl.col("base_model") == study.base)
+
+    def kind(row: dict) -> str:
+        return "scratch" if row["from_scratch"] else "pretrained" if row["epochs"] == 0 else "tuned"
+
+    ours: dict[tuple[str, str, str], float] = {}
+    for row in runs.iter_rows(named=True):
+        if row["metric"] is not None:
+            ours[(row["task"], row["metric"], kind(row))] = row["value"]
+    rows = []
+    for task in sorted({t for t, _, _ in ours}):
+        paper = PAPER_TABLE1.get(task, {})
+        for metric in sorted({m for t, m, _ in ours if t == task}):
+            theirs = paper.get(metric) or (paper.get("score") if metric == "pearson" else None)
+            cells = []
+            for i, which in enumerate(("pretrained", "scratch", "tuned")):
+                cells.append(
+                    f"{'–' if theirs is None else f'{theirs[i]:.1f}'} / {points(ours.get((task, metric, which)))}"
+                )
+            rows.append((task, metric, *cells))
+    tuned = {t: ours.get((t, PRIMARY_METRIC.get(t, "accuracy"), "tuned")) for t in study.tuned}
+    gains = [
+        ours[(t, m, "tuned")] - ours[(t, m, "pretrained")]
+        for t in study.tuned
+        for m in [PRIMARY_METRIC.get(t, "accuracy")]
+        if (t, m, "tuned") in ours and (t, m, "pretrained") in ours
+    ]
+    lines = [
+        "## Table 1 — scores without fine-tuning, from scratch, fine-tuned",
+        "",
+        "Each cell: the paper / ours, in points on the dev split. *Pre-trained*: the encoder with an untrained, "
+        "seeded classifier head (`attnwh finetune --epochs 0`); *from scratch*: the same architecture from random "
+        "weights, trained like the fine-tuned model (`--from-scratch`); *fine-tuned*: from the pre-trained weights "
+        "(`attnwh study`). The paper's STS-B number (metric not named) is set beside our Pearson.",
+        "",
+        *table(("task", "metric", "pre-trained", "from scratch", "fine-tuned"), rows),
+        source("findings_finetune"),
+        "",
+    ]
+    if gains:
+        lines += [
+            f"Fine-tuning raised the primary metric by {100 * sum(gains) / len(gains):.1f} points on average over "
+            f"{len(gains)} tasks (the paper: 35.9 over seven). "
+            + "; ".join(f"{t} {points(v)}" for t, v in sorted(tuned.items()))
+            + " fine-tuned, on a train sample rather than the full train set.",
+            "",
+        ]
+    return lines
+
+
+def fig2(con, study: Study, figures: dict[str, str]) -> list[str]:
+    rows = []
+    for task, model in sorted(study.tuned.items()):
+        frame = query(con, "pattern_frequency", model=model, task=task, n_boot=1000, seed=42)
+        shares = {r["pattern"]: r for r in frame.iter_rows(named=True)}
+        if not shares:
+            continue
+        cells = [
+            f"{100 * shares[p]['share']:.1f} [{100 * shares[p]['share_low']:.1f}, {100 * shares[p]['share_high']:.1f}]"
+            if p in shares
+            else "–"
+            for p in PATTERNS
+        ]
+        rows.append((task, frame["examples"][0], *cells))
+    paper = ("the paper (7 tasks)", "≤ 1,000", *(f"{lo}–{hi}" for lo, hi in PAPER_PATTERN_SHARES.values()))
+    return [
+        "## Fig. 2 — attention pattern shares per task (fine-tuned models)",
+        "",
+        "Share of the (example, layer, head) maps of each type, % with a 95 % bootstrap interval over examples, by "
+        "the shipped pattern classifier (its nested-CV agreement with people on all-mpnet-base-v2's maps is in "
+        "[the label set's page](../pattern_labels.md)).",
+        "",
+        *table(("task", "examples", *PATTERNS), [*rows, paper]),
+        source("pattern_frequency"),
+        "",
+        *figure(figures, "chart-pattern-types"),
+    ]
+
+
+def fig5(con, study: Study, figures: dict[str, str]) -> list[str]:
+    frame = query(con, "finetune_change_by_layer", base=study.base)
+    frame = frame.filter(pl.col("tuned").is_in(list(study.tuned.values())))
+    if not frame.height:
+        return ["## Fig. 5 — attention change per layer", "", "No compare run.", ""]
+    layers = sorted(frame["layer"].unique().to_list())
+    tasks = sorted(frame["task"].unique().to_list())
+    cosine = {(r["task"], r["layer"]): r["mean_cosine"] for r in frame.iter_rows(named=True)}
+    rows = [(layer, *(f"{cosine[(t, layer)]:.3f}" for t in tasks)) for layer in layers]
+    lowest = {t: sorted(layers, key=lambda layer: cosine[(t, layer)])[:2] for t in tasks}
+    last_two = set(layers[-2:])
+    agree = [t for t in tasks if set(lowest[t]) == last_two]
+    return [
+        "## Fig. 5 — how much each layer's attention changed through fine-tuning",
+        "",
+        "Mean cosine between the pre-trained and the fine-tuned model's map of the same example and head, per "
+        "layer (0 = first), over the compare run's examples; maps cropped to the real tokens (the paper's code "
+        "flattened maps padded to a fixed length, which counts the padding as agreement).",
+        "",
+        *table(("layer", *tasks), rows),
+        source("finetune_change_by_layer"),
+        "",
+        "The paper: the last two layers change most on every task but QQP. Here the two most changed layers are "
+        + "; ".join(f"{t}: {', '.join(str(layer) for layer in sorted(lowest[t]))}" for t in tasks)
+        + f" — the last two ({', '.join(str(layer) for layer in sorted(last_two))}) on {len(agree)} of {len(tasks)} "
+        "tasks.",
+        "",
+        *figure(figures, "chart-finetune-change-layers"),
+    ]
+
+
+def fig6(con, study: Study, figures: dict[str, str]) -> list[str]:
+    base = query(con, "special_tokens_by_layer", model=study.base)
+    columns = ("to_cls", "to_sep", "to_punct", "norm_to_cls", "norm_to_sep", "norm_to_punct")
+    if not base.height:
+        return []
+    per_layer = base.group_by("layer").agg(pl.col(c).mean() for c in columns).sort("layer")
+    rows = [(r["layer"], *(f"{r[c]:.3f}" for c in columns)) for r in per_layer.iter_rows(named=True)]
+    layers = per_layer["layer"].to_list()
+    half = len(layers) // 2
+    first, second = per_layer.head(half), per_layer.tail(len(layers) - half)
+    by_task = base.group_by("task").agg(pl.col("to_sep").mean()).sort("task")
+    tuned_rows = []
+    for task, model in sorted(study.tuned.items()):
+        tuned = query(con, "special_tokens_by_layer", model=model, task=task)
+        pre = base.filter(pl.col("task") == task)
+        if tuned.height and pre.height:
+            tuned_rows.append(
+                (
+                    task,
+                    *(f"{pre[c].mean():.3f} → {tuned[c].mean():.3f}" for c in ("to_cls", "to_sep", "to_punct")),
+                )
+            )
+    return [
+        "## Figs. 6–7 — attention to [CLS], [SEP] and punctuation per layer",
+        "",
+        "The pre-trained model, mean over the four tasks' examples and the layer's heads: the share of attention "
+        "weight on the first token ([CLS]; `<s>` in MPNet and RoBERTa), on the separators (summed over them; the paper takes the "
+        "larger of a pair's two) and on punctuation, and the same shares of the heads' output when each weight is "
+        "scaled by the norm of its transformed value vector (`norm_*`, Kobayashi et al. 2020).",
+        "",
+        *table(("layer", *columns), rows),
+        source("special_tokens_by_layer"),
+        "",
+        f"The paper: earlier layers attend more to [CLS], later ones to [SEP]. Here layers "
+        f"{layers[0]}–{layers[half - 1]} give [CLS] {first['to_cls'].mean():.3f} and [SEP] "
+        f"{first['to_sep'].mean():.3f} on average, layers {layers[half]}–{layers[-1]} [CLS] "
+        f"{second['to_cls'].mean():.3f} and [SEP] {second['to_sep'].mean():.3f}; by value norm the separators keep "
+        f"{100 * per_layer['norm_to_sep'].mean() / max(per_layer['to_sep'].mean(), 1e-12):.0f} % of their weight share. "
+        "The paper also found more weight on [SEP] for SST-2, whose inputs have one separator: [SEP] share per task "
+        + ", ".join(f"{r['task']} {r['to_sep']:.3f}" for r in by_task.iter_rows(named=True))
+        + ".",
+        "",
+        "What fine-tuning did to these shares (pre-trained → fine-tuned, mean over all layers):",
+        "",
+        *table(("task", "to_cls", "to_sep", "to_punct"), tuned_rows),
+        "Fig. 7's other half, which token the final layer's [CLS] row attends to most, is not stored per row in "
+        "the warehouse and is left out.",
+        "",
+        *figure(figures, "chart-special-tokens-layers"),
+    ]
+
+
+def figs8_9(con, study: Study, figures: dict[str, str]) -> list[str]:
+    models = list(study.tuned.values())
+    summary = query(con, "ablation_summary", mode="uniform").filter(pl.col("model").is_in(models))
+    findings = query(con, "findings_ablation").filter(pl.col("model").is_in(models))
+    layers = query(con, "layer_ablation", mode="uniform").filter(pl.col("model").is_in(models))
+    heads = query(con, "ablation_effect", mode="uniform").filter(pl.col("model").is_in(models))
+    tests = ", ".join(str(n) for n in sorted(set(findings["tests"].to_list())))
+    rows = []
+    for r in summary.sort("task", "metric").iter_rows(named=True):
+        f = findings.filter((pl.col("run_id") == r["run_id"]) & (pl.col("metric") == r["metric"])).row(0, named=True)
+        of_run = (pl.col("run_id") == r["run_id"]) & (pl.col("metric") == r["metric"])
+        run_layers = layers.filter(of_run)
+        run_heads = heads.filter(of_run)
+        best_layer = "none" if r["best_layer"] is None else f"{r['best_layer']}: {100 * r['best_layer_delta']:+.1f}"
+        rows.append(
+            (
+                r["task"],
+                r["metric"],
+                points(r["baseline"]),
+                f"{r['n_helpful']} of {run_heads.height}",
+                f"{100 * r['best_head_delta']:+.1f}" + ("" if r["best_head"] is None else f" ({r['best_head_name']})"),
+                f"{100 * run_heads['delta'].mean():+.2f}",
+                f"{f['heads_raised']} / {f['heads_lowered']}",
+                f"{run_layers.filter(pl.col('delta') > 0).height} of {run_layers.height}",
+                best_layer,
+                f"{f['layers_raised']} / {f['layers_lowered']}",
+                "–" if f["detect_delta_alone"] is None else points(f["detect_delta_alone"]),
+            )
+        )
+    header = (
+        "task",
+        "metric",
+        "baseline",
+        "heads raising",
+        "best head Δ",
+        "mean head Δ",
+        "heads sig. ↑ / ↓",
+        "layers raising",
+        "best layer Δ",
+        "layers sig. ↑ / ↓",
+        "smallest Δ alone",
+    )
+    return [
+        "## Figs. 8–9 — disabling one head, or one whole layer",
+        "",
+        "Each head (and each layer, all its heads at once) of the fine-tuned model made uniform over the real "
+        "tokens, scored on the sweep's examples. Δ in points (disabled − baseline; > 0: disabling helped); *raising*: "
+        "Δ > 0 before any test; *sig. ↑ / ↓*: adjusted p < 0.05 after Benjamini–Hochberg over the run's "
+        f"{tests} configurations (exact McNemar for accuracy, permutation for F1 and correlations); *smallest Δ alone*: the "
+        "least change of accuracy that one configuration could show significantly on this sample. Layers and heads "
+        "are 0-based (the paper's layer 1 is layer 0).",
+        "",
+        *table(header, rows),
+        source("ablation_summary", "ablation_effect", "layer_ablation", "findings_ablation"),
+        "",
+        "The paper: on every task some head's disabling raised the score, by +0.1 (STS-B) to +1.2 (MRPC) points, "
+        "a random head on average helped on MRPC and RTE, and disabling the first layer raised RTE by +3.2 points; "
+        "it ran no significance test.",
+        "",
+        *figure(figures, "chart-ablation-heads"),
+        *figure(figures, "chart-ablation-layers"),
+    ]
+
+
+def relations(con, study: Study, figures: dict[str, str]) -> list[str]:
+    lines = ["## FrameNet and dependency heads", ""]
+    frames = query(con, "frame_heads", model=study.base).filter(pl.col("direction") == "either")
+    if frames.height:
+        top = frames.sort("rank").head(5)
+        models = list(study.tuned.values())
+        effect = query(con, "ablation_effect", mode="uniform").filter(pl.col("model").is_in(models))
+        rows = []
+        for r in top.iter_rows(named=True):
+            deltas = effect.filter(
+                (pl.col("layer") == r["layer"])
+                & (pl.col("head") == r["head"])
+                & (pl.col("metric") == pl.col("task").replace_strict(PRIMARY_METRIC, default="accuracy"))
+            ).sort("task")
+            rows.append(
+                (
+                    r["rank"],
+                    f"{r['layer']}-{r['head']}",
+                    f"{r['mean_max_attention']:.3f}",
+                    f"{r['percentile']:.1f}",
+                    r["annotations"],
+                    ", ".join(
+                        f"{d['task']} {100 * d['delta']:+.1f}{'*' if d['significant'] else ''}"
+                        for d in deltas.iter_rows(named=True)
+                    )
+                    or "–",
+                )
+            )
+        lines += [
+            "Per head of the pre-trained model, the largest word-level attention weight on an annotation's "
+            "target–frame-element links (either direction), averaged over the FrameNet 1.7 dev annotations that "
+            "pass the paper's filters; the five best heads, and what disabling each did to the fine-tuned models "
+            "(Δ in points of the primary metric; * adjusted p < 0.05).",
+            "",
+            *table(("rank", "head", "mean max attention", "percentile", "annotations", "Δ when disabled"), rows),
+            source("frame_heads", "ablation_effect"),
+            "",
+            f"The paper: two heads of 144 stood out, at {PAPER_FRAME_HEADS[0]} and {PAPER_FRAME_HEADS[1]} (above the "
+            "99th percentile), and disabling them did not hurt any task.",
+            "",
+            *figure(figures, "chart-relations-frames"),
+        ]
+    deps = query(con, "dependency_heads", model=study.base)
+    if deps.height:
+        deps = deps.sort("dependencies", descending=True).head(10)
+        lines += [
+            "Dependency relations (Clark et al. 2019) on UD English EWT dev: per relation and direction, the head "
+            "whose most-attended word is most often the relation's other end, beside the best fixed offset. The ten "
+            "most frequent relation–direction pairs:",
+            "",
+            *table(
+                ("relation", "direction", "head", "accuracy", "best offset", "offset accuracy", "pairs"),
+                (
+                    (
+                        r["relation"],
+                        r["direction"],
+                        f"{r['layer']}-{r['head']}",
+                        f"{r['accuracy']:.3f}",
+                        r["baseline_offset"],
+                        f"{r['baseline_accuracy']:.3f}",
+                        r["dependencies"],
+                    )
+                    for r in deps.iter_rows(named=True)
+                ),
+            ),
+            source("dependency_heads"),
+            "",
+        ]
+    return lines
+
+
+STAGE_LINE = re.compile(r"^\s+(\S+) (?:done|skipped)[^\n]*? in ([\d.]+) s, peak memory ([\d.]+) GiB", re.M)
+TIME_WALL = re.compile(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (.+)")
+TIME_RSS = re.compile(r"Maximum resident set size \(kbytes\): (\d+)")
+
+
+def wall_seconds(text: str) -> float:
+    parts = [float(p) for p in text.strip().split(":")]
+    return sum(p * 60**i for i, p in enumerate(reversed(parts)))
+
+
+def costs(con, study: Study, log: Path | None, time_dir: Path | None) -> list[str]:
+    rows: list[tuple[str, float, float]] = []  # (what, seconds, GiB)
+    if log is not None:
+        rows += [(m[1], float(m[2]), float(m[3])) for m in STAGE_LINE.finditer(log.read_text(encoding="utf-8"))]
+    for path in sorted(time_dir.glob("time-*.txt")) if time_dir else []:
+        text = path.read_text(encoding="utf-8")
+        wall, rss = TIME_WALL.search(text), TIME_RSS.search(text)
+        what = path.stem.removeprefix("time-")
+        if wall and rss and what != "study":
+            rows.append((what, wall_seconds(wall[1]), int(rss[1]) / 2**20))
+    if not rows:
+        return []
+    runs = query(con, "findings_finetune").filter(pl.col("model").is_in(list(study.tuned.values()))).unique("run_id")
+    per_example = {
+        r["task"]: r["train_seconds"] / (r["train_examples"] * r["epochs"])
+        for r in query(con, "finetune_runs")
+        .filter(pl.col("run_id").is_in(runs["run_id"].to_list()))
+        .iter_rows(named=True)
+    }
+    stage = {what: seconds for what, seconds, _ in rows}
+    lines = [
+        "## What it costs",
+        "",
+        "Wall time and peak resident memory of each stage on this machine (2 CPU cores, no GPU), from the study's "
+        "log and `/usr/bin/time -v` of the other commands.",
+        "",
+        *table(("stage", "wall time", "peak memory"), ((w, f"{s / 60:.1f} min", f"{g:.2f} GiB") for w, s, g in rows)),
+    ]
+    if per_example:
+        pair_rate = [per_example[t] for t in ("mrpc", "rte", "stsb") if t in per_example]
+        mean_pair = sum(pair_rate) / len(pair_rate) if pair_rate else max(per_example.values())
+        finetune_full = sum(GLUE_TRAIN[t] * PAPER_EPOCHS * per_example.get(t, mean_pair) for t in PAPER_TASKS)
+        analysed = sum(study_examples(con, study).values()) or 1
+        per_analysed = {
+            s: stage[s] / analysed for s in ("ingest-base", "ingest-tuned", "compare", "ablation") if s in stage
+        }
+        rest = sum(per_analysed.values()) * PAPER_EXAMPLES * len(PAPER_TASKS)
+        lines += [
+            "Fine-tuning took "
+            + ", ".join(f"{t} {1000 * v:.0f} ms" for t, v in sorted(per_example.items()))
+            + " per train example and epoch. At those rates (QNLI, QQP and MNLI at the mean rate of the pair tasks), "
+            f"the paper's setting — seven tasks fine-tuned 3 epochs on their full train sets, {PAPER_EXAMPLES:,} dev "
+            f"examples each for the statistics, the compare and the sweep — would take about "
+            f"{finetune_full / 86400:.0f} days of fine-tuning and {rest / 3600:.1f} hours of analysis on this CPU, "
+            "assuming time grows linearly with examples and the other tasks' inputs are as long as these.",
+            "",
+        ]
+    return lines
+
+
+def study_examples(con, study: Study) -> dict[str, int]:
+    """Dev examples analysed per task (the statistics runs of the base model)."""
+    stats = query(con, "special_tokens_by_layer", model=study.base).group_by("task").agg(pl.col("examples").max())
+    return {r["task"]: r["examples"] for r in stats.iter_rows(named=True)}
+
+
+def figure(figures: dict[str, str], chart_id: str) -> list[str]:
+    return [f"![{chart_id}]({figures[chart_id]})", ""] if chart_id in figures else []
+
+
+# The report's charts the page shows, by their element id.
+CHARTS = (
+    "chart-pattern-types",
+    "chart-finetune-change-layers",
+    "chart-special-tokens-layers",
+    "chart-ablation-heads",
+    "chart-ablation-layers",
+    "chart-relations-frames",
+)
+
+
+def write_figures(db: Path, out: Path) -> dict[str, str]:
+    """The report's own charts for the figures the page shows, as PNG in a folder named after
+    the page; returns each chart's path relative to the page."""
+    from attnwh.reports.build import build_report, write_images
+    from attnwh.reports.sections import SECTIONS
+
+    sections = tuple(
+        s
+        for s in SECTIONS
+        if s.id in {"special-tokens", "pattern-types", "finetuning-change", "ablation", "relations-frames"}
+    )
+    folder = out.parent / out.stem
+    written = write_images(build_report(db, sections=sections), folder, "png")
+    figures = {}
+    for path in written:
+        if path.stem in CHARTS:
+            figures[path.stem] = f"{folder.name}/{path.name}"
+        else:
+            path.unlink()
+    return figures
+
+
+def build_page(db: Path, name: str | None, log: Path | None, time_dir: Path | None, figures: dict[str, str]) -> str:
+    con = warehouse.connect(db, read_only=True)
+    try:
+        study = find_study(con, name)
+        parts = [
+            f"# {study.name} against Kovaleva et al. (2019)",
+            "",
+            "Generated by `tools/results_page.py` from the study's warehouse; every table names the query it "
+            "comes from. Rerun the script to regenerate the page.",
+            "",
+            *setup(con, study),
+            *table1(con, study),
+            *fig2(con, study, figures),
+            *fig5(con, study, figures),
+            *fig6(con, study, figures),
+            *figs8_9(con, study, figures),
+            *relations(con, study, figures),
+            *costs(con, study, log, time_dir),
+        ]
+    finally:
+        con.close()
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", type=Path, required=True)
+    parser.add_argument("--name", help="the model's name on the page (default: its folder's name)")
+    parser.add_argument("--log", type=Path, help="the study's stderr, for the cost table")
+    parser.add_argument("--time-dir", type=Path, help="folder of /usr/bin/time -v outputs time-<what>.txt")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--no-figures", action="store_true", help="write the page without its PNG charts")
+    args = parser.parse_args(argv)
+    if not args.db.is_file():
+        sys.exit(f"error: no warehouse at {args.db}")
+    figures = {} if args.no_figures else write_figures(args.db, args.out)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(build_page(args.db, args.name, args.log, args.time_dir, figures), encoding="utf-8")
+    print(f"wrote {args.out}" + (f" and {len(figures)} figures" if figures else ""))
+
+
+if __name__ == "__main__":
+    main()
