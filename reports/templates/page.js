@@ -251,6 +251,14 @@
         "caption"
       )
     );
+    var runs = {};
+    rows.forEach(function (row) { runs[data.strings[row[col.section]] + SEP + row[col.run_id]] = true; });
+    var widest = 0;
+    Object.keys(data.sections).forEach(function (section) {
+      var n = Object.keys(runs).filter(function (key) { return key.split(SEP)[0] === section; }).length;
+      widest = Math.max(widest, n);
+    });
+    aside.classList.toggle("wide", widest > 4);
     Object.keys(data.sections).forEach(function (section) {
       var mine = rows.filter(function (row) { return data.strings[row[col.section]] === section; });
       var maps = section === "pattern-types" ? data.thumbnails[layer + "-" + head] || [] : [];
