@@ -114,6 +114,12 @@ def setup(con, study: Study) -> list[str]:
     rates = sorted(set(tuned["learning_rate"].to_list()))
     train = ", ".join(f"{r['task']} {r['train_examples']}" for r in tuned.sort("task").iter_rows(named=True))
     examples = ", ".join(f"{task} {n}" for task, n in sorted(study_examples(con, study).items()))
+    base_runs = query(con, "run_provenance").filter((pl.col("kind") == "statistics") & (pl.col("model") == study.base))
+    lengths = ", ".join(
+        f"{r['task']} {r['mean_tokens']:.0f} tokens on average, {r['n_truncated']} cut"
+        for r in base_runs.sort("task").iter_rows(named=True)
+    )
+    cut = sorted(set(base_runs["max_length"].to_list()))
     swept = ", ".join(
         f"{r['task']} {r['n_examples']}" for r in ablation.unique("run_id").sort("task").iter_rows(named=True)
     )
@@ -122,7 +128,7 @@ def setup(con, study: Study) -> list[str]:
         f"Fine-tuning: a seeded sample of the train split ({train} examples), {', '.join(f'{e:g}' for e in epochs)} "
         f"epoch{'' if epochs == [1] else 's'}, peak learning rate {', '.join(f'{r:g}' for r in rates)}, batch 32, inputs cut at 128 tokens; "
         f"scored on the whole dev split. Statistics, patterns and the compare on a seeded sample of dev "
-        f"examples ({examples}); the ablation sweep (every head and every layer, uniform attention as in the "
+        f"examples ({examples}; inputs cut at {', '.join(map(str, cut))} tokens: {lengths}); the ablation sweep (every head and every layer, uniform attention as in the "
         f"paper, paired tests with Benjamini–Hochberg across the run's heads and layers) on ({swept}).",
         "",
         "The paper: bert-base-uncased fine-tuned on the full train sets (3 epochs, batch 32), analyses on up to "
@@ -459,7 +465,17 @@ def costs(con, study: Study, log: Path | None, time_dir: Path | None) -> list[st
         .filter(pl.col("run_id").is_in(runs["run_id"].to_list()))
         .iter_rows(named=True)
     }
-    stage = {what: seconds for what, seconds, _ in rows}
+    # Model seconds per example of each analysis, per task (runs.seconds: the model's time,
+    # summed over resumed sessions): statistics of both models, compare, sweep.
+    provenance = query(con, "run_provenance").filter(
+        pl.col("kind").is_in(["statistics", "compare", "ablation"]) & pl.col("task").is_in(list(study.tuned))
+    )
+    per_run = (
+        provenance.group_by("kind", "task")
+        .agg((pl.col("seconds").sum() / pl.col("n_examples").sum()).alias("per_example"))
+        .sort("task")
+    )
+    rate = {(r["kind"], r["task"]): r["per_example"] for r in per_run.iter_rows(named=True)}
     lines = [
         "## What it costs",
         "",
@@ -467,24 +483,47 @@ def costs(con, study: Study, log: Path | None, time_dir: Path | None) -> list[st
         "log and `/usr/bin/time -v` of the other commands.",
         "",
         *table(("stage", "wall time", "peak memory"), ((w, f"{s / 60:.1f} min", f"{g:.2f} GiB") for w, s, g in rows)),
+        "Model time per example and task (the runs' own clocks; statistics: one run, the mean of the pre-trained and the tuned model's "
+        "runs; fine-tuning: per train example and epoch):",
+        "",
+        *table(
+            ("task", "fine-tuning", "statistics", "compare", "ablation sweep"),
+            (
+                (
+                    task,
+                    f"{per_example[task]:.3f} s" if task in per_example else "–",
+                    *(
+                        f"{rate[(k, task)]:.3f} s" if (k, task) in rate else "–"
+                        for k in ("statistics", "compare", "ablation")
+                    ),
+                )
+                for task in sorted(study.tuned)
+            ),
+        ),
+        source("run_provenance", "finetune_runs"),
+        "",
     ]
     if per_example:
         pair_rate = [per_example[t] for t in ("mrpc", "rte", "stsb") if t in per_example]
         mean_pair = sum(pair_rate) / len(pair_rate) if pair_rate else max(per_example.values())
         finetune_full = sum(GLUE_TRAIN[t] * PAPER_EPOCHS * per_example.get(t, mean_pair) for t in PAPER_TASKS)
-        analysed = sum(study_examples(con, study).values()) or 1
-        per_analysed = {
-            s: stage[s] / analysed for s in ("ingest-base", "ingest-tuned", "compare", "ablation") if s in stage
+        # Statistics run twice per task (the pre-trained and the tuned model).
+        analysis = {
+            k: sum(v for (kind, _), v in rate.items() if kind == k) / max(1, sum(kind == k for kind, _ in rate))
+            for k in ("statistics", "compare", "ablation")
         }
-        rest = sum(per_analysed.values()) * PAPER_EXAMPLES * len(PAPER_TASKS)
+        rest = (
+            (2 * analysis["statistics"] + analysis["compare"] + analysis["ablation"])
+            * PAPER_EXAMPLES
+            * len(PAPER_TASKS)
+        )
         lines += [
-            "Fine-tuning took "
-            + ", ".join(f"{t} {1000 * v:.0f} ms" for t, v in sorted(per_example.items()))
-            + " per train example and epoch. At those rates (QNLI, QQP and MNLI at the mean rate of the pair tasks), "
-            f"the paper's setting — seven tasks fine-tuned 3 epochs on their full train sets, {PAPER_EXAMPLES:,} dev "
-            f"examples each for the statistics, the compare and the sweep — would take about "
-            f"{finetune_full / 86400:.0f} days of fine-tuning and {rest / 3600:.1f} hours of analysis on this CPU, "
-            "assuming time grows linearly with examples and the other tasks' inputs are as long as these.",
+            "At these rates — QNLI, QQP and MNLI fine-tuned at the mean rate of the pair tasks, and every task "
+            "analysed at the mean rate of these four — the paper's setting (seven tasks fine-tuned 3 epochs on their "
+            f"full train sets, {PAPER_EXAMPLES:,} dev examples each for the statistics, the compare and the sweep) "
+            f"would take about {finetune_full / 86400:.0f} days of fine-tuning and {rest / 3600:.1f} hours of analysis "
+            "on this CPU, assuming time grows linearly with examples and the other tasks' inputs are as long as "
+            "these.",
             "",
         ]
     return lines
