@@ -8,7 +8,9 @@ Three ways to get per-head statistics for the same batches of one task:
   returned maps (weight shares only: the maps alone do not give the norm-weighted shares).
 
 Prints seconds (best of --repeats) and ratios to the eager-maps baseline and to plain.
-Usage: ``python bench/ingest.py [--glue-dir ../shared/data/glue --task sst2] [--limit 872]``
+Usage: ``python bench/ingest.py [--model DIR] [--glue-dir ../shared/data/glue --task sst2] [--limit 872]``
+(default model: the bundled MiniLM; a family without sdpa, such as MPNet, runs plain on its
+own attention).
 """
 
 from __future__ import annotations
@@ -51,19 +53,30 @@ def best_of(repeats: int, fn) -> float:
     return min(times)
 
 
+def plain_model(source: str):
+    """The model's own forward pass: sdpa where the family has it, else its only attention."""
+    try:
+        return AutoModel.from_pretrained(source, attn_implementation="sdpa")
+    except ValueError:
+        return AutoModel.from_pretrained(source)
+
+
 def main() -> None:
-    args = task_parser(__doc__.splitlines()[0]).parse_args()
+    parser = task_parser(__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help="encoder folder or hub name (default: the bundled MiniLM)")
+    args = parser.parse_args()
     data = load_task(args)
     data = data.sample(args.limit, 42)
-    encoder = load_encoder(None, args.device)
+    encoder = load_encoder(args.model, args.device)
+    source = args.model or str(bundled_model_path())
     encoded = encode_task(encoder.tokenizer, data, encoder.max_length)
     batches = [
         collate(encoded, b, encoder.tokenizer.pad_token_id, encoder.device)
         for b in length_buckets(encoded.n_tokens, range(len(data.examples)), args.batch_size)
     ]
     capture = StatisticsCapture(encoder)
-    plain = AutoModel.from_pretrained(bundled_model_path(), attn_implementation="sdpa").to(encoder.device).eval()
-    eager = AutoModel.from_pretrained(bundled_model_path(), attn_implementation="eager").to(encoder.device).eval()
+    plain = plain_model(source).to(encoder.device).eval()
+    eager = AutoModel.from_pretrained(source, attn_implementation="eager").to(encoder.device).eval()
     kinds = TokenKinds(encoder.tokenizer)
 
     def run_plain():
