@@ -205,6 +205,14 @@ def test_cli_trains_on_local_files(monkeypatch, capsys, tiny_model_dir, tmp_path
     assert out.startswith("train: trained on 24 examples") and "(10): accuracy" in out
     with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as con:
         assert con.execute("SELECT task FROM runs").fetchall() == [("train",)]
+    # --epochs 0: nothing trained, said so, and recorded as 0 epochs with no loss.
+    untrained = [str(tmp_path / "u") if a == str(tmp_path / "m") else a for a in common[:-3]]
+    untrained += ["0", "--eval-data", str(dev)]
+    code, out, err = run(monkeypatch, capsys, *untrained, "--label-column", "label")
+    assert code == 0, err
+    assert out.startswith("train: not trained (epochs 0)") and "(10): accuracy" in out
+    with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT epochs, final_loss FROM finetunes ORDER BY run_id").fetchall()[-1] == (0.0, None)
 
 
 def test_cli_run_spans_training_and_scoring(monkeypatch, capsys, tiny_model_dir, tmp_path):

@@ -136,8 +136,8 @@ def setup(con, study: Study) -> list[str]:
         f"paper, paired tests with Benjamini–Hochberg across the run's heads and layers) on ({swept}).",
         "",
         "The paper: bert-base-uncased fine-tuned on the full train sets (3 epochs, batch 32), analyses on up to "
-        f"{PAPER_EXAMPLES:,} dev examples per task, seven tasks. Its numbers below are as printed in the paper "
-        "(Kovaleva et al. 2019, arXiv:1908.08593).",
+        f"{PAPER_EXAMPLES:,} dev examples per task, seven tasks. Its numbers below are the ones it reports "
+        "(Kovaleva et al. 2019, arXiv:1908.08593), in the constants at the top of `tools/results_page.py`.",
         "",
     ]
 
@@ -362,6 +362,11 @@ def figs8_9(con, study: Study, figures: dict[str, str]) -> list[str]:
         *table(header, rows),
         source("ablation_summary", "ablation_effect", "layer_ablation", "findings_ablation"),
         "",
+        *(
+            [f"No complete sweep in the warehouse for: {', '.join(missing)}.", ""]
+            if (missing := sorted(set(study.tuned) - set(summary["task"].to_list())))
+            else []
+        ),
         "The paper: on every task some head's disabling raised the score, by +0.1 (STS-B) to +1.2 (MRPC) points, "
         "a random head on average helped on MRPC and RTE, and disabling the first layer raised RTE by +3.2 points; "
         "it ran no significance test.",
@@ -452,7 +457,7 @@ def wall_seconds(text: str) -> float:
     return sum(p * 60**i for i, p in enumerate(reversed(parts)))
 
 
-def costs(con, study: Study, log: Path | None, time_dir: Path | None) -> list[str]:
+def costs(con, study: Study, log: Path | None, time_dir: Path | None, note: str | None) -> list[str]:
     rows: list[tuple[str, float, float]] = []  # (what, seconds, GiB)
     if log is not None:
         rows += [(m[1], float(m[2]), float(m[3])) for m in STAGE_LINE.finditer(log.read_text(encoding="utf-8"))]
@@ -486,7 +491,7 @@ def costs(con, study: Study, log: Path | None, time_dir: Path | None) -> list[st
         "## What it costs",
         "",
         "Wall time and peak resident memory of each stage on this machine (2 CPU cores, no GPU), from the study's "
-        "log and `/usr/bin/time -v` of the other commands.",
+        "log and `/usr/bin/time -v` of the other commands." + (f" {note}" if note else ""),
         "",
         *table(("stage", "wall time", "peak memory"), ((w, f"{s / 60:.1f} min", f"{g:.2f} GiB") for w, s, g in rows)),
         "Model time per example and task (the runs' own clocks; statistics: one run, the mean of the pre-trained and the tuned model's "
@@ -578,7 +583,14 @@ def write_figures(db: Path, out: Path) -> dict[str, str]:
     return figures
 
 
-def build_page(db: Path, name: str | None, log: Path | None, time_dir: Path | None, figures: dict[str, str]) -> str:
+def build_page(
+    db: Path,
+    name: str | None,
+    log: Path | None,
+    time_dir: Path | None,
+    figures: dict[str, str],
+    cost_note: str | None = None,
+) -> str:
     con = warehouse.connect(db, read_only=True)
     try:
         study = find_study(con, name)
@@ -595,7 +607,7 @@ def build_page(db: Path, name: str | None, log: Path | None, time_dir: Path | No
             *fig6(con, study, figures),
             *figs8_9(con, study, figures),
             *relations(con, study, figures),
-            *costs(con, study, log, time_dir),
+            *costs(con, study, log, time_dir, cost_note),
         ]
     finally:
         con.close()
@@ -608,6 +620,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--name", help="the model's name on the page (default: its folder's name)")
     parser.add_argument("--log", type=Path, help="the study's stderr, for the cost table")
     parser.add_argument("--time-dir", type=Path, help="folder of /usr/bin/time -v outputs time-<what>.txt")
+    parser.add_argument("--cost-note", help="a sentence on how the costs were measured (e.g. beside other work)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--no-figures", action="store_true", help="write the page without its PNG charts")
     args = parser.parse_args(argv)
@@ -615,7 +628,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(f"error: no warehouse at {args.db}")
     figures = {} if args.no_figures else write_figures(args.db, args.out)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(build_page(args.db, args.name, args.log, args.time_dir, figures), encoding="utf-8")
+    args.out.write_text(
+        build_page(args.db, args.name, args.log, args.time_dir, figures, args.cost_note), encoding="utf-8"
+    )
     print(f"wrote {args.out}" + (f" and {len(figures)} figures" if figures else ""))
 
 

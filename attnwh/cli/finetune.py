@@ -12,8 +12,14 @@ from attnwh.cli.options import cli_command
 def show_finetune(done: api.Finetuned) -> None:
     result = done.result
     scores = ", ".join(f"{k} {v:.4f}" for k, v in result.scores.items())
+    # No loss: no step was taken (--epochs 0), the head is as initialised.
+    trained = (
+        "not trained (epochs 0)"
+        if result.final_loss is None
+        else f"trained on {result.train_examples} examples in {result.train_seconds:.1f} s"
+    )
     Console().print(
-        f"{done.task}: trained on {result.train_examples} examples in {result.train_seconds:.1f} s; "
+        f"{done.task}: {trained}; "
         f"{done.split} ({result.dev_examples}): {scores}\nsaved to {done.out.resolve()}; run {done.run_id} in "
         f"{done.db.resolve()}",
         highlight=False,
