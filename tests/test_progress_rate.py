@@ -91,3 +91,18 @@ def test_a_bar_in_a_log_reports_every_interval():
     assert [re.search(r"\b(\d+)/10\b", line).group(1) for line in logged] == ["1", "2", "3", "3"]
     assert all("ex/s" in line and "eta" in line for line in logged)
     assert len(lines(3600.0)) == 1  # within the interval: only the end
+
+
+def test_the_eta_follows_the_mean_rate_after_one_update():
+    console = Console(file=io.StringIO(), width=100, force_terminal=False)
+    progress = make_progress(console)
+    task = progress.add_task("sst2", total=10)
+    time.sleep(0.2)
+    progress.advance(task, 2)  # one update: rich's own estimate has no speed yet
+    state = progress.tasks[0]
+    expected = round(8 * state.elapsed / 2)
+    shown = progress.columns[-1].render(state).plain
+    assert shown == f"{expected // 3600}:{expected // 60 % 60:02d}:{expected % 60:02d}"
+    progress.advance(task, 8)
+    assert progress.columns[-1].render(progress.tasks[0]).plain == "0:00:00"
+    progress.stop()

@@ -42,7 +42,6 @@ def make_progress(console: Console, unit: str = "ex", stat: ProgressColumn | Non
         ProgressColumn,
         TextColumn,
         TimeElapsedColumn,
-        TimeRemainingColumn,
     )
     from rich.text import Text
 
@@ -57,6 +56,20 @@ def make_progress(console: Console, unit: str = "ex", stat: ProgressColumn | Non
                 return Text(f"– {unit}/s", style="cyan")
             return Text(f"{task.completed / seconds:.1f} {unit}/s", style="cyan")
 
+    class Eta(ProgressColumn):
+        """Time left at the mean rate since the bar started. Rich's own estimate needs several
+        updates within its last 30 s, so a bar updated once a batch of a slow stage (a sweep of a
+        12-layer model: a batch every 40 s) would never show one."""
+
+        def render(self, task: Any) -> Text:
+            if task.finished:
+                return Text("0:00:00", style="cyan")
+            seconds = task.elapsed
+            if not task.total or not task.completed or not seconds:
+                return Text("-:--:--", style="cyan")
+            left = round((task.total - task.completed) * seconds / task.completed)
+            return Text(f"{left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}", style="cyan")
+
     class Fitted(Progress):
         def get_renderables(self) -> Iterator[RenderableType]:
             yield FittedRows(self.columns, self.tasks)
@@ -68,7 +81,7 @@ def make_progress(console: Console, unit: str = "ex", stat: ProgressColumn | Non
         stat or Speed(),
         TimeElapsedColumn(),
         TextColumn("eta"),
-        TimeRemainingColumn(),
+        Eta(),
         console=console,
     )
 
