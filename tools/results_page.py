@@ -530,7 +530,7 @@ def costs(con, study: Study, log: Path | None, time_dir: Path | None, note: str 
         )
         lines += [
             "At these rates — QNLI, QQP and MNLI fine-tuned at the mean rate of the pair tasks, and every task "
-            "analysed at the mean rate of these four — the paper's setting (seven tasks fine-tuned 3 epochs on their "
+            "analysed at the mean rate of the tasks measured here — the paper's setting (seven tasks fine-tuned 3 epochs on their "
             f"full train sets, {PAPER_EXAMPLES:,} dev examples each for the statistics, the compare and the sweep) "
             f"would take about {finetune_full / 86400:.0f} days of fine-tuning and {rest / 3600:.1f} hours of analysis "
             "on this CPU, assuming time grows linearly with examples and the other tasks' inputs are as long as "
