@@ -34,7 +34,7 @@ step study "$A" study --model "$MODEL" --glue-dir "$DATA/glue" --tasks "$(IFS=,;
     --db study.duckdb --out-dir models --report report.html 2>> study.log || exit 1
 # Table 1: the encoder with an untrained head, and the same architecture trained from scratch.
 for t in "${TASKS[@]}"; do
-    step "untrained-$t" "$A" finetune --model "$MODEL" --glue-dir "$DATA/glue" --task "$t" --epochs 0 \
+    step "untrained-$t" "$A" finetune --model "$MODEL" --glue-dir "$DATA/glue" --task "$t" --epochs 0 --max-train-examples 1000 \
         --out "models/untrained-$t" --db study.duckdb || exit 1
 done
 for t in sst2 stsb; do
@@ -46,5 +46,5 @@ step relations-ud "$A" ingest relations --model "$MODEL" --conllu "$DATA/ud/en_e
 step relations-framenet "$A" ingest relations --model "$MODEL" \
     --framenet "$DATA/framenet/fn1.7.dev.opensesame.conll" --db study.duckdb || exit 1
 "$A" report --db study.duckdb --out report.html
-python "$ROOT/tools/results_page.py" --db study.duckdb --name all-mpnet-base-v2 --log study.log --time-dir . \
+"${PYTHON:-python}" "$ROOT/tools/results_page.py" --db study.duckdb --name all-mpnet-base-v2 --log study.log --time-dir . \
     --out "$ROOT/docs/results/all-mpnet-base-v2.md"
