@@ -18,9 +18,10 @@ from attnwh.ingest.sources.examples import TaskData
 
 
 def task_parser(description: str) -> argparse.ArgumentParser:
-    """A parser with the options every ingest benchmark takes: the task, its size, the batch
-    size, the repeats and the device."""
+    """A parser with the options every ingest benchmark takes: the model, the task, its size,
+    the batch size, the repeats and the device."""
     parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--model", default=None, help="encoder folder or hub name (default: the bundled MiniLM)")
     parser.add_argument("--glue-dir", type=Path, default=None)
     parser.add_argument("--task", default=None)
     parser.add_argument("--limit", type=int, default=None)
@@ -39,9 +40,9 @@ def load_task(args: argparse.Namespace) -> TaskData:
 
 
 def prepare_ingest(args: argparse.Namespace) -> tuple[EncoderModel, IngestOptions, PreparedTask]:
-    """The bundled model on --device, the ingest options of the arguments, and the task
-    (:func:`load_task`) prepared for it."""
-    encoder = load_encoder(None, args.device)
+    """--model (default: the bundled MiniLM) on --device, the ingest options of the arguments,
+    and the task (:func:`load_task`) prepared for it."""
+    encoder = load_encoder(args.model, args.device)
     options = IngestOptions(limit=args.limit, batch_size=args.batch_size)
     (prepared,) = prepare_tasks(encoder, [load_task(args)], options)
     return encoder, options, prepared

@@ -62,9 +62,7 @@ def plain_model(source: str):
 
 
 def main() -> None:
-    parser = task_parser(__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="encoder folder or hub name (default: the bundled MiniLM)")
-    args = parser.parse_args()
+    args = task_parser(__doc__.splitlines()[0]).parse_args()
     data = load_task(args)
     data = data.sample(args.limit, 42)
     encoder = load_encoder(args.model, args.device)

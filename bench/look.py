@@ -10,7 +10,7 @@ twice per repeat, taking turns (A B, B A, …):
   ingest` runs now.
 
 Prints seconds (best of --repeats) and the ratio of the default to the rules only, measured
-in the same run: best against best, and the median of the ratios within each repeat. Usage: ``python bench/look.py [--glue-dir ../shared/data/glue --task sst2]``
+in the same run: best against best, and the median of the ratios within each repeat. Usage: ``python bench/look.py [--model DIR] [--glue-dir ../shared/data/glue --task sst2]``
 """
 
 from __future__ import annotations

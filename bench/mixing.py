@@ -11,7 +11,7 @@ written into a fresh DuckDB file) once per variant and repeat, taking turns (A B
 
 Prints seconds (best of --repeats) and each variant's ratio to the baseline, measured in
 the same run: best against best, and the median of the ratios within each repeat. Usage:
-``python bench/mixing.py [--glue-dir ../shared/data/glue --task sst2 --repeats 5]``
+``python bench/mixing.py [--model DIR] [--glue-dir ../shared/data/glue --task sst2 --repeats 5]``
 """
 
 from __future__ import annotations

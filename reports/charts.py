@@ -1013,10 +1013,18 @@ def _interval_around_zero(base: alt.Chart, mark: str, line: alt.Chart) -> alt.La
 _RING = "M 1 0 A 1 1 0 1 1 -1 0 A 1 1 0 1 1 1 0 Z M 0.62 0 A 0.62 0.62 0 1 0 -0.62 0 A 0.62 0.62 0 1 0 0.62 0 Z"
 
 
+LAYER_CHART_WIDTH = 1000  # px the per-layer ablation chart aims at, whatever the runs
+
+
 def ablation_layers(frame: pl.DataFrame) -> alt.LayerChart:
     """The change in task score per disabled layer with its 95 % bootstrap interval, one colour
     per ablation run and metric. `frame` is `layer_ablation`."""
     data = frame.with_columns(panel=ablation_label(frame))
+    # One step per (layer, run) pair: 28 px for a few runs, narrower for many, so that a
+    # 12-layer model swept on several tasks stays about 1,000 px wide instead of being
+    # shrunk to the page with its text.
+    slots = data.select(pl.struct("layer", "panel").n_unique()).item()
+    step = max(10, min(28, LAYER_CHART_WIDTH // max(slots, 1)))
     base = alt.Chart(data).encode(
         x=alt.X("layer:O", title="layer disabled", axis=alt.Axis(labelAngle=0)),
         xOffset=alt.XOffset("panel:N"),
@@ -1025,7 +1033,7 @@ def ablation_layers(frame: pl.DataFrame) -> alt.LayerChart:
     # One meaning of a filled dot on the whole page, as the ● of the head heatmap: filled =
     # significant (adjusted p < 0.05), a ring = not. The ring is a path (Vega-Lite draws no
     # legend for fillOpacity, so a hollow mark could not be explained in a legend).
-    points = base.mark_point(filled=True, size=80, opacity=1).encode(
+    points = base.mark_point(filled=True, size=min(80, 3 * step), opacity=1).encode(
         y="delta:Q",
         shape=alt.Shape(
             "significant:N",
@@ -1048,7 +1056,7 @@ def ablation_layers(frame: pl.DataFrame) -> alt.LayerChart:
             alt.Tooltip("significant:N", title="adjusted p < 0.05"),
         ],
     )
-    return _styled(_interval_around_zero(base, "rule", points).properties(width=alt.Step(28), height=220))
+    return _styled(_interval_around_zero(base, "rule", points).properties(width=alt.Step(step), height=220))
 
 
 def ablation_curve(frame: pl.DataFrame) -> alt.LayerChart:

@@ -353,3 +353,38 @@ def test_times_uniform_legend_names_its_midpoint(report):
     assert colour["title"] == "× uniform head" and colour["scale"]["domainMid"] == 1
     assert 1 in colour["legend"]["values"] and "1 = uniform" in colour["legend"]["labelExpr"]
     assert colour["scale"]["domain"][0] == 0 and colour["scale"]["domain"][1] >= 2
+
+
+@pytest.mark.parametrize(("runs", "step"), [(1, 28), (6, 13)])
+def test_layer_ablation_chart_stays_about_a_page_wide(runs, step):
+    """Six runs of a 12-layer model: 72 (layer, run) slots narrowed to fit ~1,000 px rather than
+    2,016 px that the page would shrink, text and all; one run keeps the wide step."""
+    import polars as pl
+
+    from attnwh.reports import charts
+
+    frame = pl.DataFrame(
+        [
+            {
+                "run_id": run,
+                "model": "m",
+                "task": "sst2",
+                "split": "dev",
+                "mode": "uniform",
+                "metric": "accuracy",
+                "layer": layer,
+                "baseline": 0.9,
+                "value": 0.9,
+                "delta": 0.0,
+                "ci_low": -0.01,
+                "ci_high": 0.01,
+                "p_adjusted": 1.0,
+                "significant": False,
+            }
+            for run in range(runs)
+            for layer in range(12)
+        ]
+    )
+    spec = charts.ablation_layers(frame).to_dict()
+    assert spec["width"] == {"step": step}
+    assert 12 * runs * step <= max(charts.LAYER_CHART_WIDTH, 12 * 28)

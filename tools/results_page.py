@@ -142,16 +142,33 @@ def setup(con, study: Study) -> list[str]:
     ]
 
 
-def table1(con, study: Study) -> list[str]:
+def scores(con, study: Study) -> dict[tuple[str, str, str], float]:
+    """Our Table 1: (task, metric, pretrained | scratch | tuned) -> score, of the runs from the base model."""
     runs = query(con, "findings_finetune").filter(pl.col("base_model") == study.base)
 
     def kind(row: dict) -> str:
         return "scratch" if row["from_scratch"] else "pretrained" if row["epochs"] == 0 else "tuned"
 
-    ours: dict[tuple[str, str, str], float] = {}
-    for row in runs.iter_rows(named=True):
-        if row["metric"] is not None:
-            ours[(row["task"], row["metric"], kind(row))] = row["value"]
+    return {
+        (row["task"], row["metric"], kind(row)): row["value"]
+        for row in runs.iter_rows(named=True)
+        if row["metric"] is not None
+    }
+
+
+def gains(ours: dict[tuple[str, str, str], float], tasks: Iterable[str]) -> dict[str, float]:
+    """Per task, the primary metric fine-tuned minus with the untrained head."""
+    return {
+        t: ours[(t, m, "tuned")] - ours[(t, m, "pretrained")]
+        for t in tasks
+        for m in [PRIMARY_METRIC.get(t, "accuracy")]
+        if (t, m, "tuned") in ours and (t, m, "pretrained") in ours
+    }
+
+
+def table1(con, study: Study) -> list[str]:
+    runs = query(con, "findings_finetune").filter(pl.col("base_model") == study.base)
+    ours = scores(con, study)
     rows = []
     for task in sorted({t for t, _, _ in ours}):
         paper = PAPER_TABLE1.get(task, {})
@@ -164,12 +181,7 @@ def table1(con, study: Study) -> list[str]:
                 )
             rows.append((task, metric, *cells))
     tuned = {t: ours.get((t, PRIMARY_METRIC.get(t, "accuracy"), "tuned")) for t in study.tuned}
-    gains = [
-        ours[(t, m, "tuned")] - ours[(t, m, "pretrained")]
-        for t in study.tuned
-        for m in [PRIMARY_METRIC.get(t, "accuracy")]
-        if (t, m, "tuned") in ours and (t, m, "pretrained") in ours
-    ]
+    gained = list(gains(ours, study.tuned).values())
     lines = [
         "## Table 1 — scores without fine-tuning, from scratch, fine-tuned",
         "",
@@ -182,13 +194,58 @@ def table1(con, study: Study) -> list[str]:
         source("findings_finetune"),
         "",
     ]
-    if gains:
+    if gained:
         lines += [
             "Fine-tuning raised each task's primary metric (accuracy; F1 for MRPC; Pearson for STS-B) over the "
-            f"untrained head by {100 * sum(gains) / len(gains):.1f} points on average over {len(gains)} tasks (the "
+            f"untrained head by {100 * sum(gained) / len(gained):.1f} points on average over {len(gained)} tasks (the "
             "paper: 35.9 points over its seven), to "
             + ", ".join(f"{t} {points(v)}" for t, v in sorted(tuned.items()))
             + ".",
+            "",
+        ]
+    trained = {
+        r["task"]: r["train_examples"]
+        for r in runs.filter(pl.col("model").is_in(list(study.tuned.values()))).iter_rows(named=True)
+    }
+    lines += compared_with_paper(ours, trained)
+    return lines
+
+
+def paper_score(task: str, metric: str, which: int) -> float | None:
+    """The paper's Table 1 number for a task and metric (0 pre-trained, 1 scratch, 2 tuned), in points."""
+    paper = PAPER_TABLE1.get(task, {})
+    theirs = paper.get(metric) or (paper.get("score") if metric == "pearson" else None)
+    return None if theirs is None else theirs[which]
+
+
+def compared_with_paper(ours: dict[tuple[str, str, str], float], trained: dict[str, int]) -> list[str]:
+    """A sentence on the fine-tuned column of Table 1 (the gap to the paper, beside the share
+    of the full train set used) and one on the from-scratch column."""
+    lines = []
+    tuned_gaps, scratch = [], []
+    for task in sorted(trained):
+        metric = PRIMARY_METRIC.get(task, "accuracy")
+        full = GLUE_TRAIN.get(task)
+        share = f" ({trained[task]:,} of {full:,}, {100 * trained[task] / full:.1f} %)" if full else ""
+        if (theirs := paper_score(task, metric, 2)) is not None and (task, metric, "tuned") in ours:
+            tuned_gaps.append(f"{task} {theirs - 100 * ours[(task, metric, 'tuned')]:+.1f}{share}")
+        if (theirs := paper_score(task, metric, 1)) is not None and (task, metric, "scratch") in ours:
+            scratch.append(f"{task} {points(ours[(task, metric, 'scratch')])} (the paper {theirs:.1f})")
+    if tuned_gaps:
+        lines += [
+            "Fine-tuned, the paper's score minus ours (our train sample of the full train set in brackets): "
+            + ", ".join(tuned_gaps)
+            + ". The paper trained on the full train sets; no published BERT-base or MPNet scores at these sample "
+            "sizes are at hand, so its full-data numbers are the only reference here. The classifier reads the "
+            "first token, which BERT trained on next-sentence prediction; MPNet's had no sentence-level objective, "
+            "and sentence-embedding models such as all-mpnet-base-v2 mean-pool their outputs instead.",
+            "",
+        ]
+    if scratch:
+        lines += [
+            "From scratch (random weights, the same train sample and schedule): "
+            + ", ".join(scratch)
+            + "; the paper trained from scratch on the full train sets.",
             "",
         ]
     return lines
@@ -196,11 +253,18 @@ def table1(con, study: Study) -> list[str]:
 
 def fig2(con, study: Study, figures: dict[str, str]) -> list[str]:
     rows = []
+    ranges: dict[str, list[float]] = {p: [] for p in PATTERNS}
+    special = []  # per task: the tuned model's mean weight on [CLS], [SEP] and punctuation
     for task, model in sorted(study.tuned.items()):
         frame = query(con, "pattern_frequency", model=model, task=task, n_boot=1000, seed=42)
         shares = {r["pattern"]: r for r in frame.iter_rows(named=True)}
         if not shares:
             continue
+        for p in shares:
+            ranges.setdefault(p, []).append(100 * shares[p]["share"])
+        tokens = query(con, "special_tokens_by_layer", model=model, task=task)
+        if tokens.height:
+            special.append((tokens["to_cls"] + tokens["to_sep"] + tokens["to_punct"]).mean())
         cells = [
             f"{100 * shares[p]['share']:.1f} [{100 * shares[p]['share_low']:.1f}, {100 * shares[p]['share_high']:.1f}]"
             if p in shares
@@ -217,9 +281,39 @@ def fig2(con, study: Study, figures: dict[str, str]) -> list[str]:
         "[the label set's page](../pattern_labels.md)).",
         "",
         *table(("task", "examples", *PATTERNS), [*rows, paper]),
-        source("pattern_frequency"),
+        source("pattern_frequency", "special_tokens_by_layer"),
         "",
+        *pattern_sentence(ranges, special),
         *figure(figures, "chart-pattern-types"),
+    ]
+
+
+def pattern_sentence(ranges: dict[str, list[float]], special: list[float]) -> list[str]:
+    """Where our range of each type's share over the tasks falls against the paper's."""
+    outside = []
+    for pattern, (lo, hi) in PAPER_PATTERN_SHARES.items():
+        ours = ranges.get(pattern)
+        if ours and (min(ours) > hi or max(ours) < lo):
+            outside.append(
+                f"{pattern} {min(ours):.0f}–{max(ours):.0f} % ({'above' if min(ours) > hi else 'below'} the paper's {lo}–{hi} %)"
+            )
+    inside = [p for p in PAPER_PATTERN_SHARES if ranges.get(p) and not any(o.startswith(f"{p} ") for o in outside)]
+    if not outside:
+        return ["Every type's share falls within or across the paper's range.", ""] if inside else []
+    return [
+        "Outside the paper's ranges: "
+        + "; ".join(outside)
+        + (f"; within or across them: {', '.join(inside)}" if inside else "")
+        + ". "
+        + (
+            f"Two likely causes: the model (these fine-tuned models put {100 * min(special):.0f}–"
+            f"{100 * max(special):.0f} % of their attention weight on [CLS], [SEP] and punctuation, mean over layers "
+            "and heads, the columns vertical maps are made of) and the labeller (the paper's shares come from its "
+            "CNN trained on its own hand labels of BERT's maps, never released; ours from attnwh's classifier)."
+            if special
+            else ""
+        ),
+        "",
     ]
 
 
@@ -248,9 +342,31 @@ def fig5(con, study: Study, figures: dict[str, str]) -> list[str]:
         "The paper: the last two layers change most on every task but QQP. Here the two most changed layers are "
         + "; ".join(f"{t}: {', '.join(str(layer) for layer in sorted(lowest[t]))}" for t in tasks)
         + f" — the last two ({', '.join(str(layer) for layer in sorted(last_two))}) on {len(agree)} of {len(tasks)} "
-        "tasks.",
+        f"tasks; the last layer alone is the most changed on {sum(lowest[t][0] == layers[-1] for t in tasks)} of {len(tasks)}.",
         "",
+        *change_sentence([t for t in tasks if t not in agree], layers, cosine, gains(scores(con, study), study.tuned)),
         *figure(figures, "chart-finetune-change-layers"),
+    ]
+
+
+def change_sentence(
+    tasks: Sequence[str], layers: Sequence[int], cosine: dict[tuple[str, int], float], gained: dict[str, float]
+) -> list[str]:
+    """For the tasks whose two most changed layers are not the last two: how far the last two
+    layers' cosines are from the layers that outranked them, beside the task's fine-tuning gain."""
+    if not tasks:
+        return []
+    parts = []
+    for t in tasks:
+        ranked = sorted(layers, key=lambda layer: cosine[(t, layer)])
+        outranked = [f"{layer} at {cosine[(t, layer)]:.3f}" for layer in ranked[:2] if layer not in layers[-2:]]
+        missed = [f"{layer} at {cosine[(t, layer)]:.3f}" for layer in layers[-2:] if layer not in ranked[:2]]
+        gain = f" (fine-tuning gained {100 * gained[t]:.1f} points)" if t in gained else ""
+        parts.append(f"{t}{gain}: layer {', '.join(missed)} against layer {', '.join(outranked)}")
+    mean_gain = f" (mean gain over the tasks: {100 * sum(gained.values()) / len(gained):.1f})" if gained else ""
+    return [
+        "Where they are not, by how much the last two layers were outranked: " + "; ".join(parts) + mean_gain + ".",
+        "",
     ]
 
 
@@ -371,8 +487,38 @@ def figs8_9(con, study: Study, figures: dict[str, str]) -> list[str]:
         "a random head on average helped on MRPC and RTE, and disabling the first layer raised RTE by +3.2 points; "
         "it ran no significance test.",
         "",
+        *ablation_sentence(summary, findings, heads, layers),
         *figure(figures, "chart-ablation-heads"),
         *figure(figures, "chart-ablation-layers"),
+    ]
+
+
+def ablation_sentence(
+    summary: pl.DataFrame, findings: pl.DataFrame, heads: pl.DataFrame, layers: pl.DataFrame
+) -> list[str]:
+    """The paper's three ablation findings, each against ours on the primary metric of every swept task."""
+    primary = summary.filter(pl.col("metric") == pl.col("task").replace_strict(PRIMARY_METRIC, default="accuracy"))
+    if not primary.height:
+        return []
+    best, mean, first, survive = [], [], [], []
+    for r in primary.sort("task").iter_rows(named=True):
+        of_run = (pl.col("run_id") == r["run_id"]) & (pl.col("metric") == r["metric"])
+        best.append(f"{r['task']} {100 * r['best_head_delta']:+.1f}")
+        mean.append(f"{r['task']} {100 * heads.filter(of_run)['delta'].mean():+.2f}")
+        layer0 = layers.filter(of_run & (pl.col("layer") == 0))
+        if layer0.height:
+            first.append(f"{r['task']} {100 * layer0['delta'][0]:+.1f}")
+        f = findings.filter(of_run).row(0, named=True)
+        survive.append(f"{r['task']} {f['heads_raised']}")
+    raised = sum(1 for r in primary.iter_rows(named=True) if r["best_head_delta"] > 0)
+    return [
+        f"Ours, on each task's primary metric: some head's disabling raised the score on {raised} of "
+        f"{primary.height} tasks (best: {', '.join(best)} points), and the raises that survive the correction are "
+        f"{', '.join(survive)} heads; the mean over heads is {', '.join(mean)}; disabling layer 0 changed the score "
+        f"by {', '.join(first) or '–'}. On accuracy one configuration alone needs the change in the *smallest Δ "
+        "alone* column to survive the correction at this sample size, so single raises of a point or two, the "
+        "paper's included, can be chance.",
+        "",
     ]
 
 
@@ -416,6 +562,7 @@ def relations(con, study: Study, figures: dict[str, str]) -> list[str]:
             f"The paper: two heads of 144 stood out, at {PAPER_FRAME_HEADS[0]} and {PAPER_FRAME_HEADS[1]} (above the "
             "99th percentile), and disabling them did not hurt any task.",
             "",
+            *frame_sentence(top, query(con, "frame_coverage", model=study.base)),
             *figure(figures, "chart-relations-frames"),
         ]
     deps = query(con, "dependency_heads", model=study.base)
@@ -447,9 +594,38 @@ def relations(con, study: Study, figures: dict[str, str]) -> list[str]:
     return lines
 
 
-STAGE_LINE = re.compile(r"^\s+(\S+) (?:done|skipped)[^\n]*? in ([\d.]+) s, peak memory ([\d.]+) GiB", re.M)
+# A stage of the study's log: its header, one line per task, and its "done in N s" line. Skipped
+# stages (everything already there) cost nothing and are left out.
+def frame_sentence(top: pl.DataFrame, coverage: pl.DataFrame) -> list[str]:
+    """Our best frame heads against the paper's two, with the sample they rest on."""
+    if not top.height:
+        return []
+    best = top.row(0, named=True)
+    above = top.filter(pl.col("mean_max_attention") > max(PAPER_FRAME_HEADS)).height
+    sample = ""
+    if coverage.height:
+        c = coverage.row(0, named=True)
+        sample = (
+            f" They rest on {c['measured']} of the {c['annotations_read']:,} annotations read ({c['long_sentence']:,} "
+            f"dropped for sentences over {c['max_sentence_words']} words)."
+        )
+    return [
+        f"Ours: the best head, {best['layer']}-{best['head']}, averages {best['mean_max_attention']:.3f}, and "
+        f"{above} of the top five exceed the paper's higher head.{sample}",
+        "",
+    ]
+
+
+STAGE_BLOCK = re.compile(
+    r"^stage \d+/\d+: (?P<stage>\S+) .*?^  (?P=stage) (?P<outcome>done|skipped) in (?P<seconds>[\d.]+) s, "
+    r"peak memory (?P<gib>[\d.]+) GiB",
+    re.M | re.S,
+)
+TASK_LINE = re.compile(r"^  (\S+)(?: · \S+)?: (.+)$", re.M)
+NOTHING_DONE = ("already complete", "kept")
 TIME_WALL = re.compile(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (.+)")
 TIME_RSS = re.compile(r"Maximum resident set size \(kbytes\): (\d+)")
+TIME_COMMAND = re.compile(r'Command being timed: "(.*)"')
 
 
 def wall_seconds(text: str) -> float:
@@ -457,16 +633,32 @@ def wall_seconds(text: str) -> float:
     return sum(p * 60**i for i, p in enumerate(reversed(parts)))
 
 
-def costs(con, study: Study, log: Path | None, time_dir: Path | None, note: str | None) -> list[str]:
+def stage_costs(text: str, tasks: Iterable[str]) -> list[tuple[str, float, float]]:
+    """(stage with the tasks it did, seconds, GiB) of each stage the log says was done."""
+    rows = []
+    for block in STAGE_BLOCK.finditer(text):
+        if block["outcome"] != "done":
+            continue
+        did = [
+            m[1]
+            for m in TASK_LINE.finditer(block[0])
+            if m[1] in tasks and not any(m[2].endswith(n) for n in NOTHING_DONE)
+        ]
+        label = block["stage"] + (f" ({', '.join(dict.fromkeys(did))})" if did else "")
+        rows.append((label, float(block["seconds"]), float(block["gib"])))
+    return rows
+
+
+def costs(con, study: Study, logs: Sequence[Path], time_dir: Path | None, note: str | None) -> list[str]:
     rows: list[tuple[str, float, float]] = []  # (what, seconds, GiB)
-    if log is not None:
-        rows += [(m[1], float(m[2]), float(m[3])) for m in STAGE_LINE.finditer(log.read_text(encoding="utf-8"))]
+    for log in logs:
+        rows += stage_costs(log.read_text(encoding="utf-8"), study.tuned)
     for path in sorted(time_dir.glob("time-*.txt")) if time_dir else []:
         text = path.read_text(encoding="utf-8")
-        wall, rss = TIME_WALL.search(text), TIME_RSS.search(text)
-        what = path.stem.removeprefix("time-")
-        if wall and rss and what != "study":
-            rows.append((what, wall_seconds(wall[1]), int(rss[1]) / 2**20))
+        wall, rss, command = TIME_WALL.search(text), TIME_RSS.search(text), TIME_COMMAND.search(text)
+        # `attnwh study` itself is costed stage by stage from its log.
+        if wall and rss and not (command and command[1].split()[1:2] == ["study"]):
+            rows.append((path.stem.removeprefix("time-"), wall_seconds(wall[1]), int(rss[1]) / 2**20))
     if not rows:
         return []
     runs = query(con, "findings_finetune").filter(pl.col("model").is_in(list(study.tuned.values()))).unique("run_id")
@@ -479,7 +671,9 @@ def costs(con, study: Study, log: Path | None, time_dir: Path | None, note: str 
     # Model seconds per example of each analysis, per task (runs.seconds: the model's time,
     # summed over resumed sessions): statistics of both models, compare, sweep.
     provenance = query(con, "run_provenance").filter(
-        pl.col("kind").is_in(["statistics", "compare", "ablation"]) & pl.col("task").is_in(list(study.tuned))
+        pl.col("kind").is_in(["statistics", "compare", "ablation"])
+        & pl.col("task").is_in(list(study.tuned))
+        & (pl.col("status") == "complete")
     )
     per_run = (
         provenance.group_by("kind", "task")
@@ -586,7 +780,7 @@ def write_figures(db: Path, out: Path) -> dict[str, str]:
 def build_page(
     db: Path,
     name: str | None,
-    log: Path | None,
+    logs: Sequence[Path],
     time_dir: Path | None,
     figures: dict[str, str],
     cost_note: str | None = None,
@@ -607,7 +801,7 @@ def build_page(
             *fig6(con, study, figures),
             *figs8_9(con, study, figures),
             *relations(con, study, figures),
-            *costs(con, study, log, time_dir, cost_note),
+            *costs(con, study, logs, time_dir, cost_note),
         ]
     finally:
         con.close()
@@ -618,7 +812,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, required=True)
     parser.add_argument("--name", help="the model's name on the page (default: its folder's name)")
-    parser.add_argument("--log", type=Path, help="the study's stderr, for the cost table")
+    parser.add_argument(
+        "--log", type=Path, action="append", default=[], help="the study's stderr, for the cost table (repeatable)"
+    )
     parser.add_argument("--time-dir", type=Path, help="folder of /usr/bin/time -v outputs time-<what>.txt")
     parser.add_argument("--cost-note", help="a sentence on how the costs were measured (e.g. beside other work)")
     parser.add_argument("--out", type=Path, required=True)
