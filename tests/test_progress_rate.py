@@ -106,3 +106,19 @@ def test_the_eta_follows_the_mean_rate_after_one_update():
     progress.advance(task, 8)
     assert progress.columns[-1].render(progress.tasks[0]).plain == "0:00:00"
     progress.stop()
+
+
+def test_a_slow_bar_shows_seconds_per_unit():
+    """Below one unit a second the rate turns around (a fine-tuning step of a 12-layer model
+    on a CPU takes seconds): "s/step", never "0.0 step/s"."""
+    from attnwh.cli.progress import rate_text
+
+    class Task:
+        finished, finished_time = True, 30.0
+
+        def __init__(self, completed: float) -> None:
+            self.completed = completed
+
+    assert rate_text(Task(2), "step") == "15.0 s/step"
+    assert rate_text(Task(60), "ex") == "2.0 ex/s"
+    assert rate_text(Task(0), "step") == "– step/s"

@@ -594,8 +594,6 @@ def relations(con, study: Study, figures: dict[str, str]) -> list[str]:
     return lines
 
 
-# A stage of the study's log: its header, one line per task, and its "done in N s" line. Skipped
-# stages (everything already there) cost nothing and are left out.
 def frame_sentence(top: pl.DataFrame, coverage: pl.DataFrame) -> list[str]:
     """Our best frame heads against the paper's two, with the sample they rest on."""
     if not top.height:
@@ -616,6 +614,8 @@ def frame_sentence(top: pl.DataFrame, coverage: pl.DataFrame) -> list[str]:
     ]
 
 
+# A stage of the study's log: its header, one line per task, and its "done in N s" line. Skipped
+# stages (everything already there) cost nothing and are left out.
 STAGE_BLOCK = re.compile(
     r"^stage \d+/\d+: (?P<stage>\S+) .*?^  (?P=stage) (?P<outcome>done|skipped) in (?P<seconds>[\d.]+) s, "
     r"peak memory (?P<gib>[\d.]+) GiB",

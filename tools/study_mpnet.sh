@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The paper's study on the real all-mpnet-base-v2 (12 layers x 12 heads), as in
 # docs/results/all-mpnet-base-v2.md, then the page itself. Every step skips what is done, so
-# rerunning after an interruption resumes. On a 2-core CPU it takes about two and a half hours
+# rerunning after an interruption resumes. On a 2-core CPU it takes about three hours
 # alone; run it where nothing else competes for the cores.
 #
 #   bash tools/study_mpnet.sh [WORK_DIR]    (default: study-mpnet/ in the repository root)

@@ -32,6 +32,17 @@ BAR_MAX = 40
 BAR_MIN = 10
 
 
+def rate_text(task: Any, unit: str) -> str:
+    """The mean rate of a rich task since it started (units done over its seconds): per second
+    while at least one unit a second, else seconds per unit, so that a slow fine-tuning step
+    reads "12.3 s/step" rather than "0.1 step/s" or "0.0 step/s"."""
+    seconds = task.finished_time if task.finished else task.elapsed
+    if not task.completed or not seconds:
+        return f"– {unit}/s"
+    rate = task.completed / seconds
+    return f"{rate:.1f} {unit}/s" if rate >= 1 else f"{seconds / task.completed:.1f} s/{unit}"
+
+
 def make_progress(console: Console, unit: str = "ex", stat: ProgressColumn | None = None) -> Progress:
     """A progress display: name, bar, done/total, `stat` (default: speed in `unit`/s), elapsed,
     eta; fitted to the width it is drawn at (:class:`FittedRows`)."""
@@ -51,10 +62,7 @@ def make_progress(console: Console, unit: str = "ex", stat: ProgressColumn | Non
         until two updates have come and then differs from the summary."""
 
         def render(self, task: Any) -> Text:
-            seconds = task.finished_time if task.finished else task.elapsed
-            if not task.completed or not seconds:
-                return Text(f"– {unit}/s", style="cyan")
-            return Text(f"{task.completed / seconds:.1f} {unit}/s", style="cyan")
+            return Text(rate_text(task, unit), style="cyan")
 
     class Eta(ProgressColumn):
         """Time left at the mean rate since the bar started. Rich's own estimate needs several
@@ -237,15 +245,14 @@ def run_resumable(console: Console, db: Path, work: Callable[[Bars], Sequence[T]
 
 
 def steps_column() -> ProgressColumn:
-    """The stat column of a fine-tuning bar, which counts optimizer steps: their speed in
-    step/s and the running loss (the task field `loss`, "–" until the first step)."""
+    """The stat column of a fine-tuning bar, which counts optimizer steps: their mean speed
+    (`rate_text`) and the running loss (the task field `loss`, "–" until the first step)."""
     from rich.progress import ProgressColumn
     from rich.text import Text
 
     class Steps(ProgressColumn):
         def render(self, task: Any) -> Text:
-            speed = f"{task.speed:.1f} step/s" if task.speed else "– step/s"
-            return Text(f"{speed} · loss {task.fields.get('loss', '–')}", style="cyan", no_wrap=True)
+            return Text(f"{rate_text(task, 'step')} · loss {task.fields.get('loss', '–')}", style="cyan", no_wrap=True)
 
     return Steps()
 
