@@ -195,13 +195,16 @@ class Warehouse:
 
     def query(self, name: str, **params: Any) -> pl.DataFrame:
         """Named query `name` (``attnwh queries`` lists them) with its parameters, omitted ones
-        meaning "all", as `attnwh query NAME -p key=value` gives it."""
+        meaning "all", as `attnwh query NAME -p key=value` gives it. A value that can match
+        nothing (a task or model not in the warehouse, an unknown statistic, a layer or head
+        past the model's last) raises UsageError naming the values there are; a valid value
+        that selects no rows gives an empty frame."""
         found = named.get_query(name)
-        return self._read(lambda con: to_frame(named.run_query(con, found, params)))
+        return self._read(lambda con: to_frame(named.run_query(con, found, params, check=True)))
 
     def unmatched(self, **params: Any) -> list[str]:
-        """For parameter values that match nothing in the warehouse (a misspelt task), a line
-        each naming the values there are."""
+        """For parameter values that can match nothing in the warehouse (a misspelt task, a
+        layer or head out of range), a line each naming the values there are."""
         return self._read(lambda con: named.unmatched_params(con, params))
 
     def sql(self, statement: str) -> pl.DataFrame:

@@ -58,12 +58,12 @@ def build_report(
     token-level map of each head's first examples, recomputed with the runs' models
     (reports.token_maps; loads torch).
 
-    Raises UsageError when there is no warehouse at `db`, and NothingToReport when it has
-    no statistics (for the filters)."""
+    Raises UsageError when there is no warehouse at `db` or a filter names a model or task it
+    does not hold, and NothingToReport when it has no statistics (for the filters)."""
     con = warehouse.connect(db, read_only=True)
     try:
         params = {"model": model, "task": task}
-        scope = run_query(con, get_query("report_scope"), params).to_pylist()[0]
+        scope = run_query(con, get_query("report_scope"), params, check=True).to_pylist()[0]
         filters = ", ".join(f"{k} {v!r}" for k, v in params.items() if v is not None)
         if not scope["runs"]:
             where = f" for {filters}" if filters else ""

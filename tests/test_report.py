@@ -201,7 +201,7 @@ def test_missing_warehouse_and_unmatched_filter(monkeypatch, capsys, warehouse, 
     code, _, err = run(
         monkeypatch, capsys, "report", "--db", str(warehouse), "--task", "nope", "-o", str(tmp_path / "x.html")
     )
-    assert code == 2 and "for task 'nope'" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "no run has task 'nope' (tasks: " in err and len(err.strip().splitlines()) == 1
 
 
 def test_section_with_its_tables_is_drawn_and_without_them_noted(warehouse):

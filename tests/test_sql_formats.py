@@ -1,6 +1,6 @@
 """`attnwh query` and `attnwh sql` in every output format on the synthetic warehouse: nested
-values (a thumbnail) in CSV, one statement at a time, and a hint when a parameter value
-matches nothing."""
+values (a thumbnail) in CSV, one statement at a time, and a parameter value that matches
+nothing refused with a hint."""
 
 from __future__ import annotations
 
@@ -81,19 +81,19 @@ def test_more_than_one_statement_is_refused(monkeypatch, capsys, synthetic):
     assert code == 0 and out.splitlines() == ["x", "1"], err
 
 
-def test_an_unknown_parameter_value_gets_a_hint(monkeypatch, capsys, synthetic):
+def test_an_unknown_parameter_value_is_refused_with_a_hint(monkeypatch, capsys, synthetic):
     code, out, err = run(
         monkeypatch, capsys, "query", "runs", "-p", "task=nosuchtask", "--db", str(synthetic), "-f", "csv"
     )
-    assert code == 0
-    assert out.strip().startswith("run_id,") and len(out.splitlines()) == 1  # the empty result, header only
-    assert err.strip() == "attnwh: no run has task 'nosuchtask' (tasks: dependencies, frames, rte, sst2)"
+    assert (code, out) == (2, "")
+    assert err == "attnwh: error: no run has task 'nosuchtask' (tasks: dependencies, frames, rte, sst2)\n"
     code, _, err = run(monkeypatch, capsys, "query", "head_summary", "-p", "model=nope", "--db", str(synthetic))
-    assert code == 0 and "no model is named 'nope' (models: synthetic/bert-base, synthetic/roberta-base)" in err
+    assert code == 2 and "no model is named 'nope' (models: synthetic/bert-base, synthetic/roberta-base)" in err
     code, _, err = run(
         monkeypatch, capsys, "query", "ablation_effect", "-p", "mode=zeroo", "-p", "metric=acc", "--db", str(synthetic)
     )
+    assert code == 2 and len(err.splitlines()) == 1  # both values named on the one line
     assert "mode 'zeroo'" in err and "metric 'acc'" in err and "accuracy" in err
     # A known value that selects nothing says nothing.
-    code, _, err = run(monkeypatch, capsys, "query", "runs", "-p", "task=rte", "--db", str(synthetic))
+    code, out, err = run(monkeypatch, capsys, "query", "runs", "-p", "task=rte", "--db", str(synthetic))
     assert code == 0 and err == ""

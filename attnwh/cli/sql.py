@@ -75,7 +75,10 @@ def query(
     format: FormatOption = Format.table,
     out: OutOption = None,
 ) -> None:
-    """Run a named query on the warehouse (read-only connection)."""
+    """Run a named query on the warehouse (read-only connection).
+
+    A parameter value that can match nothing (a task or model the warehouse lacks, an unknown statistic, a layer or head past the model's last) is refused with the values there are; a valid value that selects no rows gives an empty result.
+    """
     params = {}
     for item in param or []:
         key, eq, value = item.partition("=")
@@ -83,13 +86,8 @@ def query(
             raise UsageError(f"--param {item!r} is not key=value")
         params[key.strip()] = value
     named.get_query(name)  # an unknown name is refused before the file is opened
-    found = api.Warehouse(db)
-    frame = found.query(name, **params)
-    if frame.height == 0:
-        # An empty result because a value is misspelt: say which values there are.
-        for hint in found.unmatched(**params):
-            print(f"attnwh: {hint}", file=sys.stderr)
-    emit(frame, format, out)
+    # A value that can match nothing (a misspelt task, a layer past the last) is refused there.
+    emit(api.Warehouse(db).query(name, **params), format, out)
 
 
 def _is_nested(dtype: pl.DataType) -> bool:
