@@ -47,11 +47,31 @@ def test_finetune_saves_a_loadable_model_scored_like_sklearn(tiny_model_dir, tmp
 
 
 def test_regression_task_gets_correlations(tiny_model_dir, tmp_path):
-    result = finetune(
-        str(tiny_model_dir("bert")), task(40, True), task(16, True, "dev"), tmp_path / "r", OPTIONS, "cpu"
-    )
+    """The stored Pearson and Spearman are scipy's on the saved model's own predictions for
+    the dev examples, read back with plain transformers."""
+    import torch
+    from scipy import stats
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    out, dev = tmp_path / "r", task(16, True, "dev")
+    result = finetune(str(tiny_model_dir("bert")), task(40, True), dev, out, OPTIONS, "cpu")
     assert set(result.scores) == {"pearson", "spearman"}
-    assert all(-1 <= v <= 1 for v in result.scores.values())
+    model = AutoModelForSequenceClassification.from_pretrained(out).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert model.config.num_labels == 1 and model.config.problem_type == "regression"
+    with torch.no_grad():
+        batch = tokenizer(
+            [e.text_a for e in dev.examples], truncation=True, max_length=32, padding=True, return_tensors="pt"
+        )
+        predictions = model(**batch).logits[:, 0].numpy()
+    gold = np.array([float(e.label) for e in dev.examples])
+    assert len(set(gold)) < len(gold) and np.std(predictions) > 0  # ties in the gold scores; a defined correlation
+    expected = {
+        "pearson": stats.pearsonr(gold, predictions).statistic,
+        "spearman": stats.spearmanr(gold, predictions).statistic,
+    }
+    assert result.scores == pytest.approx(expected, abs=1e-5)
+    assert json.loads((out / LINEAGE_FILE).read_text())["scores"] == pytest.approx(expected, abs=1e-5)
 
 
 def test_from_scratch_starts_from_random_weights(tiny_model_dir, tmp_path):

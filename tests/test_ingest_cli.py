@@ -278,7 +278,10 @@ def test_bfloat16_statistics_are_close_to_float32(monkeypatch, capsys, tiny_mode
             "JOIN head_stats b USING (example_id, layer, head) WHERE a.run_id = 1 AND b.run_id = 2"
         ).fetchall()[0]
     assert dtypes == [("float32",), ("bfloat16",)]  # separate runs: dtype is part of a run's identity
-    assert 0 < diff[0] < 0.05 and diff[1] < 0.1
+    # Measured on this fixture: at most 0.00099 on to_cls (mean 0.03) and 0.0041 on entropy
+    # (mean 2.7 nats); the bounds are four times that, about bfloat16's rounding step (2^-8)
+    # on a share of 1 and on an entropy of 1 nat.
+    assert 0 < diff[0] < 0.004 and diff[1] < 0.016
 
 
 def test_cuda_without_a_gpu_is_refused(monkeypatch, capsys, tiny_model_dir, pairs, tmp_path):

@@ -168,6 +168,53 @@ def test_pattern_shares_have_bootstrap_intervals_over_examples(tmp_path):
         assert row["share_low"] <= row["share"] <= row["share_high"] and row["examples"] == len(codes)
 
 
+def test_pattern_share_intervals_resample_examples_with_all_their_heads(tmp_path):
+    """Four heads per example that share their example's type: pattern_frequency's interval
+    equals a numpy cluster bootstrap over the query's own draws of examples (every head of a
+    drawn example counted), and is visibly wider than resampling the 240 maps one by one."""
+    from attnwh.sql import queries, warehouse
+
+    heads = 4
+    db = tmp_path / "w.duckdb"
+    synthetic_maps.write_warehouse(db, synthetic_maps.generate(12, 3))  # 60 examples, one map each
+    with duckdb.connect(str(db)) as con:
+        con.execute(
+            f"INSERT INTO head_stats SELECT s.* REPLACE (h.range AS head) FROM head_stats AS s, range(1, {heads}) AS h"
+        )
+        run_id, examples = con.execute(
+            "SELECT any_value(run_id), count(DISTINCT example_id) FROM head_stats"
+        ).fetchone()
+        codes = np.array(
+            [c for (c,) in con.execute("SELECT pattern FROM head_stats ORDER BY example_id, head").fetchall()]
+        ).reshape(examples, heads)
+        # The query's draws, (resample, slot) -> example position in example_id order: the
+        # random numbers only; the shares and percentiles are recomputed here.
+        drawn = con.execute(
+            "SELECT (hash(CAST(42 AS BIGINT), CAST($run AS INTEGER), r.range, s.range) % CAST($n AS UBIGINT))::BIGINT"
+            " FROM range(1000) AS r, range($n) AS s ORDER BY r.range, s.range",
+            {"run": run_id, "n": examples},
+        ).fetchnumpy()
+    drawn = next(iter(drawn.values())).reshape(1000, examples)
+    con = warehouse.connect(db, read_only=True)
+    rows = queries.run_query(con, queries.get_query("pattern_frequency")).to_pylist()
+    con.close()
+    per_map = np.random.default_rng(0).integers(0, codes.size, (4000, codes.size))
+    wider = 0
+    for row in rows:
+        code = patterns.PATTERN_TYPES.index(row["pattern"])
+        assert row["maps"] == int(np.sum(codes == code)) and row["examples"] == examples
+        cluster = (codes[drawn] == code).mean(axis=(1, 2))  # every head of each drawn example
+        assert (row["share_low"], row["share_high"]) == pytest.approx(
+            tuple(np.quantile(cluster, [0.025, 0.975])), abs=1e-12
+        )
+        one_by_one = (codes.ravel()[per_map] == code).mean(axis=1)
+        width, map_width = row["share_high"] - row["share_low"], np.subtract(*np.quantile(one_by_one, [0.975, 0.025]))
+        if row["share"] > 0:
+            assert width > 1.5 * map_width, (row["pattern"], width, map_width)  # about sqrt(4) = 2 times
+            wider += 1
+    assert wider >= 3
+
+
 def test_gallery_shows_typical_then_borderline_maps_by_margin(ingested):
     """pattern_gallery: per type one or two typical maps (the second only with a margin of at
     least 0.8), then at most two borderline ones, every typical margin at least every
@@ -259,7 +306,11 @@ def test_reclassify_follows_thresholds_and_comes_back(ingested, monkeypatch, cap
     before = codes()
     everything_vertical = ["--set", "vertical=0", "--set", "mixed_diagonal=2"]
     code, out, err = run(monkeypatch, capsys, "patterns", "reclassify", *everything_vertical, "--db", str(db))
-    assert code == 0, err and "vertical 100.0%" in out
+    assert code == 0, err
+    # The summary counts every stored map and gives each type its share (the console may wrap it).
+    summary = " ".join(out.split())
+    assert f"{len(before)} maps labelled by rules" in summary
+    assert "vertical 100.0%" in summary and "block 0.0%" in summary, summary
     assert {c for (c,) in codes()} == {patterns.VERTICAL}
     code, out, err = run(monkeypatch, capsys, "patterns", "reclassify", "--db", str(db))
     assert code == 0, err

@@ -369,15 +369,32 @@ def synthetic(tmp_path_factory):
     return db
 
 
+def _drawn_heads(db, run_id: int, heads: int, n_boot: int, seed: int) -> np.ndarray:
+    """The head positions sink_vs_ablation draws, (n_boot, heads): hash(seed, run, resample,
+    slot) mod heads, with the query's argument types, read from DuckDB's own hash. Only the
+    draws are taken from DuckDB; the statistic and the interval are recomputed by scipy."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        drawn = con.execute(
+            "SELECT (hash(CAST($seed AS BIGINT), CAST($run AS INTEGER), r.range, s.range) % CAST($heads AS UBIGINT))"
+            "::BIGINT FROM range($n_boot) AS r, range($heads) AS s ORDER BY r.range, s.range",
+            {"seed": seed, "run": run_id, "heads": heads, "n_boot": n_boot},
+        ).fetchnumpy()
+    return next(iter(drawn.values())).reshape(n_boot, heads)
+
+
 def test_spearman_and_its_bootstrap_interval_against_scipy(synthetic):
+    """rho against scipy.stats.spearmanr; its interval against scipy's rho on each of the
+    query's own resamples to rounding (a normal-theory interval, Fisher's z, is off by up
+    to 0.011 here), and against scipy.stats.bootstrap's own resamples within
+    four Monte-Carlo standard errors of the two percentile estimates."""
     from scipy import stats
 
     rows = _query(synthetic, "sink_vs_ablation")
     runs = sorted({r["run_id"] for r in rows})
     assert len(runs) == 2
     for run_id in runs:
-        mine = [r for r in rows if r["run_id"] == run_id]
-        assert len(mine) == 72 and mine[0]["heads"] == 72 and mine[0]["boot_rho"] == 1000
+        mine = [r for r in rows if r["run_id"] == run_id]  # ordered by layer, head: the query's positions
+        assert len(mine) == 72 and mine[0]["heads"] == 72
         x = np.array([r["sink_score"] for r in mine])
         y = np.array([r["delta"] for r in mine])
         assert len(set(y)) < len(y)  # the synthetic deltas tie: average ranks are exercised
@@ -385,18 +402,37 @@ def test_spearman_and_its_bootstrap_interval_against_scipy(synthetic):
         first = mine[0]
         assert first["spearman"] == pytest.approx(rho, abs=1e-9)
         assert first["sink_heads"] == sum(1 for r in mine if r["sink"]) == sum(x > 0.3)
+        low, high = first["spearman_low"], first["spearman_high"]
+        assert low < rho < high
+        # The same resamples (default n_boot 1000, seed 42): scipy's rho on each, numpy's
+        # linear-interpolation percentiles (DuckDB's quantile_cont), resamples with an
+        # undefined rho left out.
+        drawn = _drawn_heads(synthetic, run_id, len(mine), 1000, 42)
+        with np.errstate(invalid="ignore"):
+            replicates = np.array([stats.spearmanr(x[i], y[i]).statistic for i in drawn])
+        replicates = replicates[~np.isnan(replicates)]
+        assert first["boot_rho"] == len(replicates)
+        assert (low, high) == pytest.approx(tuple(np.quantile(replicates, [0.025, 0.975])), abs=1e-9)
+        # scipy.stats.bootstrap with its own 4,000 resamples: the two percentile estimates
+        # differ by Monte-Carlo noise, whose standard error is sqrt(q (1 - q) / R) over the
+        # bootstrap distribution's density at the quantile (0.009 to 0.011 together here).
+        resamples = 4000
         reference = stats.bootstrap(
             (x, y),
             lambda a, b: stats.spearmanr(a, b).statistic,
             paired=True,
             vectorized=False,
             method="percentile",
-            n_resamples=4000,
+            n_resamples=resamples,
             rng=np.random.default_rng(0),
-        ).confidence_interval
-        low, high = first["spearman_low"], first["spearman_high"]
-        assert low < rho < high
-        assert abs(low - reference.low) < 0.1 and abs(high - reference.high) < 0.1, (low, high, reference)
+        )
+        density = stats.gaussian_kde(reference.bootstrap_distribution)
+        for q, mine_bound, scipy_bound in (
+            (0.025, low, reference.confidence_interval.low),
+            (0.975, high, reference.confidence_interval.high),
+        ):
+            error = np.sqrt(q * (1 - q) * (1 / len(replicates) + 1 / resamples)) / density(scipy_bound)[0]
+            assert abs(mine_bound - scipy_bound) < 4 * error, (q, mine_bound, scipy_bound, error)
 
 
 def test_the_bootstrap_is_deterministic_given_the_seed(synthetic):
