@@ -4,8 +4,8 @@ The warehouse keeps per-example statistics, not maps (n² values per head would 
 dataset scale). To see the evidence behind a finding, :func:`example_maps` runs one example of a
 run again through the run's own model — found from any folder (where the run loaded it, the
 name it was given beside the warehouse or from here, or the hub: :func:`model_places`), its
-weights checked against the hash the run stored — and returns every head's maps with the tokens, through each lens the
-warehouse stores for a head (docs/metrics.md):
+weights checked against the hash the run stored — and returns every head's maps with the
+tokens, through each lens the warehouse stores for a head (docs/metrics.md):
 
 - ``weights``: the attention weights A^h[i, j] (what ``output_attentions`` gives);
 - ``norm``: the weights scaled by the norm of the key's transformed value, A^h[i, j] ·
@@ -189,8 +189,9 @@ def model_places(name: str, folder: str | None, db: Path) -> list[str | None]:
     """Where a run's model may load from, in the order tried: None for the bundled MiniLM;
     else the absolute folder recorded when the run was written (models.folder), the stored
     name as a folder beside the warehouse (a warehouse moved along with its models; the study
-    keeps its models there), the name from the current folder, each made absolute (`..` removed) and listed
-    once; last, for a name that can be a hub name and no recorded folder, the name itself."""
+    keeps its models there) and from the current folder, each made absolute (`..` removed)
+    and listed once; last, for a name that can be a hub name and no recorded folder, the
+    name itself."""
     if name == DEFAULT_MODEL_NAME:
         return [None]
     given = Path(name).expanduser()
