@@ -226,9 +226,9 @@ class Warehouse:
 
     def schema(self, table: str | None = None) -> pl.DataFrame:
         """Every table and view (or `table`) with its columns, types and what each holds."""
-        from attnwh.cli.schema import describe as describe_schema
+        from attnwh.sql.catalog import describe
 
-        return self._read(lambda con: describe_schema(con, table))
+        return self._read(lambda con: describe(con, table))
 
     def build_report(self, model: str | None = None, task: str | None = None) -> Report:
         """The report's sections and charts, built from the warehouse (`model`, `task`: only

@@ -40,6 +40,8 @@ class Report:
     findings: Findings = Findings()
     # What the head panel shows for each head (reports.head_panel); None: no panel.
     head_panel: dict | None = None
+    # Built with token maps: why a run's maps were left out ("run 3: …"), one line each.
+    token_map_notes: tuple[str, ...] = ()
 
     def charts(self) -> list[ChartBlock]:
         """Every chart of the page, in page order."""
@@ -56,7 +58,8 @@ def build_report(
     """Read the warehouse at `db` (read-only) and build every section; `model` and `task`
     keep only the runs of that model name / task. With `token_maps`, the head panel embeds the
     token-level map of each head's first examples, recomputed with the runs' models
-    (reports.token_maps; loads torch).
+    (reports.token_maps; loads torch); a run whose model cannot load is left out, and
+    `token_map_notes` says why.
 
     Raises UsageError when there is no warehouse at `db` or a filter names a model or task it
     does not hold, and NothingToReport when it has no statistics (for the filters)."""
@@ -75,6 +78,7 @@ def build_report(
         rendered = render_sections(ctx, sections)
         findings = build_findings(ctx, sections)
         head_panel = head_panel_data(ctx, Path(db) if token_maps else None)
+        left_out = tuple(head_panel["tokenMaps"]["notes"]) if token_maps else ()
     finally:
         con.close()
     models, tasks = scope["models"], scope["tasks"]
@@ -93,6 +97,7 @@ def build_report(
         sections=rendered,
         findings=findings,
         head_panel=head_panel,
+        token_map_notes=left_out,
     )
 
 

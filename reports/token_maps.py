@@ -51,7 +51,8 @@ def embed_token_maps(con: duckdb.DuckDBPyConnection, db: Path, examples: pl.Data
         model = (name, weights)
         if model not in captures:
             try:
-                captures[model] = MapCapture(run_model(con, int(run_id), Path(db)), ["weights"])
+                encoder = run_model(con, int(run_id), Path(db), can_give_model=False)  # report's --model filters
+                captures[model] = MapCapture(encoder, ["weights"])
             except UsageError as exc:  # ModelError too: a missing folder, changed weights
                 captures[model] = None
                 found["notes"].append(f"run {run_id}: {exc}")

@@ -170,14 +170,21 @@ def upsert_model(con: duckdb.DuckDBPyConnection, facts: Mapping[str, object]) ->
     """The model_id of this checkpoint (by name and weights hash), adding it if new.
 
     A fine-tuned checkpoint's facts carry `base_weights_hash`; its row then points to the
-    base's row (`base_model_id`) when the base is in this warehouse too.
+    base's row (`base_model_id`) when the base is in this warehouse too. A known checkpoint's
+    `folder` is brought up to where it was loaded from now.
     """
     facts = dict(facts)
     base_hash = facts.pop("base_weights_hash", None)
     row = first_row(
-        con, "SELECT model_id FROM models WHERE name = ? AND weights_hash = ?", [facts["name"], facts["weights_hash"]]
+        con,
+        "SELECT model_id, folder FROM models WHERE name = ? AND weights_hash = ?",
+        [facts["name"], facts["weights_hash"]],
     )
     if row:
+        # The folder it loaded from this time: a checkpoint moved since an earlier run (or
+        # recorded before folders were) is found where it was last seen.
+        if facts.get("folder") is not None and facts["folder"] != row[1]:
+            con.execute("UPDATE models SET folder = ? WHERE model_id = ?", [facts["folder"], row[0]])
         return row[0]
     if base_hash is not None:
         base = first_row(con, "SELECT min(model_id) FROM models WHERE weights_hash = ?", [base_hash])

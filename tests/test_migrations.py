@@ -68,6 +68,7 @@ ROWS: dict[int, list[str]] = {
     ],
     13: [],  # look-feature columns of head_stats (0013_pattern_classifier.sql): no new table
     14: [],  # layer_mixing.mixing_share (0014_mixing_ratio.sql): no new table
+    15: [],  # models.folder (0015_model_folder.sql): no new table
 }
 
 
@@ -186,3 +187,40 @@ def test_the_old_mixing_ratio_moves_to_mixing_share(tmp_path):
         assert rows == [(None, pytest.approx(0.3))]
     finally:
         con.close()
+
+
+def test_a_tuned_models_folder_comes_from_its_fine_tuning_run(tmp_path):
+    """Before migration 15 models had no folder: a fine-tuned model's is the absolute out_dir
+    its fine-tuning run recorded; another model's (a statistics run's) stays unknown."""
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    try:
+        con.execute(
+            "CREATE TABLE schema_migrations "
+            "(version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
+        )
+        for v, name, sql in warehouse.migrations()[:14]:
+            con.execute(sql)
+            con.execute("INSERT INTO schema_migrations VALUES (?, ?, current_timestamp)", [v, name])
+        con.execute(ROWS[1][0])  # model 1: 'tiny/bert'
+        con.execute(ROWS[1][0].replace("(1, 'tiny/bert'", "(2, 'attnwh-models/rte'"))
+        fields = {"dataset": "d", "task": "t", "split": "dev", "source": "f.tsv", "seed": 42, "max_length": 64}
+        fields |= {
+            "n_examples": 1,
+            "n_truncated": 0,
+            "device": "cpu",
+            "dtype": "float32",
+            "batch_size": 8,
+            "versions": "{}",
+        }
+        for kind, model_id in (("statistics", 1), ("finetune", 2)):
+            run_id = runs.create_run(con, kind, {"model": model_id}, fields | {"model_id": model_id}).run_id
+            con.execute(ROWS[2][0].format(run=run_id).replace("'/tmp/tuned'", f"'/runs/{kind}'"))
+    finally:
+        con.close()
+    con = warehouse.connect(path)
+    try:
+        rows = con.execute("SELECT model_id, name, folder FROM models ORDER BY 1").fetchall()
+    finally:
+        con.close()
+    assert rows == [(1, "tiny/bert", None), (2, "attnwh-models/rte", "/runs/finetune")]

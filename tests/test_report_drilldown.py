@@ -378,7 +378,7 @@ def test_a_report_whose_model_is_gone_notes_it(real_report, tmp_path):
     copy = tmp_path / "w.duckdb"
     shutil.copy(db, copy)
     with duckdb.connect(str(copy)) as con:
-        con.execute("UPDATE models SET name = '/nowhere/model'")
+        con.execute("UPDATE models SET name = '/nowhere/model', folder = NULL")
     built = build_report(copy, token_maps=True)
     assert built.head_panel["tokenMaps"]["maps"] == {}
     (note,) = built.head_panel["tokenMaps"]["notes"]

@@ -316,3 +316,19 @@ def test_insert_arrow_and_transaction(tmp_path):
         assert names == ["t"]
     finally:
         con.close()
+
+
+def test_a_known_model_keeps_the_folder_it_was_last_loaded_from(tmp_path):
+    """models.folder follows a checkpoint that moved (same name and weights, loaded from another
+    folder); a run that gives no folder (a hub model) leaves it as it was."""
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    try:
+        facts = {"name": "models/tuned", "weights_hash": "ab", "family": "bert", "architecture": "BertModel"}
+        facts |= {"num_layers": 2, "num_heads": 4, "hidden_size": 32, "max_length": 64}
+        first = runs.upsert_model(con, facts | {"folder": "/a/models/tuned"})
+        assert runs.upsert_model(con, facts | {"folder": "/b/models/tuned"}) == first
+        assert runs.upsert_model(con, facts | {"folder": None}) == first
+        rows = con.execute("SELECT model_id, folder FROM models").fetchall()
+    finally:
+        con.close()
+    assert rows == [(first, "/b/models/tuned")]

@@ -5,6 +5,8 @@ too (COMMENT ON COLUMN view.column), so the views are held to the same rule."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -80,3 +82,21 @@ def test_schema_command_refuses_an_unknown_table(monkeypatch, capsys, db):
     code, out, err = run(monkeypatch, capsys, "schema", "nope", "--db", str(db))
     assert code == 2 and out == "" and err.startswith("attnwh: error: no table or view named 'nope'")
     assert len(err.splitlines()) == 1
+
+
+def test_the_api_describes_the_schema_without_the_command_line(monkeypatch, capsys, db):
+    """The schema's description lives in the sql layer (attnwh.sql.catalog), which imports no
+    command module; the library reads it without loading `attnwh schema`'s module, and gives
+    the rows `attnwh schema --format json` prints."""
+    probe = (
+        "import json, sys; from attnwh.api import Warehouse; "
+        f"rows = Warehouse({str(db)!r}).schema().to_dicts(); "
+        "print(json.dumps({'modules': sorted(m for m in sys.modules if m.startswith('attnwh')), 'rows': rows}))"
+    )
+    found = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout)
+    assert "attnwh.sql.catalog" in found["modules"] and "attnwh.cli.schema" not in found["modules"]
+    alone = "import sys, attnwh.sql.catalog; print(sorted(m for m in sys.modules if m.startswith('attnwh.cli')))"
+    assert subprocess.run([sys.executable, "-c", alone], capture_output=True, text=True, check=True).stdout == "[]\n"
+    code, out, err = run(monkeypatch, capsys, "schema", "--db", str(db), "--format", "json")
+    assert code == 0, err
+    assert found["rows"] == json.loads(out)

@@ -1,12 +1,11 @@
 """`attnwh schema`: the warehouse's tables and views, their columns and types, and what each
-holds (the comments of migration 0007), read from the file itself."""
+holds (the comments of migration 0007), read from the file itself (attnwh.sql.catalog)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated
 
-import duckdb
 import polars as pl
 import typer
 from rich.console import Console
@@ -15,47 +14,8 @@ from rich.text import Text
 
 from attnwh.cli.options import DEFAULT_DB, ReadDbOpt
 from attnwh.cli.sql import Format, FormatOption, OutOption, emit
-from attnwh.errors import UsageError
 from attnwh.sql import warehouse
-
-_OBJECTS = """
-SELECT table_name AS name, 'table' AS kind, comment FROM duckdb_tables() WHERE NOT internal AND schema_name = 'main'
-UNION ALL
-SELECT view_name, 'view', comment FROM duckdb_views() WHERE NOT internal AND schema_name = 'main'
-ORDER BY kind, name
-"""
-_COLUMNS = """
-SELECT table_name, column_name, data_type, comment FROM duckdb_columns()
-WHERE NOT internal AND schema_name = 'main'
-ORDER BY table_name, column_index
-"""
-
-
-def describe(con: duckdb.DuckDBPyConnection, table: str | None = None) -> pl.DataFrame:
-    """One row per column of every table and view (or of `table`): table, kind, the table's
-    comment, column, type and the column's comment."""
-    objects = con.execute(_OBJECTS).fetchall()
-    if table is not None and table not in {name for name, _, _ in objects}:
-        known = ", ".join(name for name, _, _ in objects)
-        raise UsageError(f"no table or view named {table!r} (there are: {known})")
-    columns: dict[str, list[tuple[str, str, str | None]]] = {}
-    for name, column, dtype, comment in con.execute(_COLUMNS).fetchall():
-        columns.setdefault(name, []).append((column, dtype, comment))
-    rows = [
-        {
-            "table": name,
-            "kind": kind,
-            "table_comment": table_comment,
-            "column": column,
-            "type": dtype,
-            "comment": comment,
-        }
-        for name, kind, table_comment in objects
-        if table is None or name == table
-        for column, dtype, comment in columns.get(name, [])
-    ]
-    schema = {c: pl.String for c in ("table", "kind", "table_comment", "column", "type", "comment")}
-    return pl.DataFrame(rows, schema=schema)
+from attnwh.sql.catalog import describe
 
 
 def schema(

@@ -62,6 +62,12 @@ class EncoderModel:
     source: str | None = None
 
     @property
+    def folder(self) -> str | None:
+        """The absolute folder it was loaded from; None for a hub model and the bundled MiniLM
+        (the warehouse records it, so a run's model is found again from any folder)."""
+        return self.source if self.source is not None and Path(self.source).is_absolute() else None
+
+    @property
     def tiles(self) -> bool:
         """Whether its attention can be computed in tiles of query rows (it goes through
         attnwh's attention function; DeBERTa and MPNet compute it inline, whole)."""
@@ -78,6 +84,7 @@ class EncoderModel:
             }
         return lineage | {
             "name": self.name,
+            "folder": self.folder,
             "revision": self.revision,
             "weights_hash": self.weights_hash,
             "family": self.family,

@@ -2,10 +2,10 @@
 
 The warehouse keeps per-example statistics, not maps (n² values per head would not fit at
 dataset scale). To see the evidence behind a finding, :func:`example_maps` runs one example of a
-run again through the run's own model — found from the run (a hub name, or a folder as the run
-gave it, looked for from here and then beside the warehouse), its weights checked against the
-hash the run stored — and returns every head's maps with the tokens, through each lens the
-warehouse stores for a head (docs/metrics.md):
+run again through the run's own model — found from any folder (where the run loaded it, the
+name it was given beside the warehouse or from here, or the hub: :func:`model_places`), its
+weights checked against the hash the run stored — and returns every head's maps with the
+tokens, through each lens the warehouse stores for a head (docs/metrics.md):
 
 - ``weights``: the attention weights A^h[i, j] (what ``output_attentions`` gives);
 - ``norm``: the weights scaled by the norm of the key's transformed value, A^h[i, j] ·
@@ -22,6 +22,7 @@ Each row of every map sums to 1.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,6 @@ from torch import nn
 
 from attnwh.errors import ModelError, UsageError
 from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.available import looks_like_path
 from attnwh.ingest.encoder.encoding import TokenKinds, collate, encode_task, length_buckets
 from attnwh.ingest.encoder.loading import (
     DEFAULT_MODEL_NAME,
@@ -149,36 +149,86 @@ def token_kinds(encoder: EncoderModel, ids: Sequence[int]) -> list[str]:
     return ["cls" if c else "sep" if s else "punct" if p else "" for c, s, p in zip(cls[0], sep[0], punct[0])]
 
 
-def run_model(con, run_id: int, db: Path, model: str | None = None, device: str = "auto") -> EncoderModel:
-    """The model of run `run_id`, loaded from where the run found it (or from `model`), its
-    weights checked against the hash the run stored."""
+def run_model(
+    con, run_id: int, db: Path, model: str | None = None, device: str = "auto", can_give_model: bool = True
+) -> EncoderModel:
+    """The model of run `run_id` (or `model`, when given), its weights checked against the
+    hash the run stored. Without `model` it is looked for in each of :func:`model_places` in
+    turn and the first holding the run's weights is loaded, whatever the current folder; when
+    none does, one ModelError line names every place tried and --model (or, where the caller
+    takes no model, `can_give_model` False, says to put it back)."""
     row = warehouse.first_row(
         con,
-        "SELECT m.name, m.weights_hash FROM runs AS r JOIN models AS m USING (model_id) WHERE r.run_id = ?",
+        "SELECT m.name, m.weights_hash, m.folder FROM runs AS r JOIN models AS m USING (model_id) WHERE r.run_id = ?",
         [run_id],
     )
     if row is None:
         raise UsageError(f"no run {run_id} in {db}; `attnwh query runs` lists them")
-    name, stored_hash = row
-    encoder = load_encoder(model or _locate(name, db), device)
-    if encoder.weights_hash != stored_hash:
+    name, stored_hash, folder = row
+    tried: list[str] = []
+    changed: tuple[str, str] | None = None  # the first place holding other weights
+    for place in [model] if model is not None else model_places(name, folder, db):
+        encoder = load_encoder(place, device) if model is not None else _load_from(place, device, tried)
+        if encoder is None:
+            continue
+        if encoder.weights_hash == stored_hash:
+            return encoder
+        changed = changed or (place or name, encoder.weights_hash)
+    if changed is not None:
+        shown, found_hash = changed
         raise ModelError(
-            f"the weights of {model or name} are not those run {run_id} measured (hash {encoder.weights_hash}, "
-            f"stored {stored_hash}): the model changed since; give the run's model with --model"
+            f"the weights of {shown} are not those run {run_id} measured (hash {found_hash}, "
+            f"stored {stored_hash}): the model changed since; "
+            + ("give the run's model with --model" if can_give_model else "put the run's own weights back there")
         )
-    return encoder
+    remedy = "give its folder with --model" if can_give_model else "put it back in one of them"
+    raise ModelError(f"run {run_id}'s model {name} is not found: tried {', '.join(tried)}; {remedy}")
 
 
-def _locate(name: str, db: Path) -> str | None:
-    """Where a stored model name loads from now: None for the bundled MiniLM; a relative
-    folder from here, else beside the warehouse (where `attnwh study` puts its models)."""
+def model_places(name: str, folder: str | None, db: Path) -> list[str | None]:
+    """Where a run's model may load from, in the order tried: None for the bundled MiniLM;
+    else the absolute folder recorded when the run was written (models.folder), the stored
+    name as a folder beside the warehouse (a warehouse moved along with its models; the study
+    keeps its models there) and from the current folder, each made absolute (`..` removed)
+    and listed once; last, for a name that can be a hub name and no recorded folder, the
+    name itself."""
     if name == DEFAULT_MODEL_NAME:
+        return [None]
+    given = Path(name).expanduser()
+    folders = [Path(folder)] if folder is not None else []
+    folders += [given] if given.is_absolute() else [Path(db).parent / given, given]
+    places: list[str | None] = list(dict.fromkeys(os.path.abspath(f) for f in folders))
+    if folder is None and not name.startswith(("/", ".", "~")) and name.count("/") <= 1:
+        places.append(name)  # "org/name" on the hub
+    return places
+
+
+def _load_from(place: str | None, device: str, tried: list[str]) -> EncoderModel | None:
+    """The model at `place` (one of :func:`model_places`); where it holds none, None, with
+    the place (and why, for the hub) noted in `tried`."""
+    if place is None:
+        return load_encoder(None, device)
+    if Path(place).is_absolute():
+        if (Path(place) / "config.json").is_file():
+            return load_encoder(place, device)
+        tried.append(place)
         return None
-    if looks_like_path(name) and not Path(name).expanduser().exists():
-        beside = db.parent / name
-        if beside.exists():
-            return str(beside)
-    return name
+    if why := _hub_missing(place):
+        tried.append(f"the Hugging Face cache (the hub is {why})")
+        return None
+    try:
+        return load_encoder(place, device)
+    except ModelError as exc:  # the name of a folder, not of a hub model
+        tried.append(f"the hub ({exc})")
+        return None
+
+
+def _hub_missing(name: str) -> str | None:
+    """Why the hub model `name` cannot load here ("offline (HF_HUB_OFFLINE=1)", …), or None
+    when the local cache holds it or the hub can be reached."""
+    from attnwh.ingest.encoder.available import hub_offline, in_hub_cache
+
+    return None if in_hub_cache(name) else hub_offline()
 
 
 def example_maps(
