@@ -748,7 +748,9 @@ def finetune(
         if one_task is None and glue_dir is None and dataset is None and data is None:
             one_task = "sentiment"
         if one_task is None and data is not None:
-            one_task = data.stem  # the train file names the task, for its scoring file too
+            from attnwh.ingest.sources.files import file_task_name
+
+            one_task = file_task_name(data)  # the train file names the task, for its scoring file too
 
         def load(split: str, file: Path | None) -> TaskData:
             return load_tasks(
@@ -841,7 +843,14 @@ def study(
         ),
     ] = None,
     dataset_config: DatasetConfigOpt = None,
-    data: Annotated[Path | None, typer.Option(help="A local CSV, TSV, JSONL or Parquet file to train on.")] = None,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            help="A local CSV, TSV, JSONL or Parquet file to train on. Its task is named after the file less "
+            "its split (imdb_train.csv: imdb), a file named only train after its folder (imdb/train.csv: "
+            "imdb); a single --tasks names it instead."
+        ),
+    ] = None,
     eval_data: Annotated[Path | None, typer.Option(help="With --data: the file to score and analyse on.")] = None,
     text_column: TextColumnOpt = None,
     pair_column: PairColumnOpt = None,

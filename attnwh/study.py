@@ -261,7 +261,10 @@ def load_study_tasks(options: StudyOptions) -> list[StudyTask]:
             raise UsageError("--data needs --eval-data, --text-column and --label-column (train and score files)")
         if len(tasks) > 1:
             raise UsageError("--data holds one task; name it with a single --tasks")
-        tasks = tasks or [options.data.stem]
+        if not tasks:
+            from attnwh.ingest.sources.files import file_task_name
+
+            tasks = [file_task_name(options.data)]  # imdb/train.csv and imdb/dev.csv: imdb
     if not sources:
         tasks = tasks or list(DEFAULT_SAMPLE_TASKS)
     out = []

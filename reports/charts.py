@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from typing import Any, TypeVar, cast
 
 import altair as alt
@@ -100,6 +101,18 @@ def fit_panels(data: pl.DataFrame, px: int) -> pl.DataFrame:
     return data.with_columns(panel=pl.col("panel").replace_strict(labels, default=None))
 
 
+def run_order(panels: Iterable[str]) -> list[str]:
+    """Panel labels ("run 2 · …") in the order of their run numbers, for the `sort` of every
+    channel that lays out or colours runs: Vega-Lite sorts a nominal field as text, which put
+    run 10 before run 2."""
+
+    def key(label: str) -> tuple[float, str]:
+        number = re.match(r"run (\d+)", label)
+        return (int(number.group(1)) if number else math.inf, label)
+
+    return sorted(set(panels), key=key)
+
+
 def _grid_width(frame: pl.DataFrame, cell: int) -> int:
     """Width in px of one layer × head panel of `cell` px squares."""
     heads = int(cast(int, frame["head"].max())) + 1 if frame.height else 12
@@ -141,8 +154,12 @@ def _panels(chart: alt.Chart | alt.LayerChart, columns: int, spacing: int, **hea
     # Each panel draws its own x axis: a shared one goes in a footer under every column of the
     # last row, so with a short last row (4 runs, 3 columns) the empty places got axes too and
     # looked like untitled panels without data.
+    data = chart.data
+    assert isinstance(data, pl.DataFrame), "the panels' data must be the chart's own (a polars frame)"
     return chart.facet(
-        facet=alt.Facet("panel:N", title=None, header=alt.Header(**header)), columns=columns, spacing=spacing
+        facet=alt.Facet("panel:N", title=None, header=alt.Header(**header), sort=run_order(data["panel"])),
+        columns=columns,
+        spacing=spacing,
     ).resolve_axis(x="independent")
 
 
@@ -270,7 +287,9 @@ def special_tokens_heads(frame: pl.DataFrame) -> alt.HConcatChart:
         )
         title = alt.Title([target, weighting], fontSize=11, fontWeight="normal", anchor="middle")
         columns.append(
-            cells.facet(row=alt.Row("panel:N", title=None, header=header), spacing={"row": 18}).properties(title=title)
+            cells.facet(
+                row=alt.Row("panel:N", title=None, header=header, sort=run_order(data["panel"])), spacing={"row": 18}
+            ).properties(title=title)
         )
     return _styled(_selectable(alt.hconcat(*columns, spacing=10).resolve_scale(color="independent")), view_stroke=None)
 
@@ -431,7 +450,7 @@ def finetune_change_layers(frame: pl.DataFrame) -> alt.LayerChart:
     )
     base = alt.Chart(data).encode(
         x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0)),
-        color=alt.Color("panel:N", title="comparison", legend=_line_legend()),
+        color=alt.Color("panel:N", title="comparison", legend=_line_legend(), sort=run_order(data["panel"])),
     )
     band = base.mark_area(opacity=0.15).encode(y=alt.Y("low:Q", title="cosine, base vs tuned"), y2="high:Q")
     line = base.mark_line(point=True).encode(
@@ -615,6 +634,7 @@ def feature_attention(frame: pl.DataFrame) -> alt.FacetChart:
                         labelLimit=420,
                         labelExpr=_SPLIT,
                     ),
+                    sort=run_order(data["panel"]),
                 ),
                 column=alt.Column("feature:N", title=None, sort=order),
                 spacing={"row": 18, "column": 10},
@@ -652,11 +672,17 @@ def pattern_frequency(frame: pl.DataFrame) -> alt.Chart:
     """One stacked bar per run: the share of its maps of each pattern type (Kovaleva et al.
     Fig. 2), the bootstrap interval over examples in the tooltip. `frame` is the
     `pattern_frequency` query."""
+    data = _with_pattern_order(frame)
     bars = (
-        alt.Chart(_with_pattern_order(frame))
+        alt.Chart(data)
         .mark_bar()
         .encode(
-            y=alt.Y("panel:N", title=None, axis=alt.Axis(labelLimit=320, labelExpr=_SPLIT, labelFontSize=11)),
+            y=alt.Y(
+                "panel:N",
+                title=None,
+                sort=run_order(data["panel"]),
+                axis=alt.Axis(labelLimit=320, labelExpr=_SPLIT, labelFontSize=11),
+            ),
             x=alt.X("share:Q", title="share of maps", stack="normalize", axis=alt.Axis(format="%")),
             color=_pattern_colour(),
             order=alt.Order("order:Q"),
@@ -995,8 +1021,8 @@ def ablation_heads(frame: pl.DataFrame) -> alt.FacetChart:
     return _styled(_selectable(_panels(layered, 2, 16, labelLimit=320)), view_stroke=None)
 
 
-def _run_colour() -> alt.Color:
-    return alt.Color("panel:N", title=None, legend=_line_legend())
+def _run_colour(data: pl.DataFrame) -> alt.Color:
+    return alt.Color("panel:N", title=None, legend=_line_legend(), sort=run_order(data["panel"]))
 
 
 def _interval_around_zero(base: alt.Chart, mark: str, line: alt.Chart) -> alt.LayerChart:
@@ -1027,8 +1053,8 @@ def ablation_layers(frame: pl.DataFrame) -> alt.LayerChart:
     step = max(10, min(28, LAYER_CHART_WIDTH // max(slots, 1)))
     base = alt.Chart(data).encode(
         x=alt.X("layer:O", title="layer disabled", axis=alt.Axis(labelAngle=0)),
-        xOffset=alt.XOffset("panel:N"),
-        color=_run_colour(),
+        xOffset=alt.XOffset("panel:N", sort=run_order(data["panel"])),
+        color=_run_colour(data),
     )
     # One meaning of a filled dot on the whole page, as the ● of the head heatmap: filled =
     # significant (adjusted p < 0.05), a ring = not. The ring is a path (Vega-Lite draws no
@@ -1068,14 +1094,15 @@ def ablation_curve(frame: pl.DataFrame) -> alt.LayerChart:
     `n_helpful` (and for a run where none helped, from k = 1) its combinations hold heads
     whose own disabling did not raise the score, which the axis title would misname."""
     curve = frame.filter(pl.col("kind") == "top_k", pl.col("k") <= pl.col("n_helpful"))
-    base = alt.Chart(curve.with_columns(panel=ablation_label(curve))).encode(
+    data = curve.with_columns(panel=ablation_label(curve))
+    base = alt.Chart(data).encode(
         x=alt.X(
             "k:Q",
             title="heads disabled together (the k whose own disabling helped most)",
             # A tick at each k: heads come whole, and Vega's ticks fall on halves (1.5 heads).
             axis=alt.Axis(values=sorted(set(curve["k"].to_list())), format="d"),
         ),
-        color=_run_colour(),
+        color=_run_colour(data),
     )
     line = base.mark_line(point=True).encode(
         y="delta:Q",

@@ -198,7 +198,8 @@ def test_out_must_not_clobber_a_non_model_folder(monkeypatch, capsys, tiny_model
 def test_cli_trains_on_local_files(monkeypatch, capsys, tiny_model_dir, tmp_path):
     from helpers import write_pairs
 
-    train, dev = write_pairs(tmp_path / "train.tsv", 24), write_pairs(tmp_path / "dev.tsv", 10)
+    (tmp_path / "reviews").mkdir()
+    train, dev = write_pairs(tmp_path / "reviews" / "train.tsv", 24), write_pairs(tmp_path / "reviews" / "dev.tsv", 10)
     common = [
         "finetune",
         "--model",
@@ -222,15 +223,16 @@ def test_cli_trains_on_local_files(monkeypatch, capsys, tiny_model_dir, tmp_path
     assert code == 2 and "--eval-data" in err
     code, out, err = run(monkeypatch, capsys, *common, "--eval-data", str(dev), "--label-column", "label")
     assert code == 0, err
-    assert out.startswith("train: trained on 24 examples") and "(10): accuracy" in out
+    # train.tsv is a split: the task is named after the files' folder.
+    assert out.startswith("reviews: trained on 24 examples") and "(10): accuracy" in out
     with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as con:
-        assert con.execute("SELECT task FROM runs").fetchall() == [("train",)]
+        assert con.execute("SELECT task FROM runs").fetchall() == [("reviews",)]
     # --epochs 0: nothing trained, said so, and recorded as 0 epochs with no loss.
     untrained = [str(tmp_path / "u") if a == str(tmp_path / "m") else a for a in common[:-3]]
     untrained += ["0", "--eval-data", str(dev)]
     code, out, err = run(monkeypatch, capsys, *untrained, "--label-column", "label")
     assert code == 0, err
-    assert out.startswith("train: not trained (epochs 0)") and "(10): accuracy" in out
+    assert out.startswith("reviews: not trained (epochs 0)") and "(10): accuracy" in out
     with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as con:
         assert con.execute("SELECT epochs, final_loss FROM finetunes ORDER BY run_id").fetchall()[-1] == (0.0, None)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -59,6 +60,46 @@ def test_limit_and_truncation_are_recorded(monkeypatch, capsys, tiny_model_dir, 
         recorded = con.execute("SELECT n_truncated, example_limit, max_length FROM runs").fetchall()[0]
     assert n == 7 and longest == 12 and truncated > 0
     assert recorded == (truncated, 7, 12)
+
+
+def test_no_truncate_advises_what_the_next_command_accepts(monkeypatch, capsys, tiny_model_dir, pairs, tmp_path):
+    """Refused under --no-truncate, the message advises only what works: raising --max-length
+    up to the model's limit (64 tokens for the tiny model), and past it dropping --no-truncate,
+    never a --max-length the model refuses. Each advice is then followed and must succeed."""
+    bert = tiny_model_dir("bert")
+    # Within the model's limit: raising --max-length to the longest input's length works.
+    code, _, err = run(
+        monkeypatch, capsys, *ingest_args(bert, pairs, tmp_path / "a.duckdb", "--max-length", "8", "--no-truncate")
+    )
+    assert code != 0
+    said = re.search(r"longest: (\d+)\)", err)
+    assert said, err
+    longest = int(said.group(1))
+    assert 8 < longest <= 64 and f"raise --max-length to {longest}" in err and "drop --no-truncate" in err
+    args = ingest_args(bert, pairs, tmp_path / "a.duckdb", "--max-length", str(longest), "--no-truncate")
+    assert run(monkeypatch, capsys, *args)[0] == 0
+
+    # Past the model's limit: no --max-length can keep them whole.
+    long_pairs = tmp_path / "long.tsv"
+    words = " ".join(["the film was long and slow"] * 30)
+    long_pairs.write_text(f"premise\thypothesis\tlabel\n{words}\tshort\tyes\nshort\tshort\tno\n", encoding="utf-8")
+    errors = {}
+    for extra in ([], ["--max-length", "16"]):
+        code, _, err = run(
+            monkeypatch, capsys, *ingest_args(bert, long_pairs, tmp_path / "b.duckdb", *extra, "--no-truncate")
+        )
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code != 0 and len(lines) == 1, err
+        assert "raise --max-length to" not in err and "drop --no-truncate" in err and "reads at most 64 tokens" in err
+        errors[len(extra)] = err
+    # Below the limit it says how far --max-length can go; at the limit it does not.
+    assert "at 64 with --max-length 64" in errors[2] and "with --max-length" not in errors[0]
+    # The advice followed: without --no-truncate the inputs are cut at the limit and stored.
+    assert run(monkeypatch, capsys, *ingest_args(bert, long_pairs, tmp_path / "b.duckdb"))[0] == 0
+    with duckdb.connect(str(tmp_path / "b.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT max(n_tokens), count(*) FILTER (truncated) FROM run_examples").fetchall() == [
+            (64, 1)
+        ]
 
 
 @pytest.mark.parametrize("family", ["roberta", "distilbert", "electra", "albert"])

@@ -388,3 +388,65 @@ def test_layer_ablation_chart_stays_about_a_page_wide(runs, step):
     spec = charts.ablation_layers(frame).to_dict()
     assert spec["width"] == {"step": step}
     assert 12 * runs * step <= max(charts.LAYER_CHART_WIDTH, 12 * 28)
+
+
+# ---------------------------------------------------------------- runs in number order
+
+RUNS = (1, 2, 9, 10, 11, 12)
+
+
+def _drawn_runs(chart) -> list[int]:
+    """The run numbers of a chart's labels (axis, facet headers, legend) in the order the
+    rendered SVG draws them: Vega lays out a nominal domain in its sort order."""
+    import vl_convert
+
+    svg = vl_convert.vegalite_to_svg(chart.to_dict())
+    return list(dict.fromkeys(int(n) for n in re.findall(r">run (\d+) ·", svg)))
+
+
+def _runs_frame(**columns):
+    import polars as pl
+
+    base = {"model": "m", "task": "sst2", "split": "dev"}
+    return pl.DataFrame(
+        [
+            {"run_id": run, **base, **{k: v(run, i) if callable(v) else v for k, v in columns.items()}, "layer": i}
+            for run in RUNS
+            for i in range(2)
+        ]
+    )
+
+
+def test_runs_are_drawn_in_number_order_not_as_text():
+    """Run 10 after run 9, not after run 1: in a chart's rows (the pattern shares), in its
+    panels (pattern types per layer) and in its legend and offsets (the per-layer ablation)."""
+    import polars as pl
+
+    from attnwh.reports import charts
+
+    patterns = _runs_frame(
+        pattern=lambda run, i: ("vertical", "diagonal")[i], share=0.5, share_low=0.4, share_high=0.6, maps=4, examples=2
+    )
+    ablation = _runs_frame(
+        mode="uniform",
+        metric="accuracy",
+        baseline=0.9,
+        value=0.9,
+        delta=0.0,
+        ci_low=-0.01,
+        ci_high=0.01,
+        p_adjusted=1.0,
+        significant=False,
+    )
+    drawn = {
+        "pattern_frequency": _drawn_runs(charts.pattern_frequency(patterns.filter(pl.col("layer") == 0))),
+        "pattern_layers": _drawn_runs(charts.pattern_layers(patterns)),
+        "ablation_layers": _drawn_runs(charts.ablation_layers(ablation)),
+    }
+    assert drawn == dict.fromkeys(drawn, list(RUNS))
+    assert charts.run_order(["run 10 · m", "run 2 · m", "run 1 · m", "other"]) == [
+        "run 1 · m",
+        "run 2 · m",
+        "run 10 · m",
+        "other",
+    ]

@@ -110,6 +110,22 @@ def test_every_figure_has_its_section_and_its_charts(page):
     assert sorted(p.name for p in (out.parent / out.stem).iterdir()) == sorted(Path(i).name for i in images)
 
 
+def test_the_page_shows_no_folder_of_the_machine(page, tmp_path):
+    """The study stored its model as an absolute folder; the page names it by its place beside
+    the warehouse, and a warehouse elsewhere names only the folder's own name."""
+    db, _, text = page
+    assert str(db.parent) not in text and "/tmp" not in text
+    model_line = next(line for line in text.splitlines() if line.startswith("Model:"))
+    assert "`base`" in model_line, model_line
+    tool = load_tool()
+    assert tool.stored_as(str(db.parent / "base"), tmp_path / "elsewhere.duckdb") == (
+        "stored as a local folder named `base`"
+    )
+    assert tool.stored_as("sentence-transformers/all-mpnet-base-v2", db) == (
+        "`sentence-transformers/all-mpnet-base-v2` as stored"
+    )
+
+
 def test_table1_is_the_stored_scores(page):
     db, _, text = page
     with duckdb.connect(str(db), read_only=True) as con:

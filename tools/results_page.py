@@ -72,6 +72,7 @@ class Study:
     base: str
     tuned: dict[str, str]  # task -> tuned model name
     name: str  # the name the page uses for the base model
+    stored: str  # how the page says where the base model is stored (never a machine's folder)
 
 
 def query(con, name: str, **params: object) -> pl.DataFrame:
@@ -80,7 +81,20 @@ def query(con, name: str, **params: object) -> pl.DataFrame:
     return frame
 
 
-def find_study(con, name: str | None) -> Study:
+def stored_as(model: str, db: Path) -> str:
+    """Where the page says a model is stored: a hub name or a relative folder as stored; an
+    absolute folder relative to the warehouse's folder, or only its own name — a page
+    published from one machine must not show another's folders."""
+    path = Path(model)
+    if not path.is_absolute():
+        return f"`{model}` as stored"
+    try:
+        return f"stored as the folder `{path.relative_to(db.resolve().parent).as_posix()}` beside the warehouse"
+    except ValueError:
+        return f"stored as a local folder named `{path.name}`"
+
+
+def find_study(con, name: str | None, db: Path) -> Study:
     """The base model is the one the fine-tuned (not from scratch, epochs > 0) models came from."""
     runs = query(con, "findings_finetune")
     tuned = runs.filter(~pl.col("from_scratch") & (pl.col("epochs") > 0))
@@ -89,7 +103,7 @@ def find_study(con, name: str | None) -> Study:
         raise SystemExit(f"error: expected fine-tuning runs from one base model, found {len(bases)}: {bases}")
     base = bases[0]
     per_task = {row["task"]: row["model"] for row in tuned.unique("task", keep="last").iter_rows(named=True)}
-    return Study(base, per_task, name or Path(base).name)
+    return Study(base, per_task, name or Path(base).name, stored_as(base, db))
 
 
 def points(value: float | None) -> str:
@@ -128,7 +142,7 @@ def setup(con, study: Study) -> list[str]:
         f"{r['task']} {r['n_examples']}" for r in ablation.unique("run_id").sort("task").iter_rows(named=True)
     )
     return [
-        f"Model: `{study.name}` ({study.base} as stored). Tasks: {', '.join(sorted(study.tuned))}. "
+        f"Model: `{study.name}` ({study.stored}). Tasks: {', '.join(sorted(study.tuned))}. "
         f"Fine-tuning: a seeded sample of the train split ({train} examples), {', '.join(f'{e:g}' for e in epochs)} "
         f"epoch{'' if epochs == [1] else 's'}, peak learning rate {', '.join(f'{r:g}' for r in rates)}, batch {batches}, inputs cut at {train_cut} tokens; "
         f"scored on the whole dev split. Statistics, patterns and the compare on a seeded sample of dev "
@@ -787,7 +801,7 @@ def build_page(
 ) -> str:
     con = warehouse.connect(db, read_only=True)
     try:
-        study = find_study(con, name)
+        study = find_study(con, name, db)
         parts = [
             f"# {study.name} against Kovaleva et al. (2019)",
             "",

@@ -95,6 +95,21 @@ def model_identity(encoder: EncoderModel, kind: str = "statistics") -> dict[str,
     return {"kind": kind, "weights": encoder.weights_hash, "name": encoder.name}
 
 
+def too_long_advice(max_length: int, model_limit: int, longest: int) -> str:
+    """What can be done about inputs of up to `longest` tokens refused under --no-truncate at
+    `max_length`, for a model that takes at most `model_limit`: raising --max-length only
+    where the model's positions reach that far (past them it is refused too)."""
+    cut = f"drop --no-truncate to cut them at {max_length} tokens"
+    if longest <= model_limit:
+        return f"raise --max-length to {longest} (this model takes up to {model_limit}) or {cut}"
+    if max_length < model_limit:
+        cut += f" (or at {model_limit} with --max-length {model_limit})"
+    return (
+        f"{cut}; this model reads at most {model_limit} tokens, so keeping them whole needs one with "
+        "longer positions (ModernBERT reads 8,192)"
+    )
+
+
 def prepare_tasks(
     encoder: EncoderModel,
     tasks: Sequence[TaskData],
@@ -118,10 +133,11 @@ def prepare_tasks(
         too_long = np.flatnonzero(encoded.truncated)
         if len(too_long) and not options.truncate:
             first = data.examples[too_long[0]]
+            longest = int(encoded.n_tokens_full[too_long].max())
             raise DataError(
                 f"{len(too_long)} example(s) of {data.task} are longer than {max_length} tokens "
-                f"(first: row {first.position}, {encoded.n_tokens_full[too_long[0]]} tokens); "
-                "allow truncation or raise --max-length"
+                f"(first: row {first.position}, {encoded.n_tokens_full[too_long[0]]} tokens; longest: {longest}); "
+                + too_long_advice(max_length, encoder.max_length, longest)
             )
         ids = np.array([rows.example_id(data, e) for e in data.examples], dtype=np.int64)
         run_identity = {

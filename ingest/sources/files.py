@@ -207,6 +207,25 @@ _FILE_FORMATS = {
 }
 
 
+# Words that name a split, not a dataset: train.csv holds a dataset's train split.
+SPLIT_WORDS = ("train", "training", "dev", "development", "val", "valid", "validation", "test", "testing", "eval")
+_SPLIT_SUFFIX = re.compile(rf"(?:[-_. ]+(?:{'|'.join(SPLIT_WORDS)}))+$", re.IGNORECASE)
+
+
+def file_task_name(path: Path) -> str:
+    """The task a local file holds, named after the file less the split its name ends with:
+    imdb_train.csv and imdb-dev.tsv hold `imdb`. A file named only for its split (train.csv, dev.tsv) takes
+    its folder's name, as the bundled sample's `sentiment/train.tsv` holds `sentiment`; so a
+    train file and its eval file name the same task."""
+    stem = _SPLIT_SUFFIX.sub("", path.stem)
+    if stem and stem.lower() not in SPLIT_WORDS:
+        return stem
+    for folder in path.resolve().parents:
+        if folder.name and folder.name.lower() not in SPLIT_WORDS:
+            return folder.name
+    return path.stem
+
+
 def load_file(
     path: Path,
     text_column: str,
@@ -246,7 +265,7 @@ def load_file(
     examples, labels = _build_examples(data, text_column, pair_column, label_column, where)
     return TaskData(
         dataset=path.name,
-        task=task or path.stem,
+        task=task or file_task_name(path),
         split=split,
         examples=examples,
         labels=infer_label_names([x for x in labels if x is not None]) if label_column else None,
