@@ -18,11 +18,15 @@ import torch
 from attnwh.api import Warehouse
 from attnwh.ingest.measures.patterns import PATTERN_TYPES
 from helpers import cli_main, pair_args, write_pairs
-from test_frames import framebert_text
+from test_frames import BLOCKS, framebert_text
 
 COLUMNS = ["--text-column", "premise", "--pair-column", "hypothesis", "--label-column", "label"]
 MAP_TOKENS = 39  # whole maps for thumbnail examples up to this long: the pairs have 36 to 42 tokens
 TRAIN, DEV = 20, 10  # rows of the two data files
+# test_frames' annotations, each filter's a different number of times: block 0 (kept, twice),
+# 1 (links too close, 4 times), 2 (no elements, once), 3 (a 13-word sentence, twice), 4 (a
+# 4-word element, 3 times), 5 (kept, another sentence).
+FRAME_BLOCKS = [0, 1, 1, 1, 1, 2, 3, 3, 4, 4, 4, 5, 0]
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +54,10 @@ def built(tmp_path_factory, tiny_model_dir) -> dict:
     # vertical threshold give the maps more than one type to tell apart.
     cli_main("patterns", "reclassify", "--classifier", "rules", "--set", "vertical=0.3", "--db", str(db))
     framenet = tmp / "fn-tiny.conll"
-    framenet.write_text(framebert_text(), encoding="utf-8")
-    for model in (base, tuned):
-        cli_main("ingest", "relations", "--framenet", str(framenet), "--model", str(model), "--db", str(db))
+    framenet.write_text(framebert_text([BLOCKS[i] for i in FRAME_BLOCKS]), encoding="utf-8")
+    frames = ["ingest", "relations", "--framenet", str(framenet), "--db", str(db)]
+    cli_main(*frames, "--model", str(base))
+    cli_main(*frames, "--model", str(tuned), "--limit", "1")
     return {"db": db, "base": base, "tuned": tuned, "scratch": scratch, "train": train, "dev": dev}
 
 
@@ -155,13 +160,12 @@ def test_run_provenance_describes_the_data_and_the_model(built, wh):
 def test_frame_coverage_counts_what_the_filters_did(built, wh):
     found = wh.query("frame_coverage")
     assert found["model"].to_list() == [str(built["base"]), str(built["tuned"])]
-    # The fixture's six annotations as test_frames describes them: one each without elements,
-    # with a 13-word sentence, with a 4-word element and with links too close; two kept, of two
-    # sentences; the paper's settings (12 words, 3 words, 2 apart).
-    expected = (6, 1, 1, 1, 1, 2, 2, 2, 12, 3, 2)
+    # FRAME_BLOCKS counted by hand: 13 read; 1 without elements, 2 with a long sentence, 3 with
+    # a long element, 4 with links too close; 3 kept, of 2 sentences; all measured, or one of
+    # them with --limit 1. The paper's settings: 12 words, 3 words, 2 apart.
     columns = ["annotations_read", "no_elements", "long_sentence", "long_element", "too_close", "kept"]
     columns += ["measured", "sentences", "max_sentence_words", "max_element_words", "min_distance"]
-    assert [tuple(r) for r in found.select(columns).rows()] == [expected, expected]
+    assert found.select(columns).rows() == [(13, 1, 2, 3, 4, 3, 3, 2, 12, 3, 2), (13, 1, 2, 3, 4, 3, 1, 1, 12, 3, 2)]
     assert set(found["dataset"]) == {"fn-tiny.conll"}
     assert wh.query("frame_coverage", model=str(built["tuned"]))["run_id"].to_list() == found["run_id"].to_list()[1:]
 
