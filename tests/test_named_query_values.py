@@ -1,7 +1,8 @@
 """The values of named queries that only the format smoke tests ran: finetune_runs,
 model_lineage, run_provenance, frame_coverage, head_lenses, mixing_by_layer, head_thumbnails
 and label_maps, each on a warehouse the real commands filled, against what the test gave
-those commands (data files, options, models) or a plain computation over the base tables."""
+those commands (data files, options, models), the eager model's own maps, or a plain
+computation over the base tables; never against the query's own output."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def built(tmp_path_factory, tiny_model_dir) -> dict:
     """A warehouse the real commands filled: two fine-tunings of one tiny BERT (from its weights
     and from scratch), statistics runs of the tuned model with value zeroing per head, of the
     base with value zeroing per layer and of the base with no mixing at all, and a frames run
-    of each model; with what each command was given."""
+    of each model (the tuned one with --limit 1); with what each command was given."""
     tmp = tmp_path_factory.mktemp("named-values")
     db = tmp / "w.duckdb"
     base = tiny_model_dir("bert")
