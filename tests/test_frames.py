@@ -62,9 +62,9 @@ BLOCKS = [
 ]
 
 
-def framebert_text() -> str:
+def framebert_text(blocks: list | None = None) -> str:
     lines = []
-    for words, lus, frame, tags in BLOCKS:
+    for words, lus, frame, tags in BLOCKS if blocks is None else blocks:
         for i, (w, t) in enumerate(zip(words, tags)):
             lines.append("\t".join([str(i), w, lus.get(i, "_"), frame if i in lus else "_", t]))
         lines.append("")

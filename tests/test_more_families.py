@@ -1,7 +1,8 @@
 """ModernBERT, DeBERTa-v2/v3 and MPNet: statistics equal those of the eager path's
-`output_attentions=True` maps, disabled heads equal hand-made forward passes, the cached
-path equals the full one, gradient importance equals a finite difference, compare,
-relations and ingest write complete runs, and the observer-coverage check fails loudly.
+`output_attentions=True` maps (DistilBERT's, ELECTRA's and ALBERT's too), disabled heads
+equal hand-made forward passes, the cached path equals the full one, gradient importance
+equals a finite difference, compare, relations and ingest write complete runs, and the
+observer-coverage check fails loudly.
 
 ModernBERT goes through attnwh's registered attention function (its local layers see a
 sliding window); DeBERTa and MPNet compute softmax and value product inline and are observed
@@ -11,6 +12,7 @@ the eager model's own modules (value projection and W_O), not from attnwh's code
 
 from __future__ import annotations
 
+import inspect
 import json
 import unicodedata
 from pathlib import Path
@@ -45,6 +47,10 @@ from test_statistics import assert_matches_reference, layer_rows, task
 from tiny_models import make_sharp_classifier, make_tiny
 
 FAMILIES = ("modernbert", "deberta-v2", "mpnet")
+# Families of BERT's layout (tiny_model_dir's models, also 2 layers of 4 heads), in the
+# statistics parity test only: DistilBERT's own module names, ELECTRA's embedding projection,
+# ALBERT's one layer shared by every depth.
+BERT_LIKE = ("distilbert", "electra", "albert")
 LAYERS, HEADS = 2, 4  # the plain models (statistics, compare, relations, ingest)
 ABL_LAYERS = 3  # the classifiers: ModernBERT's layers 0 and 2 global, 1 local
 STATS_MAX_LENGTH = 40  # DeBERTa's tiny tokenizer is nearly character-level: pairs are cut
@@ -71,10 +77,16 @@ def value_and_output(model: nn.Module) -> list[tuple[nn.Linear, nn.Linear, bool]
     base: Any = model.base_model
     if family == "modernbert":
         return [(layer.attn.Wqkv, layer.attn.Wo, True) for layer in base.layers]
+    if family == "distilbert":
+        return [(layer.attention.v_lin, layer.attention.out_lin, False) for layer in base.transformer.layer]
+    if family == "albert":  # one shared layer at every depth
+        shared = base.encoder.albert_layer_groups[0].albert_layers[0].attention
+        return [(shared.value, shared.dense, False)] * model.config.num_hidden_layers
     if family == "deberta-v2":
         return [(layer.attention.self.value_proj, layer.attention.output.dense, False) for layer in base.encoder.layer]
     if family == "mpnet":
         return [(layer.attention.attn.v, layer.attention.attn.o, False) for layer in base.encoder.layer]
+    # BERT, ELECTRA
     return [(layer.attention.self.value, layer.attention.output.dense, False) for layer in base.encoder.layer]
 
 
@@ -104,18 +116,24 @@ def is_punct(token: str) -> bool:
     return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
 
 
-def reference(model: nn.Module, tokenizer, ids: list[int]) -> np.ndarray:
+def reference(model: nn.Module, tokenizer, ids: list[int], types: list[int] | None = None) -> np.ndarray:
     """(layer, head, column) for one unpadded example from the eager model's
-    output_attentions maps and its own value projection outputs and W_O."""
+    output_attentions maps and its own value projection outputs and W_O; `types`: the
+    segment ids, for the models that take them."""
     parts = value_and_output(model)
     values: list[torch.Tensor] = []
+    # One hook per module: ALBERT's one value projection runs once per layer.
+    unique = {id(v): (v, fused) for v, _, fused in parts}.values()
     hooks = [
         v.register_forward_hook(lambda m, a, out, fused=fused: values.append(take_values(out, fused)))
-        for v, _, fused in parts
+        for v, fused in unique
     ]
+    inputs = {"input_ids": torch.tensor([ids])}
+    if types is not None and "token_type_ids" in inspect.signature(model.forward).parameters:
+        inputs["token_type_ids"] = torch.tensor([types])
     try:
         with torch.no_grad():
-            out = model(input_ids=torch.tensor([ids]), output_attentions=True)
+            out = model(**inputs, output_attentions=True)
     finally:
         for hook in hooks:
             hook.remove()
@@ -137,11 +155,12 @@ def reference(model: nn.Module, tokenizer, ids: list[int]) -> np.ndarray:
 # ---------------------------------------------------------------- statistics
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + BERT_LIKE)
 @pytest.mark.parametrize("pair", [False, True])
-def test_statistics_match_eager_output_attentions(tiny, family, pair):
-    encoder = load_encoder(str(tiny[family]), device="cpu")
-    eager = AutoModel.from_pretrained(tiny[family], attn_implementation="eager").eval()
+def test_statistics_match_eager_output_attentions(tiny, tiny_model_dir, family, pair):
+    path = tiny[family] if family in tiny else tiny_model_dir(family)
+    encoder = load_encoder(str(path), device="cpu")
+    eager = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
     data = task(pair)
     encoded = encode_task(encoder.tokenizer, data, STATS_MAX_LENGTH)
     stats = StatisticsCapture(encoder)
@@ -152,7 +171,8 @@ def test_statistics_match_eager_output_attentions(tiny, family, pair):
     batched = stats.run(batch)
     assert batched.shape == (len(everything), LAYERS, HEADS, len(OBSERVED_COLUMNS))
     for i in everything:
-        expected = reference(eager, encoder.tokenizer, encoded.input_ids[i].tolist())
+        types = None if encoded.token_type_ids is None else encoded.token_type_ids[i].tolist()
+        expected = reference(eager, encoder.tokenizer, encoded.input_ids[i].tolist(), types)
         assert_matches_reference(batched[i], expected, err_msg=f"example {i}")
         alone = stats.run(collate(encoded, [i], encoder.tokenizer.pad_token_id, encoder.device))
         assert_matches_reference(alone[0], batched[i])
@@ -164,6 +184,8 @@ def test_statistics_match_eager_output_attentions(tiny, family, pair):
     for name in ("col_cls", "col_other", "band"):
         assert batched[..., OBSERVED_COLUMNS.index(name)].std() > 1e-3, name
     assert (batched[..., OBSERVED_COLUMNS.index("block")].max() > 0) == pair
+    if pair and family in ("electra", "albert"):  # segment ids reach the model and the reference alike
+        assert encoded.token_type_ids is not None and max(t.max() for t in encoded.token_type_ids) == 1
 
 
 def test_modernbert_local_layers_see_only_their_window(tiny):

@@ -3,6 +3,7 @@ and the command end to end on a tiny model."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import duckdb
@@ -237,3 +238,184 @@ def test_relations_on_a_byte_level_bpe_model(monkeypatch, capsys, tiny_model_dir
     with duckdb.connect(str(db), read_only=True) as con:
         totals = dict(con.execute("SELECT relation, max(total) FROM dependency_heads GROUP BY relation").fetchall())
     assert totals == EXPECTED_TOTALS  # every dependency measured: each word has its pieces
+
+
+# ---------------------------------------------------------------- stored values against eager attention
+
+# Two more sentences for the value test: a proper noun, a pronoun as indirect object, "n't",
+# words the tiny tokenizer splits into several pieces, and advmod as often one word before its
+# head as one word after (the offset baseline's tie).
+MORE_CONLLU = """\
+# sent_id = 4
+# text = Mary did n't give them the book .
+1	Mary	Mary	PROPN	_	_	4	nsubj	_	_
+2	did	do	AUX	_	_	4	aux	_	_
+3	n't	not	PART	_	_	4	advmod	_	_
+4	give	give	VERB	_	_	0	root	_	_
+5	them	they	PRON	_	_	4	iobj	_	_
+6	the	the	DET	_	_	7	det	_	_
+7	book	book	NOUN	_	_	4	obj	_	_
+8	.	.	PUNCT	_	_	4	punct	_	_
+
+# sent_id = 5
+# text = The dog follows slowly along the river .
+1	The	the	DET	_	_	2	det	_	_
+2	dog	dog	NOUN	_	_	3	nsubj	_	_
+3	follows	follow	VERB	_	_	0	root	_	_
+4	slowly	slowly	ADV	_	_	3	advmod	_	_
+5	along	along	ADP	_	_	7	case	_	_
+6	the	the	DET	_	_	7	det	_	_
+7	river	river	NOUN	_	_	3	obl	_	_
+8	.	.	PUNCT	_	_	3	punct	_	_
+
+"""
+
+
+def eager_word_maps(model, tokenizer, words: tuple[str, ...]) -> tuple[np.ndarray, list[int], int]:
+    """(layers, heads, W, W) word-level maps of one sentence from the eager path's
+    `output_attentions=True`, pooled by hand as docs/metrics.md says (to a word: the sum over
+    its pieces; from a word: the mean over its pieces; special tokens are no words), with the
+    pieces per word and the sentence's token count (special tokens included)."""
+    enc = tokenizer(list(words), is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        a = torch.stack(model(**enc, output_attentions=True).attentions, 1)[0].double().numpy()  # (L, H, S, S)
+    ids = enc.word_ids(0)
+    pieces = [[s for s, w in enumerate(ids) if w == i] for i in range(len(words))]
+    assert all(pieces), "every word has a piece"
+    maps = np.zeros((*a.shape[:2], len(words), len(words)))
+    for i, rows in enumerate(pieces):
+        for j, columns in enumerate(pieces):
+            maps[..., i, j] = a[..., rows, :][..., columns].sum(-1).mean(-1)
+    return maps, [len(p) for p in pieces], len(ids)
+
+
+def test_stored_accuracies_baselines_and_feature_attention_match_eager_attention(
+    monkeypatch, capsys, tiny_model_dir, tmp_path
+):
+    """`attnwh ingest relations` (batched, padded) stores the values recomputed here from the
+    eager path's maps of each sentence alone: per relation, direction, layer and head the
+    dependency accuracy, the best fixed offset, and the attention feature words receive."""
+    from transformers import AutoModel, AutoTokenizer
+
+    treebank = tmp_path / "ud.conllu"
+    treebank.write_text(CONLLU + MORE_CONLLU, encoding="utf-8")
+    folder = tiny_model_dir("bert")
+    db = tmp_path / "w.duckdb"
+    args = ["ingest", "relations", "--conllu", str(treebank), "--model", str(folder), "--db", str(db)]
+    code, _, err = run(monkeypatch, capsys, *args, "--batch-size", "2")
+    assert code == 0, err
+    with duckdb.connect(str(db), read_only=True) as con:
+        heads = {
+            (r, d, layer, h): (c, t, a)
+            for r, d, layer, h, c, t, a in con.execute(
+                "SELECT relation, direction, layer, head, correct, total, accuracy FROM dependency_heads"
+            ).fetchall()
+        }
+        baselines = {
+            r: rest
+            for r, *rest in con.execute(
+                "SELECT relation, best_offset, correct, total, accuracy FROM dependency_baselines"
+            ).fetchall()
+        }
+        features = {
+            (f, layer, h): rest
+            for f, layer, h, *rest in con.execute(
+                "SELECT feature, layer, head, n_sentences, n_words, mean_attention, per_word_attention,"
+                " uniform_attention, uniform_per_word FROM feature_attention"
+            ).fetchall()
+        }
+
+    # The annotation read by hand: (form, UPOS, 0-based head or -1, relation without subtype).
+    sentences = []
+    for block in (CONLLU + MORE_CONLLU).strip().split("\n\n"):
+        cells = [line.split("\t") for line in block.splitlines() if not line.startswith("#")]
+        cells = [c for c in cells if c[0].isdigit()]  # no ranges (3-4), no empty nodes (4.1)
+        sentences.append([(c[1], c[3], int(c[6]) - 1, c[7].split(":")[0]) for c in cells])
+    negations = {"nobody", "n't"}  # the negation words of these sentences
+    feature_of = {
+        "noun": lambda form, pos, rel: pos in ("NOUN", "PROPN"),
+        "verb": lambda form, pos, rel: pos == "VERB",
+        "pronoun": lambda form, pos, rel: pos == "PRON",
+        "subject": lambda form, pos, rel: rel == "nsubj",
+        "object": lambda form, pos, rel: rel in ("obj", "iobj"),
+        "negation": lambda form, pos, rel: form.lower() in negations,
+    }
+
+    model = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    layers, n_heads = model.config.num_hidden_layers, model.config.num_attention_heads
+    correct: dict[tuple[str, str], np.ndarray] = {}
+    total: dict[str, int] = {}
+    offsets: dict[str, Counter[int]] = {}
+    sentence_scores: dict[str, list[np.ndarray]] = {f: [] for f in feature_of}
+    word_scores: dict[str, list[np.ndarray]] = {f: [] for f in feature_of}
+    uniform_sentence: dict[str, list[float]] = {f: [] for f in feature_of}
+    uniform_word: dict[str, list[float]] = {f: [] for f in feature_of}
+    split_words = 0
+    for sentence in sentences:
+        words = tuple(w[0] for w in sentence)
+        maps, pieces, tokens = eager_word_maps(model, tokenizer, words)
+        split_words += sum(p > 1 for p in pieces)
+        n = len(words)
+        # The most-attended other word of each word, per layer and head; never a near tie, which
+        # float32 rounding in the batched pass could break the other way.
+        others = np.where(np.eye(n, dtype=bool), -np.inf, maps)
+        top = np.sort(others, -1)
+        assert (top[..., -1] - top[..., -2]).min() > 1e-5
+        best = others.argmax(-1)  # (L, H, W)
+        for dep, (_, _, head, relation) in enumerate(sentence):
+            if head < 0:
+                continue
+            total[relation] = total.get(relation, 0) + 1
+            for direction, hit in (("dep_to_head", best[:, :, dep] == head), ("head_to_dep", best[:, :, head] == dep)):
+                correct[relation, direction] = correct.get((relation, direction), 0) + hit
+            offset = head - dep
+            if 0 < abs(offset) <= 5:
+                offsets.setdefault(relation, Counter())[offset] += 1
+        received = maps.sum(-2) / n  # (L, H, W): mean over the sentence's words of A[i, w]
+        for feature, has in feature_of.items():
+            chosen = [i for i, (form, pos, _, rel) in enumerate(sentence) if has(form, pos, rel)]
+            if chosen:
+                sentence_scores[feature].append(received[:, :, chosen].max(-1))
+                word_scores[feature].extend(received[:, :, i] for i in chosen)
+                uniform_sentence[feature].append(max(pieces[i] / tokens for i in chosen))
+                uniform_word[feature].extend(pieces[i] / tokens for i in chosen)
+    assert split_words >= 3, "the sentences should hold words split into pieces"
+
+    assert set(baselines) == set(total) and len(heads) == len(total) * 2 * layers * n_heads
+    for relation, n in total.items():
+        for direction in ("dep_to_head", "head_to_dep"):
+            expected = correct[relation, direction]
+            for layer in range(layers):
+                for head in range(n_heads):
+                    c = int(expected[layer, head])
+                    assert heads[relation, direction, layer, head] == pytest.approx((c, n, c / n)), (
+                        relation,
+                        direction,
+                        layer,
+                        head,
+                    )
+        counted = offsets.get(relation, Counter())
+        # The best offset: right most often; ties to the smaller |k|, then to the left.
+        k = min((k for k in range(-5, 6) if k), key=lambda k: (-counted[k], abs(k), k))
+        assert tuple(baselines[relation]) == pytest.approx((k, counted[k], n, counted[k] / n)), relation
+    accuracies = np.array([v[2] for v in heads.values()])
+    assert len(set(accuracies.round(6).tolist())) > 3, "accuracies should differ between heads"
+    assert offsets["advmod"][1] == offsets["advmod"][-1]  # a tie, for the tie rule
+
+    assert {f for f, _, _ in features} == set(feature_of)
+    for feature in feature_of:
+        mean, per_word = np.mean(sentence_scores[feature], 0), np.mean(word_scores[feature], 0)
+        for layer in range(layers):
+            for head in range(n_heads):
+                n_s, n_w, *scores = features[feature, layer, head]
+                assert (n_s, n_w) == (len(sentence_scores[feature]), len(word_scores[feature])), feature
+                expected = [
+                    mean[layer, head],
+                    per_word[layer, head],
+                    np.mean(uniform_sentence[feature]),
+                    np.mean(uniform_word[feature]),
+                ]
+                np.testing.assert_allclose(scores, expected, atol=1e-6, err_msg=f"{feature} {layer} {head}")
+    spread = np.array([v[2] for v in features.values()])
+    assert spread.std() > 1e-2, "the attention to feature words should differ between heads"
