@@ -3,7 +3,8 @@
 -- params: model, task
 -- The provenance table of `attnwh report`: enough to say exactly which weights, which
 -- examples and which software produced each number. sample_text is the run's first
--- example (by position in its source), to show what the data looks like.
+-- example (by position in its source), to show what the data looks like; it and mean_tokens
+-- are NULL for a fine-tuning run, which stores no per-example rows.
 SELECT
     r.run_id,
     r.kind,
