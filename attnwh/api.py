@@ -86,6 +86,7 @@ if TYPE_CHECKING:
     from attnwh.ingest.runs.maps import ExampleMaps
     from attnwh.ingest.sources.examples import TaskData
     from attnwh.reports.build import Report
+    from attnwh.reports.example_view import ExampleView
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -261,12 +262,13 @@ class Warehouse:
         lens: str = "weights",
         model: str | None = None,
         device: str = "auto",
-    ) -> alt.TopLevelMixin:
-        """One example's attention token by token, the heads of `layer` side by side, as an
-        Altair chart (menus for the lens and the layer); `attnwh show` writes it as a page."""
-        from attnwh.reports.example_view import example_chart
+    ) -> ExampleView:
+        """One example's attention token by token: every head of `layer` as a small map and the
+        one clicked drawn large with its tokens, menus for the lens and the layer. Returns the
+        page `attnwh show` writes (`.html`, `.save(path)`), which Jupyter draws inline."""
+        from attnwh.reports.example_view import example_view
 
-        return example_chart(self.example_maps(run, example, model=model, device=device), layer, lens)
+        return example_view(self.example_maps(run, example, model=model, device=device), layer, lens)
 
 
 def to_frame(table: Any) -> pl.DataFrame:
