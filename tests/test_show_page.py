@@ -26,7 +26,7 @@ from attnwh.reports.example_view import example_view as view_of
 from attnwh.reports.example_view import write_page
 from test_report_browser import browser, open_offline  # noqa: F401
 
-TOKENS = (
+TOKENS = (  # noqa: SIM905 (a sentence reads better than 37 quoted tokens)
     "[CLS] combining quick - cut editing and a blaring heavy metal much of the time , beck seems to be under "
     "the illusion that he ' s shooting the latest system of a down video . [SEP]"
 ).split()
@@ -38,7 +38,9 @@ def made_up_maps(tokens: list[str] = TOKENS, kinds: list[str] = KINDS, layers: i
     n = len(tokens)
     rng = np.random.default_rng(7)
     # Peaked rows (Dirichlet 0.3): many distinct shares, and no map equals its transpose.
-    per_head = {lens: rng.dirichlet(np.full(n, 0.3), size=(layers, heads, n)) for lens in ("weights", "norm", "post_ln")}
+    per_head = {
+        lens: rng.dirichlet(np.full(n, 0.3), size=(layers, heads, n)) for lens in ("weights", "norm", "post_ln")
+    }
     return ExampleMaps(
         run_id=1,
         example_id=-2262091897777869560,
@@ -92,7 +94,7 @@ def test_a_long_input_holds_the_shown_layer_then_the_shown_lens(monkeypatch):
     assert data["layers"] == [2] and list(data["maps"]) == ["post_ln"] and data["lenses"][0][0] == "post_ln"
     assert "through one lens only" in page
     monkeypatch.setattr(example_view, "MAX_CELLS", 3 * per_layer)
-    assert "<p class=\"note\">" not in view_of(maps).html and embedded(view_of(maps).html)["layers"] == [0, 1, 2]
+    assert '<p class="note">' not in view_of(maps).html and embedded(view_of(maps).html)["layers"] == [0, 1, 2]
 
 
 def test_a_lens_or_layer_the_maps_lack_is_refused():
