@@ -113,7 +113,7 @@
   function tokenMap(key, bytes) {
     var canvas = element("canvas", null, "token-map");
     var example = data.tokenMaps.examples[key];
-    window.attnwhTokenMap.draw(canvas, window.attnwhTokenMap.decode(bytes), 0, example[0], example[1], 520, 14);
+    window.attnwhTokenMap.draw(canvas, window.attnwhTokenMap.decode(bytes), 0, example[0], example[1], 560, 16);
     return canvas;
   }
 

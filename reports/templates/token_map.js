@@ -71,7 +71,7 @@
     var cell = Math.min(maxCell || 22, Math.max(0.25, (width - margin - 2) / n));
     if (cell >= 2) cell = Math.floor(cell); // whole pixels: crisp cell edges
     var size = n * cell, side = Math.ceil(margin + size + 2);
-    var step = Math.max(1, Math.ceil((FONT + 2) / cell));
+    var step = Math.max(1, Math.ceil(FONT / cell)); // a label a row where a row holds a line
     var ratio = window.devicePixelRatio || 1;
     canvas.width = Math.round(side * ratio);
     canvas.height = Math.round(side * ratio);
