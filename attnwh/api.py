@@ -317,7 +317,7 @@ def show(
 ) -> Path:
     """Draw one example's attention token by token, as a self-contained HTML page.
 
-    The example is run again through the run's own model (its weights checked against the stored hash); every head of a layer is drawn side by side, tokens on both axes, [CLS], [SEP] and punctuation marked, with menus for the lens and the layer. The page needs no network. The queries head_examples, ablation_flips and pattern_examples give example ids.
+    The example is run again through the run's own model (its weights checked against the stored hash). Every head of a layer is a small map, as many across as the page holds; the one clicked is drawn large with the tokens on both axes, [CLS], [SEP] and punctuation marked; menus switch the lens and the layer. The page needs no network. The queries head_examples, ablation_flips and pattern_examples give example ids.
     """
     from attnwh.reports.example_view import write_page
 
