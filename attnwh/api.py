@@ -86,6 +86,7 @@ if TYPE_CHECKING:
     from attnwh.ingest.runs.maps import ExampleMaps
     from attnwh.ingest.sources.examples import TaskData
     from attnwh.reports.build import Report
+    from attnwh.reports.example_view import ExampleView
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -264,12 +265,13 @@ class Warehouse:
         lens: str = "weights",
         model: str | None = None,
         device: str = "auto",
-    ) -> alt.TopLevelMixin:
-        """One example's attention token by token, the heads of `layer` side by side, as an
-        Altair chart (menus for the lens and the layer); `attnwh show` writes it as a page."""
-        from attnwh.reports.example_view import example_chart
+    ) -> ExampleView:
+        """One example's attention token by token: every head of `layer` as a small map and the
+        one clicked drawn large with its tokens, menus for the lens and the layer. Returns the
+        page `attnwh show` writes (`.html`, `.save(path)`), which Jupyter draws inline."""
+        from attnwh.reports.example_view import example_view
 
-        return example_chart(self.example_maps(run, example, model=model, device=device), layer, lens)
+        return example_view(self.example_maps(run, example, model=model, device=device), layer, lens)
 
 
 def to_frame(table: Any) -> pl.DataFrame:
@@ -318,7 +320,7 @@ def show(
 ) -> Path:
     """Draw one example's attention token by token, as a self-contained HTML page.
 
-    The example is run again through the run's own model (its weights checked against the stored hash); every head of a layer is drawn side by side, tokens on both axes, [CLS], [SEP] and punctuation marked, with menus for the lens and the layer. The page needs no network. The queries head_examples, ablation_flips and pattern_examples give example ids.
+    The example is run again through the run's own model (its weights checked against the stored hash). Every head of a layer is a small map, as many across as the page holds; the one clicked is drawn large with the tokens on both axes, [CLS], [SEP] and punctuation marked; menus switch the lens and the layer. The page needs no network. The queries head_examples, ablation_flips and pattern_examples give example ids.
     """
     from attnwh.reports.example_view import write_page
 

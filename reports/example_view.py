@@ -1,19 +1,26 @@
-"""One example's attention drawn token by token: every head of a layer side by side, a heatmap
-each with the tokens on both axes ([CLS], [SEP] and punctuation marked in colour), a menu for
-the lens (attention weight, weight × value norm, after residual + LayerNorm per head, the whole
-block) and, where the maps hold several, for the layer.
+"""One example's attention drawn token by token (`attnwh show`, `Warehouse.show`): every head of
+a layer as a small map, as many across as the page is wide, and the head clicked drawn large
+with the tokens on both axes ([CLS], [SEP] and punctuation in colour, on a tint, and on a strip
+along the map); menus switch the lens (attention weight, weight × value norm, after residual +
+LayerNorm per head, the whole block) and the layer.
 
-:func:`example_chart` gives the Altair chart (it draws inline in Jupyter); :func:`write_page`
-puts it in a self-contained HTML page (`attnwh show`), as offline as the report: Vega is
-inlined, nothing is fetched. The maps come from :func:`attnwh.ingest.runs.maps.example_maps`.
+The page is self-contained and offline, with no chart library: the maps travel as bytes, one a
+cell (:func:`attnwh.reports.token_maps.map_bytes`, as the report's token maps do), and
+templates/token_map.js and templates/show.js draw them on canvases, decoding only the lens and
+layer on screen. :func:`write_page` writes the page; :func:`example_view` returns it as an
+:class:`ExampleView`, which Jupyter draws inline. The maps come from
+:func:`attnwh.ingest.runs.maps.example_maps`.
 """
 
 from __future__ import annotations
 
+import functools
+import html
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import altair as alt
 import jinja2
 from markupsafe import Markup
 
@@ -28,169 +35,109 @@ LENS_TITLES: dict[str, str] = {
     "post_ln": "after residual + LayerNorm (each head)",
     "block": "after residual + LayerNorm (whole block: every head and the residual)",
 }
-# Cells drawn in all, over every layer and lens: beyond it only the chosen layer goes into the
-# chart, so a page of a long input stays a few megabytes.
-MAX_CELLS = 400_000
-KIND_COLOURS = {"cls": "#b2182b", "sep": "#2166ac", "punct": "#1b7837"}
+# Cells in a page, one byte each (about 5.3 MB of base64): past it only the chosen layer goes in,
+# and past that only its chosen lens, so a page of a long input stays a few megabytes.
+MAX_CELLS = 4_000_000
 
 
-def example_chart(maps: ExampleMaps, layer: int | None = None, lens: str = "weights", columns: int = 4) -> alt.Chart:
-    """The heads of a layer side by side (`layer`: one of `maps.layers`, default the first),
-    through `lens` at first; menus switch lens and layer."""
+@dataclass(frozen=True)
+class ExampleView:
+    """The page of one example's maps (`html`, a whole self-contained document); in Jupyter it
+    draws inline, in a frame as wide as the output."""
+
+    title: str
+    html: str
+
+    def save(self, out: Path | str) -> Path:
+        """Writes the page to `out`; returns the path."""
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(self.html, encoding="utf-8")
+        return out
+
+    def _repr_html_(self) -> str:
+        # A frame keeps the page's styles and script to itself; the page sets the frame's height
+        # to its own once drawn (templates/show.js), 900 px until then.
+        return (
+            f'<iframe title="{html.escape(self.title)}" srcdoc="{html.escape(self.html)}" '
+            'style="width: 100%; height: 900px; border: 0;"></iframe>'
+        )
+
+
+def example_view(maps: ExampleMaps, layer: int | None = None, lens: str = "weights") -> ExampleView:
+    """The page of `maps`, showing `layer` (one of `maps.layers`, default the first) through
+    `lens` at first; its menus switch both, within what the page holds (see MAX_CELLS)."""
+    from attnwh.reports.inline import script_json, template_script
+    from attnwh.reports.token_maps import map_bytes
+
     if lens not in maps.maps:
         raise UsageError(f"no lens {lens!r} for this model; it has {', '.join(maps.maps)}")
     shown = maps.layers[0] if layer is None else layer
     if shown not in maps.layers:
         raise UsageError(f"layer {shown} is not among the maps' layers ({', '.join(map(str, maps.layers))})")
-    n = len(maps.tokens)
-    heads = maps.maps["weights"].shape[1]
-    per_layer = n * n * (heads * sum(lens != "block" for lens in maps.maps) + ("block" in maps.maps))
-    layers = list(maps.layers) if per_layer * len(maps.layers) <= MAX_CELLS else [shown]
-    rows = list(_rows(maps, layers))
-    side = max(120, min(12 * n, 320))
-    lens_menu = alt.param(
-        name="lens",
-        value=lens,
-        bind=alt.binding_select(
-            options=list(maps.maps), labels=[LENS_TITLES.get(k, k) for k in maps.maps], name="lens "
-        ),
-    )
-    params: list[Any] = [
-        lens_menu,
-        alt.param(name="tokens", value=maps.tokens),
-        alt.param(name="kinds", value=maps.kinds),
-    ]
-    filters = "datum.lens == lens"
-    if len(layers) > 1:
-        params.append(alt.param(name="layer", value=shown, bind=alt.binding_select(options=layers, name="layer ")))
-        filters += " && datum.layer == layer"
-    label_colour = " : ".join(f"kinds[datum.value] == '{k}' ? '{c}'" for k, c in KIND_COLOURS.items()) + " : '#333'"
-    axis: dict[str, Any] = {
-        "labelExpr": "tokens[datum.value]",
-        "labelColor": {"expr": label_colour},
-        "labelFontWeight": {"expr": "kinds[datum.value] == '' ? 'normal' : 'bold'"},
-        "labelFontSize": 10 if n <= 40 else 7,
-        "labelOverlap": False,
-        "ticks": False,
-        "labelLimit": 90,
+    layers, lenses, note = _contents(maps, shown, lens)
+    data = {
+        "tokens": maps.tokens,
+        "kinds": maps.kinds,
+        "heads": int(maps.maps["weights"].shape[1]),
+        "layer": shown,
+        "lens": lens,
+        "layers": layers,
+        "lenses": [[k, LENS_TITLES.get(k, k)] for k in lenses],
+        # Per lens and layer, every head's map one after the other (the block lens: one map).
+        "maps": {k: {str(at): map_bytes(maps.maps[k][maps.layers.index(at)]) for at in layers} for k in lenses},
     }
-    base = (
-        alt.Chart(alt.Data(values=rows), width=side, height=side)
-        .transform_filter(filters)
-        # A row per panel holds its n × n shares and their cell numbers, flattened here: the
-        # page carries numbers, not n² objects with repeated keys.
-        .transform_flatten(["w", "cell"])
-        .transform_calculate(i=f"floor(datum.cell / {n})", j=f"datum.cell % {n}")
-        .transform_calculate(query="tokens[datum.i]", key="tokens[datum.j]")
-        .mark_rect()
-        .encode(
-            x=alt.X("j:O", title="key token", axis=alt.Axis(labelAngle=-90, **axis)),
-            y=alt.Y("i:O", title="query token", axis=alt.Axis(**axis)),
-            color=alt.Color(
-                "w:Q",
-                title="share of the row",
-                # sqrt: the small shares most of a map holds stay visible; 0 is white.
-                scale=alt.Scale(type="sqrt", domain=[0, 1], range=["#ffffff", "#08306b"]),
-            ),
-            tooltip=[
-                alt.Tooltip("query:N", title="query token (row)"),
-                alt.Tooltip("key:N", title="key token (column)"),
-                alt.Tooltip("w:Q", title="share", format=".4f"),
-                alt.Tooltip("panel:N", title="head"),
-            ],
-        )
+    title = f"Attention of example {maps.example_id} (run {maps.run_id}, {maps.model})"
+    special = {
+        kind: next((t for t, k in zip(maps.tokens, maps.kinds, strict=True) if k == kind), None)
+        for kind in ("cls", "sep")
+    }
+    page = _template().render(
+        title=title,
+        text=maps.text_a if maps.text_b is None else f"{maps.text_a} ‖ {maps.text_b}",
+        label=maps.label,
+        facts=f"{len(maps.tokens)} tokens · {data['heads']} heads a layer · {len(maps.layers)} layers",
+        special=special,
+        note=note,
+        data=script_json(data),
+        script=Markup(template_script("token_map.js", "show.js")),
     )
-    return (
-        base.facet(facet=alt.Facet("panel:N", title=None, sort=alt.SortField("order")), columns=columns)
-        .add_params(*params)
-        .properties(
-            title=alt.Title(
-                f"run {maps.run_id} · example {maps.example_id} · {maps.model}",
-                subtitle=_subtitle(maps),
-                anchor="start",
-            )
-        )
-        .resolve_scale(x="independent", y="independent")
-    )
-
-
-def _rows(maps: ExampleMaps, layers: list[int]) -> Any:
-    """A chart row per panel: lens, layer, panel title and order, its n × n shares row-major
-    (w) and their cell numbers."""
-    cells = list(range(len(maps.tokens) ** 2))
-    for lens, values in maps.maps.items():
-        for layer in layers:
-            at = values[maps.layers.index(layer)]
-            panels = [("whole block", -1, at)] if lens == "block" else [(f"head {h}", h, m) for h, m in enumerate(at)]
-            for title, order, shares in panels:
-                yield {
-                    "lens": lens,
-                    "layer": layer,
-                    "panel": title,
-                    "order": order,
-                    "w": [round(float(x), 5) for x in shares.ravel()],
-                    "cell": cells,
-                }
-
-
-def _subtitle(maps: ExampleMaps) -> list[str]:
-    text = maps.text_a if maps.text_b is None else f"{maps.text_a} ‖ {maps.text_b}"
-    lines = [text if len(text) <= 160 else text[:157] + "…"]
-    if maps.label is not None:
-        lines.append(f"gold label {maps.label}")
-    lines.append("token colours: [CLS] red, [SEP] blue, punctuation green; each row sums to 1")
-    return lines
-
-
-_PAGE = """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data: blob:">
-<title>{{ title }}</title>
-<style>
-  body { margin: 0; color: #1f2328; font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
-  main { max-width: 1400px; margin: 0 auto; padding: 24px; }
-  h1 { font-size: 22px; margin: 0 0 6px; }
-  p { color: #59636e; max-width: 60em; }
-  /* The menus above the heads, not below twelve of them (vega-embed puts them last). */
-  #view { overflow-x: auto; display: flex; flex-direction: column-reverse; align-items: flex-start; }
-  #view .vega-bindings { margin: 0 0 12px; }
-  #view .vega-bind { margin-right: 16px; }
-</style>
-</head>
-<body>
-<main>
-<h1>{{ title }}</h1>
-<p>{{ intro }}</p>
-<div id="view"></div>
-</main>
-<script>{{ bundle }}</script>
-<script type="application/json" id="spec">{{ spec }}</script>
-<script>
-  vegaEmbed("#view", JSON.parse(document.getElementById("spec").textContent),
-            {actions: false, renderer: "svg"});
-</script>
-</body>
-</html>
-"""
+    return ExampleView(title=title, html=page)
 
 
 def write_page(maps: ExampleMaps, out: Path | str, layer: int | None = None, lens: str = "weights") -> Path:
-    """`maps` drawn by :func:`example_chart` as one self-contained HTML page at `out`."""
-    from attnwh.reports.page import javascript_bundle, script_json
+    """The page of :func:`example_view` written to `out`; returns the path."""
+    return example_view(maps, layer, lens).save(out)
 
-    chart = example_chart(maps, layer, lens)
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    html = env.from_string(_PAGE).render(
-        title=f"Attention of example {maps.example_id} (run {maps.run_id}, {maps.model})",
-        intro="Every head of a layer, token by token: row i is how query token i spreads its attention over "
-        "the key tokens, through the chosen lens (docs/metrics.md). Hover a cell for its tokens and share.",
-        bundle=Markup(javascript_bundle()),
-        spec=script_json(chart.to_dict()),
+
+def _contents(maps: ExampleMaps, shown: int, lens: str) -> tuple[list[int], list[str], str | None]:
+    """The layers and lenses the page holds and, where not all, a note saying what is left out:
+    every layer and lens if they fit in MAX_CELLS, else the shown layer's lenses, else only the
+    shown layer and lens."""
+    per_lens = {k: int(v[0].size) for k, v in maps.maps.items()}  # cells of one layer through each lens
+    every = sum(per_lens.values()) * len(maps.layers)
+    if every <= MAX_CELLS:
+        return list(maps.layers), list(maps.maps), None
+    why = f"every layer and lens would take {every:,} cells, over the page's {MAX_CELLS:,}"
+    if sum(per_lens.values()) <= MAX_CELLS:
+        return (
+            [shown],
+            list(maps.maps),
+            f"This page holds layer {shown} only ({why}); --layer (layer= in Python) draws another.",
+        )
+    return (
+        [shown],
+        [lens],
+        (
+            f"This page holds layer {shown} through one lens only ({why}); --layer and --lens (layer=, lens= in "
+            "Python) draw others."
+        ),
     )
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(html, encoding="utf-8")
-    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _template() -> jinja2.Template:
+    source = (resources.files("attnwh.reports") / "templates" / "show.html.j2").read_text(encoding="utf-8")
+    # autoescape=True for every value; only the JSON and the script (Markup) bypass it.
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.from_string(source)

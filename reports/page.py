@@ -10,7 +10,6 @@ nothing from a dataset can close a script element or open a tag.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -22,6 +21,7 @@ from markupsafe import Markup
 if TYPE_CHECKING:  # build.py imports this module
     from attnwh.reports.build import Report
 
+from attnwh.reports.inline import script_json, template_script
 from attnwh.reports.sections import ChartBlock
 
 
@@ -49,26 +49,10 @@ def vegalite_version() -> str | None:
     return wanted if wanted in vl_convert.get_vegalite_versions() else None
 
 
-def script_json(value: object) -> Markup:
-    """JSON for a `<script type="application/json">` element: `<`, `>`, `&` and the two
-    Unicode line separators become \\u escapes, which JSON.parse reads back unchanged."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    for char, escape in (
-        ("<", "\\u003c"),
-        (">", "\\u003e"),
-        ("&", "\\u0026"),
-        ("\u2028", "\\u2028"),
-        ("\u2029", "\\u2029"),
-    ):
-        text = text.replace(char, escape)
-    return Markup(text)
-
-
-@functools.lru_cache(maxsize=1)
 def page_script() -> str:
-    """The page's own script (templates/page.js): draws the charts, runs the head panel."""
-    text = (resources.files("attnwh.reports") / "templates" / "page.js").read_text(encoding="utf-8")
-    return re.sub(r"</(script)", r"<\\/\1", text, flags=re.IGNORECASE)
+    """The page's own script (templates/page.js: draws the charts, runs the head panel) after
+    the token-map drawing it shares with `attnwh show` (templates/token_map.js)."""
+    return template_script("token_map.js", "page.js")
 
 
 @functools.lru_cache(maxsize=1)

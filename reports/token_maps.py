@@ -7,8 +7,10 @@ such maps, so the examples are run again through their run's model
 stored hash). torch and the models load here only, and only when the report embeds maps: where
 a run's model cannot be loaded, its maps are left out and the panel says why.
 
-Each map travels as bytes (0 … 255 for weights 0 … 1, 1 byte a cell) in base64; inputs over
-MAX_TOKENS and maps past MAX_CELLS in all are left out, so the page stays a few megabytes.
+Each map travels as bytes (:func:`map_bytes`: 0 … 255 for weights 0 … 1, 1 byte a cell) in
+base64; inputs over MAX_TOKENS and maps past MAX_CELLS in all are left out, so the page stays a
+few megabytes. `attnwh show` ships its maps the same way, and templates/token_map.js draws
+them on both pages.
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ from attnwh.errors import UsageError
 
 MAX_TOKENS = 64  # as pattern_maps: a longer map is not readable in the panel
 MAX_CELLS = 2_000_000  # one byte each, about 2.7 MB of base64
+
+
+def map_bytes(shares: np.ndarray) -> str:
+    """Maps of shares 0 … 1 (any shape, row-major) as base64 of one byte a cell, 0 … 255: a
+    share to ±0.002, which no colour on screen tells apart, in a quarter of a float's bytes."""
+    return base64.b64encode(np.rint(np.clip(shares, 0, 1) * 255).astype(np.uint8).tobytes()).decode("ascii")
 
 
 def embed_token_maps(con: duckdb.DuckDBPyConnection, db: Path, examples: pl.DataFrame) -> dict[str, Any]:
@@ -76,9 +84,6 @@ def embed_token_maps(con: duckdb.DuckDBPyConnection, db: Path, examples: pl.Data
             key = f"{run_id}-{example_id}"
             found["examples"][key] = [list(encoder.tokenizer.convert_ids_to_tokens(ids)), token_kinds(encoder, ids)]
             for layer, head in heads.select("layer", "head").iter_rows():
-                shares = np.clip(maps["weights"][layer, head], 0, 1)
-                found["maps"][f"{key}-{layer}-{head}"] = base64.b64encode(
-                    np.rint(shares * 255).astype(np.uint8).tobytes()
-                ).decode("ascii")
+                found["maps"][f"{key}-{layer}-{head}"] = map_bytes(maps["weights"][layer, head])
                 cells += n * n
     return found

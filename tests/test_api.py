@@ -154,9 +154,9 @@ def test_report_charts_one_by_one(tmp_path, ingested):
 def test_show_through_the_api_and_the_command(monkeypatch, capsys, tmp_path, ingested):
     _, _, by_cli, _, _ = ingested
     ((example,),) = rows(by_cli, "SELECT min(example_id) FROM run_examples")
-    chart = api.Warehouse(by_cli).show(run=1, example=example, layer=1, lens="norm")
-    spec = chart.to_dict()
-    assert {p["name"] for p in spec["params"]} >= {"lens", "tokens", "kinds", "layer"}
+    view = api.Warehouse(by_cli).show(run=1, example=example, layer=1, lens="norm")
+    assert '"layer":1,"lens":"norm"' in view.html and "[CLS]" in view.html
+    assert view._repr_html_().startswith("<iframe")  # what Jupyter draws inline
     out = tmp_path / "one.html"
     code, stdout, err = run(
         monkeypatch, capsys, "show", "--run", "1", "--example", str(example), "--db", str(by_cli), "-o", str(out)
@@ -164,7 +164,7 @@ def test_show_through_the_api_and_the_command(monkeypatch, capsys, tmp_path, ing
     assert code == 0, err
     assert f"wrote {out}" in stdout
     page = out.read_text(encoding="utf-8")
-    assert "vegaEmbed" in page and "http://" not in page.split("<script>")[0] and "[CLS]" in page
+    assert 'id="show-data"' in page and "http://" not in page.split("<script>")[0] and "[CLS]" in page
     code, _, err = run(monkeypatch, capsys, "show", "--run", "1", "--example", "5", "--db", str(by_cli))
     assert code == 2 and err.count("\n") == 1 and "not one of run 1's examples" in err
 

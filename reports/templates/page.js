@@ -109,40 +109,11 @@
   var FLIPS = { "1": "fixed", "-1": "broken", "0": "changed" };
 
   // A head's map of one example with the tokens on both axes ([CLS] red, [SEP] blue,
-  // punctuation green), from the embedded bytes (0 white … 255 black).
+  // punctuation green), from the embedded bytes (templates/token_map.js draws it).
   function tokenMap(key, bytes) {
-    var tokens = data.tokenMaps.examples[key][0], kinds = data.tokenMaps.examples[key][1];
-    var n = tokens.length, cellSize = Math.max(6, Math.min(14, Math.floor(360 / n)));
-    var label = 90, size = n * cellSize;
     var canvas = element("canvas", null, "token-map");
-    var ratio = window.devicePixelRatio || 1;
-    canvas.width = (label + size + 4) * ratio;
-    canvas.height = (label + size + 4) * ratio;
-    canvas.style.width = label + size + 4 + "px";
-    var context = canvas.getContext("2d");
-    context.scale(ratio, ratio);
-    var raw = atob(bytes);
-    for (var k = 0; k < raw.length; k++) {
-      var shade = 255 - raw.charCodeAt(k);
-      context.fillStyle = "rgb(" + shade + "," + shade + "," + (255 - Math.round(0.4 * (255 - shade))) + ")";
-      context.fillRect(label + (k % n) * cellSize, label + Math.floor(k / n) * cellSize, cellSize, cellSize);
-    }
-    var colours = { cls: "#b2182b", sep: "#2166ac", punct: "#1b7837" };
-    context.font = Math.min(11, cellSize) + "px system-ui, sans-serif";
-    context.textBaseline = "middle";
-    tokens.forEach(function (token, i) {
-      context.fillStyle = colours[kinds[i]] || "#333";
-      var text = token.length > 12 ? token.slice(0, 11) + "…" : token;
-      context.textAlign = "right";
-      context.fillText(text, label - 4, label + (i + 0.5) * cellSize); // rows: query tokens
-      context.save();
-      context.translate(label + (i + 0.5) * cellSize, label - 4);
-      context.rotate(-Math.PI / 2);
-      context.textAlign = "left";
-      context.fillText(text, 0, 0); // columns: key tokens
-      context.restore();
-    });
-    canvas.setAttribute("data-tokens", String(n));
+    var example = data.tokenMaps.examples[key];
+    window.attnwhTokenMap.draw(canvas, window.attnwhTokenMap.decode(bytes), 0, example[0], example[1], 560, 16);
     return canvas;
   }
 
