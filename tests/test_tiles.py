@@ -118,7 +118,9 @@ def test_statistics_do_not_depend_on_the_budget(long_models, family):
     first, *others = (budget_run(encoder, batch, rows * per_row + per_row // 2) for rows in ROWS)
     for rows, stats in zip(ROWS[1:], others):
         for i, name in enumerate(OBSERVED_COLUMNS):
-            np.testing.assert_array_equal(stats[..., i], first[..., i], err_msg=f"{name}, tiles of {ROWS[0]} and {rows}")
+            np.testing.assert_array_equal(
+                stats[..., i], first[..., i], err_msg=f"{name}, tiles of {ROWS[0]} and {rows}"
+            )
 
 
 def budget_run(encoder, batch: dict[str, torch.Tensor], budget: int):

@@ -231,7 +231,7 @@ class HeadStatistics:
         if batch is None or layer is None:
             raise RuntimeError("call begin_layer before observe_tile")
         a = tile.probs.float()
-        start, first, rows, keys = tile.start, tile.key_start, tile.rows, tile.keys
+        start, first, rows = tile.start, tile.key_start, tile.rows
         count, width = a.shape[-2:]
         diagonals = patterns.row_diagonals(a, start - first)
         products = right_product(tile, a, layer.right).split(layer.split, dim=-1)
