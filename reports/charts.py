@@ -978,12 +978,33 @@ def ablation_label(frame: pl.DataFrame) -> pl.Expr:
     )
 
 
+def delta_reach(frame: pl.DataFrame) -> tuple[float, bool]:
+    """The half-width of the ablation heatmap's colour scale: the larger of the largest |Δ| and
+    the smallest change one configuration alone could show significantly on its run's
+    examples (`detect_delta_alone` of `findings_ablation`, a column of `frame` where known;
+    exact McNemar after Benjamini–Hochberg), and whether the latter set it. A change that no
+    single head could show significantly then never reads as full colour."""
+    largest = float(cast(float | None, frame["delta"].abs().max()) or 0.0)
+    known = frame["detect_delta_alone"].drop_nulls() if "detect_delta_alone" in frame.columns else pl.Series([])
+    detectable = float(known.max()) if known.len() else 0.0  # type: ignore[arg-type]
+    if detectable >= largest and detectable > 0:
+        return detectable, True
+    return largest or 1e-3, False
+
+
 def _delta_colour(frame: pl.DataFrame) -> alt.Color:
     # Symmetric around 0 so that white is "no effect" in every panel; blue: disabling helped.
-    reach = float(cast(float | None, frame["delta"].abs().max()) or 0.0) or 1e-3
+    # At least as wide as the smallest significant change, so that one changed prediction of
+    # a hundred reads pale rather than as the strongest effect on the page.
+    reach, significance = delta_reach(frame)
+    full = (
+        [f"full colour: ±{reach:.3g}, the least", "Δ one head alone could", "show significantly"]
+        if significance
+        else [f"full colour: ±{reach:.3g}, the largest |Δ|"]
+    )
     return alt.Color(
         "delta:Q",
-        title=_DELTA_LINES,
+        title=[*_DELTA_LINES, *full],
         scale=alt.Scale(scheme="redblue", domain=[-reach, reach]),
         legend=alt.Legend(titleLimit=240),
     )

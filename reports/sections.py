@@ -270,7 +270,10 @@ def curve_text(frame: pl.DataFrame) -> str:
 
 
 def _ablation(ctx: ReportContext) -> list[Block]:
-    heads = _lineage(ctx, ctx.query("ablation_effect"))
+    # Each run and metric's smallest change one head alone could show significantly sets the
+    # heatmap's colour scale (`charts.delta_reach`).
+    detectable = ctx.query("findings_ablation").select("run_id", "metric", "detect_delta_alone")
+    heads = _lineage(ctx, ctx.query("ablation_effect")).join(detectable, on=["run_id", "metric"], how="left")
     layers = _lineage(ctx, ctx.query("layer_ablation"))
     combinations = _lineage(ctx, ctx.query("ablation_combinations"))
     cut = curve_text(combinations)
@@ -283,8 +286,10 @@ def _ablation(ctx: ReportContext) -> list[Block]:
             "hurt, blue: disabling helped), on "
             "the same examples; a filled dot ● marks a change whose paired test (exact McNemar for accuracy, "
             "permutation otherwise) survives the Benjamini–Hochberg correction across the run's heads and layers "
-            "(adjusted p < 0.05), as everywhere on this page; the tooltip gives the 95 % bootstrap interval; query "
-            "ablation_effect.",
+            "(adjusted p < 0.05), as everywhere on this page; the tooltip gives the 95 % bootstrap interval. Full "
+            "colour is at least the smallest Δ one head alone could show significantly on the run's examples (exact "
+            "McNemar after the correction; the legend gives it), so a change of one or two predictions reads pale; "
+            "queries ablation_effect and findings_ablation (detect_delta_alone).",
             heads,
             charts.ablation_heads,
             "No single head was disabled in these ablation runs, so there is no heatmap; query ablation_effect.",

@@ -424,4 +424,5 @@ def test_chart_scales_and_legends(tuned_report):
         assert '"symbolType": "stroke"' in json.dumps(blocks[chart_id].spec()), chart_id
     ablation = json.dumps(blocks["chart-ablation-heads"].spec(), ensure_ascii=False)
     assert "split(datum.label" in ablation and '"labelAnchor": "start"' in ablation
-    assert '["Δ score", "(disabled − baseline)"]' in ablation  # the legend title on two lines
+    # The legend title on lines, the last saying what full colour means.
+    assert '["Δ score", "(disabled − baseline)", "full colour: ±' in ablation

@@ -450,3 +450,50 @@ def test_runs_are_drawn_in_number_order_not_as_text():
         "run 10 · m",
         "other",
     ]
+
+
+# ---------------------------------------------------------------- the heatmap's colour scale
+
+
+def test_one_flip_in_a_hundred_does_not_saturate_the_heatmap(tmp_path):
+    """Every head's Δ 0 but one, which changed one prediction of 100: the colour scale stays
+    symmetric and reaches ±(the smallest change one head alone could show significantly),
+    computed here from scipy's exact binomial test (McNemar's, all discordant pairs one way)
+    with the Benjamini–Hochberg factor of the run's 3 × 4 heads and 3 layers, so the flip
+    reads at a tenth of full colour; the legend says what full colour means."""
+    from scipy.stats import binomtest
+
+    db = _synthetic(
+        tmp_path / "w.duckdb",
+        NO_HEAD_HELPED[0],
+        "UPDATE ablations AS a SET delta = -0.01, value = baseline - 0.01 FROM ablation_configs AS c"
+        " WHERE c.run_id = a.run_id AND c.config_id = a.config_id AND c.kind = 'head' AND c.layer = 1 AND c.head = 2",
+        examples=100,
+    )
+    spec = _blocks(_report(db))["chart-ablation-heads"].spec()
+    colour = next(c for c in _find(spec, "color") if isinstance(c, dict) and c.get("field") == "delta")
+    low, high = colour["scale"]["domain"]
+    tests = LAYERS * HEADS + LAYERS
+    smallest = next(d for d in range(1, 101) if binomtest(d, d, 0.5).pvalue * tests < 0.05) / 100
+    assert low == -high and high == pytest.approx(smallest) and smallest == 0.1
+    flipped = [r["delta"] for r in _values(spec) if r["delta"] != 0]
+    assert flipped == [-0.01, -0.01]  # one head in each of the two runs
+    assert abs(flipped[0]) / high <= 0.1
+    assert "full colour: ±0.1, the least" in colour["title"]
+
+
+def test_heatmap_scale_follows_the_largest_change_when_it_is_larger(synthetic):
+    """Where some Δ exceeds what one head alone needs, full colour is that largest |Δ|."""
+    from attnwh.reports import charts
+
+    with duckdb.connect(str(synthetic), read_only=True) as con:
+        import polars as pl
+
+        heads = pl.from_arrow(run_query(con, get_query("ablation_effect")))
+        detect = pl.from_arrow(run_query(con, get_query("findings_ablation")))
+    frame = heads.join(detect.select("run_id", "metric", "detect_delta_alone"), on=["run_id", "metric"], how="left")
+    largest = frame["delta"].abs().max()
+    reach, significance = charts.delta_reach(frame.with_columns(detect_delta_alone=pl.lit(largest / 2)))
+    assert (reach, significance) == (pytest.approx(largest), False)
+    reach, significance = charts.delta_reach(frame.with_columns(detect_delta_alone=pl.lit(largest * 2)))
+    assert (reach, significance) == (pytest.approx(largest * 2), True)

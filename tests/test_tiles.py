@@ -14,6 +14,7 @@ import torch
 
 from attnwh.ingest.encoder import capture
 from attnwh.ingest.encoder.loading import load_encoder
+from attnwh.ingest.encoder.tiles import ROW_BLOCK
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, HeadStatistics
 from attnwh.ingest.runs.loop import StatisticsCapture
 from tiny_models import CORPUS, make_tiny
@@ -27,6 +28,7 @@ COUNTED = {
 }
 TILED_FAMILIES = ("bert", "roberta", "distilbert", "electra", "albert", "modernbert")
 POSITIONS = 320
+ROWS = (50, 120, 200)
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +105,42 @@ def test_tiles_give_what_whole_maps_give(long_models, family):
         np.testing.assert_allclose(tiled[3][1][0], whole[3][1][0], rtol=1e-6, atol=1e-6, err_msg="kept maps")
 
 
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_statistics_do_not_depend_on_the_budget(long_models, family):
+    """Budgets that give tiles of 16, 48 and 112 rows store the same float32 value of every
+    head statistic, pattern feature and margin (ModernBERT: global and sliding-window layers,
+    the second reading the first's outputs). The margin amplifies a feature's last bit up to
+    a thousand times, so only equal features keep it equal."""
+    encoder = load_encoder(str(long_models(family)), device="cpu")
+    batch = long_batch(encoder.tokenizer)
+    batch_size, length = batch["input_ids"].shape
+    per_row = capture.map_bytes(batch_size, encoder.num_heads, 1, length, StatisticsCapture(encoder).observer)
+    first, *others = (budget_run(encoder, batch, rows * per_row + per_row // 2) for rows in ROWS)
+    for rows, stats in zip(ROWS[1:], others):
+        for i, name in enumerate(OBSERVED_COLUMNS):
+            np.testing.assert_array_equal(
+                stats[..., i], first[..., i], err_msg=f"{name}, tiles of {ROWS[0]} and {rows}"
+            )
+
+
+def budget_run(encoder, batch: dict[str, torch.Tensor], budget: int):
+    """The statistics of `batch` under `budget` bytes, checking that the budget gave tiles of
+    whole blocks of rows."""
+    heights = []
+    tile_rows = capture.tile_rows
+
+    def recorded(*args):
+        heights.append(tile_rows(*args))
+        return heights[-1]
+
+    length = batch["input_ids"].shape[1]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(capture, "tile_rows", recorded)
+        out = StatisticsCapture(encoder, attention_memory=budget).run(batch)
+    assert heights and all(h < length and h % ROW_BLOCK == 0 for h in heights), heights
+    return out
+
+
 def test_tiled_layers_never_hold_whole_maps(long_models):
     """With tiles of 7 rows no tensor of a layer's whole maps (batch × heads × n × n) is made:
     the largest float tensor the attention function or the observer creates is a tile."""
@@ -135,7 +173,8 @@ def test_budget_decides_the_tile_height():
     per_row = capture.map_bytes(2, 12, 1, 4096, observer)
     assert per_row == 2 * 12 * 4096 * 28
     with capture.attention_memory(budget=100 * per_row):
-        assert capture.tile_rows(2, 12, 4096, 4096, observer) == 100
+        # Whole blocks of rows (`tiles.ROW_BLOCK`), so that sums over rows take the same blocks.
+        assert capture.tile_rows(2, 12, 4096, 4096, observer) == 96
         assert capture.tile_rows(2, 12, 64, 64, observer) == 64  # short inputs: whole maps
     with capture.attention_memory(budget=1):
         assert capture.tile_rows(2, 12, 4096, 4096, observer) == 1

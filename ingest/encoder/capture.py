@@ -31,7 +31,7 @@ from torch import nn
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import eager_mask
 
-from attnwh.ingest.encoder.tiles import LayerTiles, Tile, whole_tiles
+from attnwh.ingest.encoder.tiles import ROW_BLOCK, LayerTiles, Tile, whole_tiles
 
 ATTENTION_NAME = "attnwh"
 
@@ -241,7 +241,9 @@ def tile_rows(batch: int, heads: int, queries: int, keys: int, observer: object 
     if _budget is None:
         return queries
     per_row = map_bytes(batch, heads, 1, keys, observer)
-    return max(1, min(queries, _budget // max(per_row, 1)))
+    rows = max(1, min(queries, _budget // max(per_row, 1)))
+    # Whole blocks of rows where the budget holds one (see `tiles.ROW_BLOCK`).
+    return rows if rows == queries or rows < ROW_BLOCK else rows - rows % ROW_BLOCK
 
 
 # Batches of long inputs are split so that each piece's layers fit the budget in tiles of
@@ -290,9 +292,9 @@ def attnwh_attention(
     training = module.training and dropout > 0
     reader = observer if isinstance(observer, TileObserver) and not training else None
     rows = tile_rows(batch, heads, queries, keys, observer) if observer is None or reader is not None else queries
+    window = kwargs.get("sliding_window")
+    window = int(window) if isinstance(window, int) and window > 0 else None
     if rows < queries:
-        window = kwargs.get("sliding_window")
-        window = int(window) if isinstance(window, int) and window > 0 else None
         return _tiled(module, query, key, value, attention_mask, scaling, dropout, rows, window, reader), None
     mask = _whole_mask(attention_mask)
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
@@ -301,7 +303,7 @@ def attnwh_attention(
     probs = nn.functional.softmax(scores, dim=-1)
     if reader is not None:  # one tile of every row; it may give the output
         reader.begin_layer(module, value, queries)
-        rows_out = _read(reader, module, Tile(0, 0, probs, mask), value)
+        rows_out = _read(reader, module, Tile(0, 0, probs, mask, window), value)
         reader.end_layer(module, whole_tiles(probs))
         if rows_out is not None:
             return rows_out.transpose(1, 2).contiguous(), None
@@ -337,13 +339,21 @@ def _tiled(
 
     def tile_of(start: int, stop: int) -> Tile:
         first, last = (0, keys) if window is None else (max(0, start - window), min(keys, stop + window))
-        # In place: each tile is computed twice (`end_layer`'s second pass), so every pass
-        # over it counts.
-        scores = torch.matmul(query[:, :, start:stop], key[:, :, first:last].transpose(2, 3)).mul_(scaling)
         block = _block_of(mask, start, stop, first, last)
-        if block is not None:
-            scores.add_(block)
-        return Tile(start, first, nn.functional.softmax(scores, dim=-1), block)
+        probs = query.new_zeros((*query.shape[:2], stop - start, last - first))
+        # A block of `ROW_BLOCK` rows at a time, over the keys its rows see (`Tile.blocks`): a
+        # product's or a softmax's last bits can depend on how many rows and keys it takes and
+        # where a row falls among them, so every row is computed the same way in tiles of any
+        # height. On a sliding-window layer the keys no row of a block sees stay exactly 0.
+        for rows_in, keys_in, seen in Tile(start, first, probs, window=window).blocks(keys):
+            scores = torch.matmul(
+                query[:, :, start + rows_in.start : start + rows_in.stop], key[:, :, seen].transpose(2, 3)
+            )
+            scores.mul_(scaling)
+            if block is not None:
+                scores.add_(block[..., keys_in] if block.shape[-2] == 1 else block[:, :, rows_in, keys_in])
+            probs[:, :, rows_in, keys_in] = nn.functional.softmax(scores, dim=-1)
+        return Tile(start, first, probs, block, window)
 
     tiles = LayerTiles(tile_of, queries, rows)
     output = query.new_empty((query.shape[0], queries, query.shape[1], value.shape[-1]))

@@ -9,6 +9,12 @@ from dataclasses import dataclass
 
 import torch
 
+# Tiles computed from a budget hold a multiple of this many query rows (all but a map's last
+# one), so that sums over rows can be taken in blocks of ROW_BLOCK rows aligned to the map's
+# first row: the same blocks, added in the same order, whatever the tile height
+# (`patterns.MapFeatures`), and so the same float32 result under any budget.
+ROW_BLOCK = 16
+
 
 @dataclass(frozen=True)
 class Tile:
@@ -21,6 +27,9 @@ class Tile:
     key_start: int
     probs: torch.Tensor
     mask: torch.Tensor | None = None  # the additive mask of these rows and keys, if the layer has one
+    # On a sliding-window layer, how far a row's keys reach: row i sees at most keys
+    # i - window … i + window (the tile's keys are those of its first and last rows).
+    window: int | None = None
 
     @property
     def rows(self) -> slice:
@@ -29,6 +38,21 @@ class Tile:
     @property
     def keys(self) -> slice:
         return slice(self.key_start, self.key_start + self.probs.shape[-1])
+
+    def blocks(self, total: int) -> Iterator[tuple[slice, slice, slice]]:
+        """The tile's rows in blocks of :data:`ROW_BLOCK` rows of the map (aligned to its
+        first row), each with the keys its rows see: (rows in the tile, those keys in the tile,
+        the same keys in the map of `total` keys). A reduction over keys taken per block covers
+        the same keys in the same order whatever tile holds the row. Keys are every key unless
+        the layer has a sliding window."""
+        rows, lo = self.probs.shape[-2], 0
+        while lo < rows:
+            hi = min(rows, (self.start + lo) // ROW_BLOCK * ROW_BLOCK + ROW_BLOCK - self.start)
+            first, last = 0, total
+            if self.window is not None:
+                first, last = max(0, self.start + lo - self.window), min(total, self.start + hi + self.window)
+            yield slice(lo, hi), slice(first - self.key_start, last - self.key_start), slice(first, last)
+            lo = hi
 
 
 class LayerTiles:

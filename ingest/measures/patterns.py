@@ -56,7 +56,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from attnwh.ingest.encoder.tiles import Tile
+from attnwh.ingest.encoder.tiles import ROW_BLOCK, Tile
 from attnwh.ingest.measures import fused
 
 # Codes stored in head_stats.pattern; the names are the lookup table pattern_types
@@ -212,6 +212,25 @@ class PatternMasks:
         self.band_next = nn.functional.pad(self.other[:, 1:], (0, 1))
 
 
+def column_mass(weight: torch.Tensor, a: torch.Tensor, start: int) -> torch.Tensor:
+    """Σ_i weight_i a[…, i, :] over the rows of a tile `a` (B, H, rows, keys) that begins at
+    the map's row `start`, with the rows' weights `weight` (B, rows): (B, H, keys) in float64.
+    Summed in float32 over blocks of :data:`ROW_BLOCK` rows of the map (aligned to its first
+    row), then the blocks in float64 in row order: tiles whose heights are whole blocks (as
+    the budget gives them) sum the same blocks in the same order as whole maps, so the sums
+    do not depend on the tile height. One product per block, each a view of the tile (a
+    product over the blocks at once would copy a tile whose height is not a whole number of
+    them)."""
+    total = a.new_zeros((*a.shape[:-2], a.shape[-1]), dtype=torch.float64)
+    rows = a.shape[-2]
+    lo = 0
+    while lo < rows:
+        hi = min(rows, (start + lo) // ROW_BLOCK * ROW_BLOCK + ROW_BLOCK - start)
+        total += (weight[:, None, None, lo:hi] @ a[..., lo:hi, :])[..., 0, :]
+        lo = hi
+    return total
+
+
 def row_diagonals(a: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """For a tile `a` (…, rows, keys) holding query rows start … start + rows - 1 of a map:
     A[i, i], A[i, i-1] and A[i, i+1] per row (…, rows), 0 where the neighbour does not exist."""
@@ -237,7 +256,9 @@ class MapFeatures:
         self.m = m
         batch, length = m.real.shape
         zeros = m.real.new_zeros((batch, heads, length))
-        self.column = zeros.clone()  # mean mass per column: Σ_i w_i A[i, j]
+        # Mean mass per column, Σ_i w_i A[i, j]: over thousands of rows, in float64 and in
+        # blocks independent of the tiles (:func:`column_mass`).
+        self.column = zeros.double()
         self.d0, self.prev, self.nxt = zeros.clone(), zeros.clone(), zeros.clone()  # per row
         self.own = zeros.clone()  # per ordinary row, its mass on its own segment's ordinary keys
         self.to_ordinary = zeros.clone()  # per row, its mass on every segment's ordinary keys
@@ -259,8 +280,7 @@ class MapFeatures:
         if diagonals is None:
             diagonals = row_diagonals(a, tile.start - tile.key_start)
         self.d0[..., rows], self.prev[..., rows], self.nxt[..., rows] = diagonals
-        # As a batched product (einsum would first copy the maps into another layout).
-        self.column[..., keys] += (m.row_weight[:, None, None, rows] @ a)[..., 0, :]
+        self.column[..., keys] += column_mass(m.row_weight[:, rows], a, tile.start)
         if by_segment is None:  # (B, H, rows, G): each row's mass on each segment's ordinary keys
             by_segment = a @ m.segment_columns[:, None, keys]
         segment = m.segment[:, None, rows, None].expand(-1, a.shape[1], -1, 1)
@@ -291,7 +311,7 @@ class MapFeatures:
         # Own-segment mass of each ordinary row (band included: the rules test diagonal first).
         per_segment = (self.own @ m.segment_columns) / m.segment_size[:, None]  # (B, H, G)
         block = (per_segment + m.segment_absent[:, None]).amin(-1) * m.pair[:, None]
-        features = torch.stack([col_cls, col_sep, col_punct, other, band, block], dim=-1).clamp_min(0)
+        features = torch.stack([col_cls, col_sep, col_punct, other, band, block], dim=-1).clamp_min(0).float()
         return features, self._look(tiles, below, above)
 
     def _look(self, tiles: Callable[[], Iterator[Tile]], below, above) -> torch.Tensor:
@@ -365,7 +385,7 @@ class MapFeatures:
                 look_across,
             ],
             dim=-1,
-        )
+        ).float()
 
 
 def map_features(a: torch.Tensor, m: PatternMasks) -> tuple[torch.Tensor, torch.Tensor]:

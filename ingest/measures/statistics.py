@@ -89,6 +89,30 @@ class _Batch:
     next_ok: torch.Tensor  # (B, S): row i has a real right neighbour (0 on the last position)
 
 
+def right_product(tile: capture.Tile, a: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """a @ right[keys] for a tile's weights `a` (B, H, rows, keys) and `right` (B, H, S, K)
+    over every key, one product per block of rows over the keys its rows see (`Tile.blocks`):
+    a product's last bits can depend on how many rows it takes, so a row's sums, and the
+    attention output (the next layer's input), are the same in tiles of any height. On a
+    sliding-window layer the keys no row of a block sees are not multiplied at all."""
+    parts = []
+    for rows, keys, seen in tile.blocks(right.shape[2]):
+        block = a[..., rows, keys]
+        # A window's block copied out: its rows start at other offsets in tiles of other widths.
+        parts.append((block if tile.window is None else block.contiguous()) @ right[:, :, seen])
+    return torch.cat(parts, -2)
+
+
+def row_entropy(tile: capture.Tile, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`fused.rows` of a tile: per block of rows on a sliding-window layer, for the same reason
+    as :func:`right_product`."""
+    if tile.window is None:
+        return fused.rows(a)
+    total = tile.key_start + a.shape[-1]  # the tile's keys reach its last rows' windows
+    parts = [fused.rows(a[..., rows, keys]) for rows, keys, _ in tile.blocks(total)]
+    return torch.cat([p[0] for p in parts], -1), torch.cat([p[1] for p in parts], -1)
+
+
 class HeadStatistics:
     """Attention observer that reduces each layer's maps to :data:`OBSERVED_COLUMNS`, whole
     or a tile of query rows at a time (a `capture.TileObserver`): every measure is a mean or
@@ -207,13 +231,13 @@ class HeadStatistics:
         if batch is None or layer is None:
             raise RuntimeError("call begin_layer before observe_tile")
         a = tile.probs.float()
-        start, first, rows, keys = tile.start, tile.key_start, tile.rows, tile.keys
+        start, first, rows = tile.start, tile.key_start, tile.rows
         count, width = a.shape[-2:]
         diagonals = patterns.row_diagonals(a, start - first)
-        products = (a @ layer.right[:, :, keys]).split(layer.split, dim=-1)
+        products = right_product(tile, a, layer.right).split(layer.split, dim=-1)
         targets, scaled, by_segment, output = products[0], products[1], products[2], products[-1]
         norm_shares = scaled[..., :3] / scaled[..., 3:].clamp_min(torch.finfo(torch.float32).tiny)
-        entropy, row_max = fused.rows(a)
+        entropy, row_max = row_entropy(tile, a)
         next_ok = batch.next_ok[:, None, rows]
         per_row = torch.stack(
             [
