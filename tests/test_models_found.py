@@ -121,8 +121,8 @@ def test_example_maps_show_and_report_from_another_folder(monkeypatch, capsys, s
     assert maps.model == str(db.parent / TUNED)
     expected = eager_attentions(db.parent / TUNED, db, run_id, example)
     np.testing.assert_allclose(maps.maps["weights"], expected, atol=1e-6, rtol=0)
-    spec = json.dumps(warehouse.show(run_id, example, layer=1).to_dict())
-    assert all(json.dumps(token) in spec for token in maps.tokens)  # drawn with its tokens
+    page = warehouse.show(run_id, example, layer=1).html
+    assert all(json.dumps(token) in page for token in maps.tokens)  # drawn with its tokens
 
     code, out, err = run(monkeypatch, capsys, "show", "--db", str(db), "--run", str(run_id), "--example", str(example))
     assert code == 0, err

@@ -77,10 +77,11 @@ def test_the_site_shows_the_tour_with_its_outputs(site):
     page = site / "notebooks" / "tour" / "index.html"
     assert page.is_file()
     html = page.read_text(encoding="utf-8")
-    # Tables (polars frames), both charts (the report's chart and the token view, each with
-    # its Vega-Lite spec), printed output, and not one warning.
+    # Tables (polars frames), the report's chart with its Vega-Lite spec, the token view (the
+    # `attnwh show` page in a frame, its maps inline), printed output, and not one warning.
     assert html.count("<table") >= 4
-    assert html.count('class="attnwh-notebook-chart"') == 2 and html.count("vega-lite/v") >= 2
+    assert html.count('class="attnwh-notebook-chart"') == 1 and html.count("vega-lite/v") >= 1
+    assert html.count('<iframe title="Attention of example') == 1 and "srcdoc=" in html
     assert "to [CLS] from the maps" in html and "sink head" in html
     assert not [w for w in WARNINGS if w in html]
     # The nav and the Python API page link to the page.
@@ -120,9 +121,13 @@ def test_the_tour_page_draws_its_charts_offline(site):
             timeout=30_000,
         )
         charts = tab.locator(".attnwh-notebook-chart")
-        assert charts.count() == 2
-        for i in range(2):
-            assert charts.nth(i).bounding_box()["height"] > 100
+        assert charts.count() == 1
+        assert charts.nth(0).bounding_box()["height"] > 100
+        # The token view: the show page in its frame draws its head maps on canvases.
+        frame = tab.frame_locator('iframe[title^="Attention of example"]')
+        frame.locator("canvas").first.wait_for(timeout=30_000)
+        assert frame.locator("canvas").count() >= 2
+        assert tab.locator('iframe[title^="Attention of example"]').bounding_box()["height"] > 100
         assert tab.locator(".jp-OutputArea-output table").count() >= 4
         browser.close()
     assert outside == [], f"requests left the site: {outside}"
