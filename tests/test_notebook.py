@@ -81,7 +81,7 @@ def test_the_site_shows_the_tour_with_its_outputs(site):
     # `attnwh show` page in a frame, its maps inline), printed output, and not one warning.
     assert html.count("<table") >= 4
     assert html.count('class="attnwh-notebook-chart"') == 1 and html.count("vega-lite/v") >= 1
-    assert html.count('<iframe title="Attention of example') == 1 and "srcdoc=" in html
+    assert html.count("<iframe srcdoc=") == 1 and 'title="Attention of example' in html
     assert "to [CLS] from the maps" in html and "sink head" in html
     assert not [w for w in WARNINGS if w in html]
     # The nav and the Python API page link to the page.
