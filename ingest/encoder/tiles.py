@@ -45,14 +45,23 @@ class Tile:
         the same keys in the map of `total` keys). A reduction over keys taken per block covers
         the same keys in the same order whatever tile holds the row. Keys are every key unless
         the layer has a sliding window."""
-        rows, lo = self.probs.shape[-2], 0
-        while lo < rows:
-            hi = min(rows, (self.start + lo) // ROW_BLOCK * ROW_BLOCK + ROW_BLOCK - self.start)
+        for rows in row_blocks(self.start, self.probs.shape[-2]):
             first, last = 0, total
             if self.window is not None:
-                first, last = max(0, self.start + lo - self.window), min(total, self.start + hi + self.window)
-            yield slice(lo, hi), slice(first - self.key_start, last - self.key_start), slice(first, last)
-            lo = hi
+                first = max(0, self.start + rows.start - self.window)
+                last = min(total, self.start + rows.stop + self.window)
+            yield rows, slice(first - self.key_start, last - self.key_start), slice(first, last)
+
+
+def row_blocks(start: int, rows: int) -> Iterator[slice]:
+    """The `rows` rows of a tile that begins at the map's row `start`, as slices of the tile in
+    blocks of :data:`ROW_BLOCK` rows of the map (aligned to its first row; the first and last
+    block may be shorter)."""
+    lo = 0
+    while lo < rows:
+        hi = min(rows, (start + lo) // ROW_BLOCK * ROW_BLOCK + ROW_BLOCK - start)
+        yield slice(lo, hi)
+        lo = hi
 
 
 class LayerTiles:

@@ -56,7 +56,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from attnwh.ingest.encoder.tiles import ROW_BLOCK, Tile
+from attnwh.ingest.encoder.tiles import Tile, row_blocks
 from attnwh.ingest.measures import fused
 
 # Codes stored in head_stats.pattern; the names are the lookup table pattern_types
@@ -215,19 +215,15 @@ class PatternMasks:
 def column_mass(weight: torch.Tensor, a: torch.Tensor, start: int) -> torch.Tensor:
     """Σ_i weight_i a[…, i, :] over the rows of a tile `a` (B, H, rows, keys) that begins at
     the map's row `start`, with the rows' weights `weight` (B, rows): (B, H, keys) in float64.
-    Summed in float32 over blocks of :data:`ROW_BLOCK` rows of the map (aligned to its first
+    Summed in float32 over blocks of :data:`tiles.ROW_BLOCK` rows of the map (aligned to its first
     row), then the blocks in float64 in row order: tiles whose heights are whole blocks (as
     the budget gives them) sum the same blocks in the same order as whole maps, so the sums
     do not depend on the tile height. One product per block, each a view of the tile (a
     product over the blocks at once would copy a tile whose height is not a whole number of
     them)."""
     total = a.new_zeros((*a.shape[:-2], a.shape[-1]), dtype=torch.float64)
-    rows = a.shape[-2]
-    lo = 0
-    while lo < rows:
-        hi = min(rows, (start + lo) // ROW_BLOCK * ROW_BLOCK + ROW_BLOCK - start)
-        total += (weight[:, None, None, lo:hi] @ a[..., lo:hi, :])[..., 0, :]
-        lo = hi
+    for rows in row_blocks(start, a.shape[-2]):
+        total += (weight[:, None, None, rows] @ a[..., rows, :])[..., 0, :]
     return total
 
 
