@@ -404,7 +404,9 @@ def _decoder_tokenizer(family: str) -> PreTrainedTokenizerFast:
     )
 
 
-def decoder_config(family: str, vocab: int, special: dict[str, int | None], layers: int, heads: int) -> Any:
+def decoder_config(
+    family: str, vocab: int, special: dict[str, int | None], layers: int, heads: int, positions: int = 64
+) -> Any:
     """A tiny config of a decoder family, with grouped-query attention (2 or 4 query heads per
     key/value head), sliding windows of :data:`DECODER_WINDOW` keys (Mistral on every layer,
     Gemma on layer 0 of 2, global layer 1) and Gemma 2's soft-capping switched on."""
@@ -414,13 +416,11 @@ def decoder_config(family: str, vocab: int, special: dict[str, int | None], laye
         intermediate_size=37,
         num_hidden_layers=layers,
         num_attention_heads=heads,
-        max_position_embeddings=64,
+        max_position_embeddings=positions,
         **special,
     )
     if family == "gpt2":
-        return GPT2Config(
-            n_embd=32, n_layer=layers, n_head=heads, n_positions=64, vocab_size=vocab, **special
-        )
+        return GPT2Config(n_embd=32, n_layer=layers, n_head=heads, n_positions=positions, vocab_size=vocab, **special)
     if family == "llama":
         return LlamaConfig(num_key_value_heads=heads // 2, **common)
     if family == "qwen2":
@@ -455,15 +455,19 @@ def decoder_config(family: str, vocab: int, special: dict[str, int | None], laye
     raise ValueError(family)
 
 
-def make_tiny_decoder(family: str, out: Path, layers: int = 2, heads: int = 4, seed: int = 0) -> Path:
-    """Save a seeded random-weight base model of decoder `family` with its tokenizer into `out`."""
+def make_tiny_decoder(
+    family: str, out: Path, layers: int = 2, heads: int = 4, seed: int = 0, positions: int = 64
+) -> Path:
+    """Save a seeded random-weight base model of decoder `family` with its tokenizer into `out`;
+    `positions`: the longest input it takes (tokens)."""
     tokenizer = _decoder_tokenizer(family)
+    tokenizer.model_max_length = positions
     special = {
         "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id,
         "pad_token_id": tokenizer.pad_token_id,
     }
-    config = decoder_config(family, len(tokenizer), special, layers, heads)
+    config = decoder_config(family, len(tokenizer), special, layers, heads, positions)
     torch.manual_seed(seed)
     model = AutoModel.from_config(config)
     # Peaked maps, as for the encoders: larger query/key weights, or larger query/key norm
