@@ -32,6 +32,7 @@ from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS
 from attnwh.ingest.runs.loop import StatisticsCapture
 from attnwh.ingest.runs.rows import CAUSAL_NULL_COLUMNS
 from helpers import run
+from test_relations import CONLLU
 from test_statistics import assert_matches_reference, layer_rows, task
 from tiny_models import CORPUS, BOS_FAMILIES, DECODER_FAMILIES, DECODER_WINDOW, make_tiny_decoder
 
@@ -184,3 +185,123 @@ def test_largest_parity_difference_per_family_is_reported(decoders):
     assert set(LARGEST) == set(DECODER_FAMILIES), sorted(LARGEST)
     print("\nlargest |attnwh - eager| per family: " + ", ".join(f"{f} {v:.1e}" for f, v in LARGEST.items()))
     assert max(LARGEST.values()) <= 1e-5
+
+
+# ---------------------------------------------------------------- padding side, loading facts
+
+
+def test_a_left_padding_tokenizer_gives_the_same_statistics(decoders, tmp_path):
+    """attnwh right-pads whatever the tokenizer says, so real tokens keep positions 0..n-1:
+    a copy of the model whose tokenizer pads on the left stores the same statistics."""
+    path = decoders["llama"]
+    left = tmp_path / "left"
+    AutoModel.from_pretrained(path).save_pretrained(left)
+    AutoTokenizer.from_pretrained(path, padding_side="left").save_pretrained(left)
+    assert AutoTokenizer.from_pretrained(left).padding_side == "left"
+    results = []
+    for folder in (path, left):
+        encoder = load_encoder(str(folder), device="cpu")
+        encoded = encode_task(encoder.tokenizer, task(True), MAX_LENGTH)
+        batch = collate(encoded, [0, 1, 2], encoder.tokenizer.pad_token_id, encoder.device)
+        assert not batch["attention_mask"][:, 0].eq(0).any()  # right-padded: the first token is real
+        results.append(StatisticsCapture(encoder).run(batch))
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_loaded_decoders_record_their_attention_facts(decoders):
+    facts = {f: load_encoder(str(decoders[f]), device="cpu").facts() for f in ("gpt2", "qwen2", "mistral", "gemma2")}
+    assert [facts[f]["causal"] for f in facts] == [True] * 4
+    assert {f: facts[f]["num_key_value_heads"] for f in facts} == {"gpt2": 4, "qwen2": 1, "mistral": 2, "gemma2": 2}
+    assert facts["mistral"]["sliding_window"] == DECODER_WINDOW and facts["mistral"]["sliding_layers"] == [0, 1]
+    assert facts["gemma2"]["sliding_layers"] == [0]  # layer 1 is global
+    assert facts["gpt2"]["sliding_window"] is None
+    gpt2 = load_encoder(str(decoders["gpt2"]), device="cpu")
+    assert gpt2.tokenizer.pad_token == gpt2.tokenizer.eos_token  # GPT-2 has no padding token of its own
+
+
+def test_soft_capping_and_key_value_groups_change_the_statistics(decoders):
+    """The parity above would hold trivially if soft-capping did nothing or every key/value
+    head were the same: without the cap Gemma 2's statistics move, and Qwen2's four query
+    heads, which share one key/value head, still differ."""
+    encoder = load_encoder(str(decoders["gemma2"]), device="cpu")
+    encoded = encode_task(encoder.tokenizer, task(False), MAX_LENGTH)
+    batch = collate(encoded, [0, 2], encoder.tokenizer.pad_token_id, encoder.device)
+    capped = StatisticsCapture(encoder).run(batch)
+    for layer in encoder.model.layers:
+        layer.self_attn.attn_logit_softcapping = None
+    uncapped = StatisticsCapture(encoder).run(batch)
+    assert np.nanmax(np.abs(capped - uncapped)) > 1e-3
+    qwen = load_encoder(str(decoders["qwen2"]), device="cpu")
+    stats = StatisticsCapture(qwen).run(collate(encode_task(qwen.tokenizer, task(False), MAX_LENGTH), [0], 0, qwen.device))
+    assert qwen.num_key_value_heads == 1 and stats[0, :, :, OBSERVED_COLUMNS.index("entropy")].std(axis=-1).min() > 1e-3
+
+
+def test_attention_with_learned_sinks_is_refused():
+    """gpt_oss-style sink logits (s_aux) would take part of each row's mass unseen."""
+    module = nn.Module()
+    q = torch.zeros(1, 2, 3, 4)
+    with pytest.raises(ModelError, match="learned attention sinks"):
+        capture.attnwh_attention(module, q, q, q, None, s_aux=torch.zeros(2))
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_ingest_writes_decoder_rows_with_null_sep_and_next(monkeypatch, capsys, decoders, tmp_path):
+    """`attnwh ingest --model <tiny decoder>` on the bundled sample: NULL to_sep, norm_to_sep
+    and to_next, the first-token share filled, the model's key/value heads and groups."""
+    db = tmp_path / "w.duckdb"
+    code, _, err = run(monkeypatch, capsys, "ingest", "--model", str(decoders["mistral"]), "--db", str(db), "--limit", "6")
+    assert code == 0, err
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows, nulls, cls = con.execute(
+            "SELECT count(*), count(*) FILTER (to_sep IS NULL AND norm_to_sep IS NULL AND to_next IS NULL),"
+            " min(to_cls) FROM head_stats"
+        ).fetchone()
+        assert rows == 2 * 6 * LAYERS * HEADS and nulls == rows and 0 < cls <= 1
+        assert con.execute("SELECT count(*) FROM head_stats WHERE isnan(to_cls) OR to_prev IS NULL").fetchone() == (0,)
+        assert con.execute("SELECT causal, num_key_value_heads, sliding_window FROM models").fetchall() == [
+            (True, 2, DECODER_WINDOW)
+        ]
+        groups = con.execute("SELECT head, kv_group FROM head_groups ORDER BY head").fetchall()
+        assert groups == [(0, 0), (1, 0), (2, 1), (3, 1)]
+        assert con.execute("SELECT count(*) FROM layer_mixing").fetchone() == (0,)  # pre-LN: no post-LN mixing
+        assert con.execute("SELECT count(*) FROM massive_activations WHERE position = 0").fetchone()[0] > 0
+
+
+def test_refused_family_gives_one_line(monkeypatch, capsys, tmp_path):
+    from tiny_models import make_unreadable_decoder
+
+    code, _, err = run(monkeypatch, capsys, "ingest", "--model", str(make_unreadable_decoder(tmp_path / "oss")), "--db", str(tmp_path / "w.duckdb"))
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code != 0 and len(lines) == 1 and "'gpt_oss' model, which attnwh cannot read" in lines[0], err
+    assert not (tmp_path / "w.duckdb").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ingest", "--value-zeroing", "head"],
+        ["ingest", "compare", "--base"],
+        ["ingest", "ablation"],
+        ["ingest", "relations", "--conllu", "CONLLU"],
+        ["finetune", "--task", "sentiment", "--out", "OUT"],
+        ["study", "--tasks", "sentiment", "--out-dir", "OUT"],
+    ],
+    ids=["value-zeroing", "compare", "ablation", "relations", "finetune", "study"],
+)
+def test_commands_that_do_not_read_decoders_refuse_them_in_one_line(monkeypatch, capsys, decoders, tmp_path, args):
+    model = str(decoders["llama"])
+    conllu = tmp_path / "t.conllu"
+    conllu.write_text(CONLLU, encoding="utf-8")
+    args = [{"OUT": str(tmp_path / "out"), "CONLLU": str(conllu)}.get(a, a) for a in args]
+    if args[:2] == ["ingest", "compare"]:
+        args = [*args, model, "--tuned", model]
+    else:
+        args = [*args, "--model", model]
+    db = tmp_path / "w.duckdb"
+    code, _, err = run(monkeypatch, capsys, *args, "--db", str(db))
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code != 0 and len(lines) == 1 and "does not read decoders yet" in lines[0], err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()

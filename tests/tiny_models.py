@@ -27,6 +27,7 @@ from transformers import (
     Gemma2Config,
     Gemma3TextConfig,
     GPT2Config,
+    GptOssConfig,
     LlamaConfig,
     MistralConfig,
     ModernBertConfig,
@@ -321,10 +322,10 @@ def make_tiny(
     return out
 
 
-def make_gpt2(out: Path) -> Path:
-    """A decoder-only model directory, which attnwh must refuse."""
-    config = GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=100, n_positions=64)
-    AutoModel.from_config(config).save_pretrained(out)
+def make_unreadable_decoder(out: Path) -> Path:
+    """The config of a decoder family attnwh refuses: gpt_oss, whose attention adds learned
+    sink logits to every row (only its config: it is refused before any weights load)."""
+    GptOssConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=100).save_pretrained(out)
     return out
 
 

@@ -264,6 +264,19 @@ def _windows(config: transformers.PretrainedConfig) -> dict[str, Any]:
     return {"sliding_window": int(window), "sliding_layers": layers} if layers else {}
 
 
+def refuse_decoder(name: str | None, what: str) -> None:
+    """Raise ModelError with one line when `name` is a decoder, reading only its config: for
+    commands that do not read decoders yet (`what`), before they start work."""
+    if name is None:
+        return
+    try:
+        family = AutoConfig.from_pretrained(str(Path(name).expanduser()) if looks_like_path(name) else name).model_type
+    except (OSError, ValueError):
+        return  # the loader says why, in its own line
+    if family in DECODER_FAMILIES:
+        raise ModelError(f"{what} does not read decoders yet: {name} is a causal {family!r} model")
+
+
 def _read_lineage(folder: Path) -> dict | None:
     """What `attnwh finetune` wrote next to the model, if it made it."""
     path = folder / LINEAGE_FILE

@@ -16,6 +16,11 @@ ALTER TABLE models ADD COLUMN sliding_window INTEGER;
 ALTER TABLE models ADD COLUMN sliding_layers INTEGER[];
 UPDATE models SET causal = false, num_key_value_heads = num_heads;
 
+-- A decoder has no [SEP] and its rows cannot see the next token: NULL, never 0.
+ALTER TABLE head_stats ALTER COLUMN to_sep DROP NOT NULL;
+ALTER TABLE head_stats ALTER COLUMN norm_to_sep DROP NOT NULL;
+ALTER TABLE head_stats ALTER COLUMN to_next DROP NOT NULL;
+
 CREATE VIEW head_groups AS
 SELECT
     m.model_id,
