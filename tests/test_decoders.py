@@ -34,7 +34,7 @@ from attnwh.ingest.runs.rows import CAUSAL_NULL_COLUMNS
 from helpers import run
 from test_relations import CONLLU
 from test_statistics import assert_matches_reference, layer_rows, task
-from tiny_models import CORPUS, BOS_FAMILIES, DECODER_FAMILIES, DECODER_WINDOW, make_tiny_decoder
+from tiny_models import BOS_FAMILIES, CORPUS, DECODER_FAMILIES, DECODER_WINDOW, make_tiny_decoder
 
 LAYERS, HEADS = 2, 4
 MAX_LENGTH = 40
@@ -63,7 +63,9 @@ def values_and_output(model: nn.Module) -> list[tuple[nn.Module, Any, torch.Tens
         return [(b.attn.c_attn, lambda out: out[..., 2 * hidden :], b.attn.c_proj.weight.detach().T) for b in base.h]
     if model.config.model_type == "phi3":  # fused Q, K, V: the values come last
         kv = model.config.num_key_value_heads * (model.config.hidden_size // model.config.num_attention_heads)
-        return [(l.self_attn.qkv_proj, lambda out: out[..., -kv:], l.self_attn.o_proj.weight.detach()) for l in base.layers]
+        return [
+            (l.self_attn.qkv_proj, lambda out: out[..., -kv:], l.self_attn.o_proj.weight.detach()) for l in base.layers
+        ]
     return [(l.self_attn.v_proj, lambda out: out, l.self_attn.o_proj.weight.detach()) for l in base.layers]
 
 
@@ -90,7 +92,9 @@ def decoder_reference(model: nn.Module, tokenizer, ids: list[int]) -> np.ndarray
     cls[0] = 1  # the first token: BOS where the tokenizer adds one
     sep = np.zeros(n)
     special = set(tokenizer.all_special_ids)
-    punct = np.array([is_punct(t) and i not in special for t, i in zip(tokenizer.convert_ids_to_tokens(ids), ids)], float)
+    punct = np.array(
+        [is_punct(t) and i not in special for t, i in zip(tokenizer.convert_ids_to_tokens(ids), ids)], float
+    )
     result = []
     for maps, v, (_, _, wo) in zip(out.attentions, values, parts):
         a = maps[0].double().numpy()  # (H, n, n)
@@ -232,7 +236,9 @@ def test_soft_capping_and_key_value_groups_change_the_statistics(decoders):
     uncapped = StatisticsCapture(encoder).run(batch)
     assert np.nanmax(np.abs(capped - uncapped)) > 1e-3
     qwen = load_encoder(str(decoders["qwen2"]), device="cpu")
-    stats = StatisticsCapture(qwen).run(collate(encode_task(qwen.tokenizer, task(False), MAX_LENGTH), [0], 0, qwen.device))
+    stats = StatisticsCapture(qwen).run(
+        collate(encode_task(qwen.tokenizer, task(False), MAX_LENGTH), [0], 0, qwen.device)
+    )
     assert qwen.num_key_value_heads == 1 and stats[0, :, :, OBSERVED_COLUMNS.index("entropy")].std(axis=-1).min() > 1e-3
 
 
@@ -251,7 +257,9 @@ def test_ingest_writes_decoder_rows_with_null_sep_and_next(monkeypatch, capsys, 
     """`attnwh ingest --model <tiny decoder>` on the bundled sample: NULL to_sep, norm_to_sep
     and to_next, the first-token share filled, the model's key/value heads and groups."""
     db = tmp_path / "w.duckdb"
-    code, _, err = run(monkeypatch, capsys, "ingest", "--model", str(decoders["mistral"]), "--db", str(db), "--limit", "6")
+    code, _, err = run(
+        monkeypatch, capsys, "ingest", "--model", str(decoders["mistral"]), "--db", str(db), "--limit", "6"
+    )
     assert code == 0, err
     with duckdb.connect(str(db), read_only=True) as con:
         rows, nulls, cls = con.execute(
@@ -272,7 +280,15 @@ def test_ingest_writes_decoder_rows_with_null_sep_and_next(monkeypatch, capsys, 
 def test_refused_family_gives_one_line(monkeypatch, capsys, tmp_path):
     from tiny_models import make_unreadable_decoder
 
-    code, _, err = run(monkeypatch, capsys, "ingest", "--model", str(make_unreadable_decoder(tmp_path / "oss")), "--db", str(tmp_path / "w.duckdb"))
+    code, _, err = run(
+        monkeypatch,
+        capsys,
+        "ingest",
+        "--model",
+        str(make_unreadable_decoder(tmp_path / "oss")),
+        "--db",
+        str(tmp_path / "w.duckdb"),
+    )
     lines = [line for line in err.splitlines() if line.strip()]
     assert code != 0 and len(lines) == 1 and "'gpt_oss' model, which attnwh cannot read" in lines[0], err
     assert not (tmp_path / "w.duckdb").exists()
@@ -295,10 +311,8 @@ def test_commands_that_do_not_read_decoders_refuse_them_in_one_line(monkeypatch,
     conllu = tmp_path / "t.conllu"
     conllu.write_text(CONLLU, encoding="utf-8")
     args = [{"OUT": str(tmp_path / "out"), "CONLLU": str(conllu)}.get(a, a) for a in args]
-    if args[:2] == ["ingest", "compare"]:
-        args = [*args, model, "--tuned", model]
-    else:
-        args = [*args, "--model", model]
+    compare = args[:2] == ["ingest", "compare"]
+    args = [*args, model, "--tuned", model] if compare else [*args, "--model", model]
     db = tmp_path / "w.duckdb"
     code, _, err = run(monkeypatch, capsys, *args, "--db", str(db))
     lines = [line for line in err.splitlines() if line.strip()]

@@ -388,7 +388,9 @@ def _decoder_tokenizer(family: str) -> PreTrainedTokenizerFast:
         specials = [eos] + ([pad] if pad else [])
     tok.train_from_iterator(
         CORPUS,
-        trainers.BpeTrainer(vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
     )
     if family in BOS_FAMILIES:
         tok.post_processor = processors.TemplateProcessing(

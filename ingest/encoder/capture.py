@@ -361,7 +361,9 @@ def _tiled(
             scores = torch.matmul(
                 query[:, :, start + rows_in.start : start + rows_in.stop], key[:, :, seen].transpose(2, 3)
             )
-            part = None if block is None else block[..., keys_in] if block.shape[-2] == 1 else block[:, :, rows_in, keys_in]
+            part = block
+            if block is not None:  # a mask of one row (padding only) serves every row
+                part = block[..., keys_in] if block.shape[-2] == 1 else block[:, :, rows_in, keys_in]
             probs[:, :, rows_in, keys_in] = scoring.probabilities(scores, part)
         return Tile(start, first, probs, block, window)
 

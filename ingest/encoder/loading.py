@@ -234,9 +234,7 @@ def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32")
     )
 
 
-def _prepare_decoder_tokenizer(
-    tokenizer: transformers.PreTrainedTokenizerBase, model: nn.Module, shown: str
-) -> None:
+def _prepare_decoder_tokenizer(tokenizer: transformers.PreTrainedTokenizerBase, model: nn.Module, shown: str) -> None:
     """A decoder's tokenizer as attnwh uses it: a padding token (the end-of-sequence token
     where it has none: padding keys are masked, so which id pads does not matter), and no
     token type ids (GPT-2's forward would add an embedding for them; decoders take none)."""
@@ -244,8 +242,9 @@ def _prepare_decoder_tokenizer(
         if tokenizer.eos_token is None:
             raise ModelError(f"the tokenizer of {shown} has neither a padding nor an end-of-sequence token")
         tokenizer.pad_token = tokenizer.eos_token
-    if getattr(model.config, "pad_token_id", None) is None:
-        model.config.pad_token_id = tokenizer.pad_token_id  # a classifier finds its last real token by it
+    config: Any = model.config  # Any: torch types a module's attribute as Tensor | Module
+    if getattr(config, "pad_token_id", None) is None:
+        config.pad_token_id = tokenizer.pad_token_id  # a classifier finds its last real token by it
     tokenizer.model_input_names = [n for n in tokenizer.model_input_names if n != "token_type_ids"]
 
 
@@ -373,12 +372,13 @@ def attention_outputs(model: nn.Module) -> dict[nn.Module, AttentionOutput]:
     return found
 
 
-def _conv1d_as_linear(conv: nn.Module) -> nn.Linear:
+def _conv1d_as_linear(conv: Any) -> nn.Linear:
     """GPT-2's Conv1D (y = x W + b, W of shape (in, out)) as the nn.Linear it equals, sharing
     its storage (W transposed), so the norm lens reads W_O as it does every other family's.
     Only its weights are read: the model never calls it."""
-    weight, bias = conv.weight, conv.bias
-    linear = nn.Linear(weight.shape[0], weight.shape[1], bias=bias is not None, device="meta")
+    weight: torch.Tensor = conv.weight
+    bias: torch.Tensor | None = conv.bias
+    linear = nn.Linear(int(weight.shape[0]), int(weight.shape[1]), bias=bias is not None, device="meta")
     linear.weight = nn.Parameter(weight.detach().t(), requires_grad=False)
     if bias is not None:
         linear.bias = nn.Parameter(bias.detach(), requires_grad=False)
