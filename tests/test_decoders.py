@@ -175,10 +175,24 @@ def test_long_inputs_in_tiles_of_whole_row_blocks_are_bit_identical(tmp_path, fa
     assert len(ids) == 150
     batch = {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
     stats = StatisticsCapture(encoder)
+    cells: dict[int, int] = {}
+    observe_tile = stats.observer.observe_tile
+
+    def counted(module, tile, value):  # the cells of each tile handed to the observer
+        cells[rows] = cells.get(rows, 0) + tile.probs.shape[-2] * tile.probs.shape[-1]
+        return observe_tile(module, tile, value)
+
+    stats.observer.observe_tile = counted  # type: ignore[method-assign]
     runs = {}
     for rows in (16, 48, 112):
         with capture.attention_memory(rows=rows):
             runs[rows] = stats.run(batch)
+    # Causal tiles hold only the keys their rows see: about half the cells of the whole maps
+    # (n(n + 1) / 2 and each tile's rows up to its end), a sliding window fewer still.
+    n = len(ids)
+    share = cells[16] / (LAYERS * n * n)
+    print(f"\n{family}: tiles of 16 rows hold {share:.3f} of the whole maps' cells")
+    assert share <= 0.5 + 16 / n
     for rows, values in runs.items():
         np.testing.assert_array_equal(values, runs[16], err_msg=f"tiles of {rows} rows")
     check_example(family, runs[16][0], decoder_reference(eager, encoder.tokenizer, ids), f"{family}, 150 tokens")
@@ -319,3 +333,11 @@ def test_commands_that_do_not_read_decoders_refuse_them_in_one_line(monkeypatch,
     assert code != 0 and len(lines) == 1 and "does not read decoders yet" in lines[0], err
     assert "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_coverage_check_refuses_maps_that_are_not_per_query_head(decoders, monkeypatch):
+    """Were the key/value heads not expanded per query head (grouped-query attention read
+    wrongly), loading would fail in one line rather than store statistics of the groups."""
+    monkeypatch.setattr(capture, "_per_query_head", lambda states, heads: states)
+    with pytest.raises(ModelError, match="attention is not one attnwh can read"):
+        load_encoder(str(decoders["qwen2"]), device="cpu")

@@ -102,12 +102,7 @@ def _roberta_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    tok.train_from_iterator(
-        CORPUS,
-        trainers.BpeTrainer(
-            vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-        ),
-    )
+    tok.add_special_tokens(specials)  # after the learned pieces, as GPT-2's <|endoftext|> is
     tok.post_processor = processors.RobertaProcessing(
         ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>"))
     )
@@ -372,11 +367,17 @@ DECODER_WINDOW = 5  # keys a sliding-window layer's row sees: shorter than the t
 GEMMA2_SOFTCAP = 20.0  # the tiny maps' logits reach well past it: soft-capping changes them
 
 
+# The byte-level BPE pieces and merges of the corpus, as `trainers.BpeTrainer(vocab_size=400)`
+# learned them once: stored for the same reason as the WordPiece pieces above.
+_DECODER_BPE = Path(__file__).parent / "fixtures" / "decoder_bpe.json"
+
+
 def _decoder_tokenizer(family: str) -> PreTrainedTokenizerFast:
-    """Byte-level BPE trained on the corpus, with the family's special tokens; a BOS
+    """Byte-level BPE learned on the corpus, with the family's special tokens; a BOS
     post-processor for :data:`BOS_FAMILIES`. GPT-2-like ones have no padding token (attnwh
     pads with EOS), the others one of their own; none makes token type ids."""
-    tok = Tokenizer(models.BPE())
+    learned = json.loads(_DECODER_BPE.read_text(encoding="utf-8"))
+    tok = Tokenizer(models.BPE(learned["vocab"], [tuple(m) for m in learned["merges"]]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     if family in BOS_FAMILIES:
@@ -386,12 +387,7 @@ def _decoder_tokenizer(family: str) -> PreTrainedTokenizerFast:
         bos, eos = "<|endoftext|>", "<|endoftext|>"
         pad = None if family in ("gpt2", "olmo2") else "<|pad|>"
         specials = [eos] + ([pad] if pad else [])
-    tok.train_from_iterator(
-        CORPUS,
-        trainers.BpeTrainer(
-            vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-        ),
-    )
+    tok.add_special_tokens(specials)  # after the learned pieces, as GPT-2's <|endoftext|> is
     if family in BOS_FAMILIES:
         tok.post_processor = processors.TemplateProcessing(
             single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, tok.token_to_id(bos))]

@@ -348,16 +348,22 @@ def _tiled(
     sliding-window layer (`window`: transformers' ``sliding_window``, keys at most window - 1
     away) a tile holds only the keys some of its rows can see: the others' weights are exactly 0."""
     queries, keys = query.shape[2], key.shape[2]
+    # A causal layer's tile holds only the keys its rows can see (keys before `stop`), so a
+    # long input costs about half the cells of its whole maps. Queries and keys are the same
+    # positions here (no cache: attnwh reads whole inputs in one pass).
+    causal = bool(getattr(module, "is_causal", False)) and queries == keys
 
     def tile_of(start: int, stop: int) -> Tile:
         first, last = (0, keys) if window is None else (max(0, start - window), min(keys, stop + window))
+        if causal:
+            last = min(last, stop)
         block = _block_of(mask, start, stop, first, last)
         probs = query.new_zeros((*query.shape[:2], stop - start, last - first))
         # A block of `ROW_BLOCK` rows at a time, over the keys its rows see (`Tile.blocks`): a
         # product's or a softmax's last bits can depend on how many rows and keys it takes and
         # where a row falls among them, so every row is computed the same way in tiles of any
         # height. On a sliding-window layer the keys no row of a block sees stay exactly 0.
-        for rows_in, keys_in, seen in Tile(start, first, probs, window=window).blocks(keys):
+        for rows_in, keys_in, seen in Tile(start, first, probs, window=window, causal=causal).blocks(keys):
             scores = torch.matmul(
                 query[:, :, start + rows_in.start : start + rows_in.stop], key[:, :, seen].transpose(2, 3)
             )
@@ -365,7 +371,7 @@ def _tiled(
             if block is not None:  # a mask of one row (padding only) serves every row
                 part = block[..., keys_in] if block.shape[-2] == 1 else block[:, :, rows_in, keys_in]
             probs[:, :, rows_in, keys_in] = scoring.probabilities(scores, part)
-        return Tile(start, first, probs, block, window)
+        return Tile(start, first, probs, block, window, causal)
 
     tiles = LayerTiles(tile_of, queries, rows)
     output = query.new_empty((query.shape[0], queries, query.shape[1], value.shape[-1]))

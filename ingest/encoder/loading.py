@@ -209,6 +209,7 @@ def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32")
         forward_inputs(model, {k: v.to(torch_device) for k, v in probe.items()}),
         model.config.num_hidden_layers,
         shown,
+        model.config.num_attention_heads,
     )
     encoder_config = model.config
     return EncoderModel(
