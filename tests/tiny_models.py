@@ -102,7 +102,12 @@ def _roberta_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    tok.add_special_tokens(specials)  # after the learned pieces, as GPT-2's <|endoftext|> is
+    tok.train_from_iterator(
+        CORPUS,
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     tok.post_processor = processors.RobertaProcessing(
         ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>"))
     )
