@@ -445,6 +445,8 @@ def compare(
 
         base_encoder = load_encoder(base, device.value, dtype.value)
         tuned_encoder = load_encoder(tuned, device.value, dtype.value)
+        for loaded_model in (base_encoder, tuned_encoder):
+            loaded_model.require_encoder("attnwh ingest compare")
         check_compatible(base_encoder, tuned_encoder)
         options = dataclasses.replace(reading.ingest_options(replace), attention_memory=parse_memory(attention_memory))
         prepared = prepare_comparison(base_encoder, tuned_encoder, loaded, options)
@@ -535,6 +537,7 @@ def relations(
             frame_data = fn.subset(frame_data, seeded_sample(frame_data.links, limit, seed))
         warehouse.check_writable(db)
         encoder = load_encoder(model, device.value, "float32")
+        encoder.require_encoder("attnwh relations")
 
     inputs = []
     if conllu is not None and sentences is not None:
@@ -636,6 +639,7 @@ def ablation(
         from attnwh.ingest.sources.files import SAMPLE_TASKS
 
         encoder = load_encoder(model, device.value)
+        encoder.require_encoder("the ablation sweep")
         check_classifier(encoder)
         if loaded is None:
             # On the bundled sample, a model made by `attnwh finetune` is swept on its own task.
@@ -770,9 +774,11 @@ def finetune(
         train = load(train_split, data).sample(max_train_examples, seed)
         dev = load(eval_split, eval_data)
         # The data and the model's name are checked; now the model libraries.
-        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.encoder.loading import load_encoder, refuse_decoder
         from attnwh.ingest.runs.finetune import FinetuneOptions, record
         from attnwh.ingest.runs.finetune import finetune as run_finetune
+
+        refuse_decoder(model, "attnwh finetune")
 
         options = FinetuneOptions(
             epochs=epochs,

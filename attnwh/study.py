@@ -375,6 +375,7 @@ class Study:
         from attnwh.ingest.runs.loop import IngestOptions, prepare_tasks
 
         self.base = load_encoder(options.model, options.device)
+        self.base.require_encoder("attnwh study")  # it fine-tunes and sweeps ablations
         self.finetune_options = FinetuneOptions(
             epochs=options.epochs,
             learning_rate=options.lr,

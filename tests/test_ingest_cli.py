@@ -119,7 +119,7 @@ def test_sequence_classification_checkpoint(monkeypatch, capsys, tiny_model_dir,
 
 
 def bad_inputs(tmp_path: Path, tiny_model_dir) -> dict[str, tuple[list[str], str]]:
-    from tiny_models import make_gpt2
+    from tiny_models import make_unreadable_decoder
 
     good = write_pairs(tmp_path / "good.tsv")
     empty = tmp_path / "empty.tsv"
@@ -130,12 +130,12 @@ def bad_inputs(tmp_path: Path, tiny_model_dir) -> dict[str, tuple[list[str], str
     ragged.write_text("premise\thypothesis\tlabel\na\tb\n", encoding="utf-8")
     not_model = tmp_path / "not_a_model"
     not_model.mkdir()
-    gpt2 = make_gpt2(tmp_path / "gpt2")
+    gpt_oss = make_unreadable_decoder(tmp_path / "gpt_oss")
     bert = tiny_model_dir("bert")
     return {
         "missing model": (ingest_args(tmp_path / "nope", good, Path("DB")), "does not exist"),
         "not a model directory": (ingest_args(not_model, good, Path("DB")), "not a model directory"),
-        "decoder-only model": (ingest_args(gpt2, good, Path("DB")), "not a supported encoder"),
+        "unreadable decoder": (ingest_args(gpt_oss, good, Path("DB")), "'gpt_oss' model, which attnwh cannot read"),
         "empty dataset": (ingest_args(bert, empty, Path("DB")), "empty"),
         "header only": (ingest_args(bert, header_only, Path("DB")), "no data rows"),
         "malformed dataset": (ingest_args(bert, ragged, Path("DB")), "ragged"),
@@ -160,7 +160,7 @@ def bad_inputs(tmp_path: Path, tiny_model_dir) -> dict[str, tuple[list[str], str
     [
         "missing model",
         "not a model directory",
-        "decoder-only model",
+        "unreadable decoder",
         "empty dataset",
         "header only",
         "malformed dataset",

@@ -69,6 +69,7 @@ ROWS: dict[int, list[str]] = {
     13: [],  # look-feature columns of head_stats (0013_pattern_classifier.sql): no new table
     14: [],  # layer_mixing.mixing_share (0014_mixing_ratio.sql): no new table
     15: [],  # models.folder (0015_model_folder.sql): no new table
+    16: [],  # models' decoder columns and the head_groups view (0016_decoders.sql): no new table
 }
 
 

@@ -1,4 +1,4 @@
-"""Tiny random-weight encoders of each supported family, saved as model directories.
+"""Tiny random-weight encoders and decoders of each supported family, saved as model directories.
 
 Each family gets its own tokenizer trained in milliseconds on a few sentences, with the
 family's own special tokens (RoBERTa's <s>/</s>, ALBERT's metaspace pieces), so tests catch
@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -23,11 +24,20 @@ from transformers import (
     DebertaV2Tokenizer,
     DistilBertConfig,
     ElectraConfig,
+    Gemma2Config,
+    Gemma3TextConfig,
     GPT2Config,
+    GptOssConfig,
+    LlamaConfig,
+    MistralConfig,
     ModernBertConfig,
     MPNetConfig,
     MPNetTokenizer,
+    Olmo2Config,
+    Phi3Config,
     PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen3Config,
     RobertaConfig,
 )
 
@@ -312,10 +322,10 @@ def make_tiny(
     return out
 
 
-def make_gpt2(out: Path) -> Path:
-    """A decoder-only model directory, which attnwh must refuse."""
-    config = GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=100, n_positions=64)
-    AutoModel.from_config(config).save_pretrained(out)
+def make_unreadable_decoder(out: Path) -> Path:
+    """The config of a decoder family attnwh refuses: gpt_oss, whose attention adds learned
+    sink logits to every row (only its config: it is refused before any weights load)."""
+    GptOssConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=100).save_pretrained(out)
     return out
 
 
@@ -349,4 +359,129 @@ def make_sharp_classifier(family: str, out: Path, layers: int = 2, heads: int = 
         last_bias = [p for name, p in model.named_parameters() if name.endswith("bias")][-1]
         last_bias[1] -= (logits[:, 1] - logits[:, 0]).median()
     model.save_pretrained(out)
+    return out
+
+
+# ---------------------------------------------------------------- decoders (causal LMs)
+
+DECODER_FAMILIES = ("gpt2", "llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "olmo2")
+# Families whose tokenizer adds a BOS token (Llama's, Mistral's, Gemma's, Phi-3's); GPT-2's,
+# Qwen's and OLMo2's add none, so their first real token is a word.
+BOS_FAMILIES = frozenset({"llama", "mistral", "gemma2", "gemma3_text", "phi3"})
+DECODER_WINDOW = 5  # keys a sliding-window layer's row sees: shorter than the test inputs
+GEMMA2_SOFTCAP = 20.0  # the tiny maps' logits reach well past it: soft-capping changes them
+
+
+# The byte-level BPE pieces and merges of the corpus, as `trainers.BpeTrainer(vocab_size=400)`
+# learned them once: stored for the same reason as the WordPiece pieces above.
+_DECODER_BPE = Path(__file__).parent / "fixtures" / "decoder_bpe.json"
+
+
+def _decoder_tokenizer(family: str) -> PreTrainedTokenizerFast:
+    """Byte-level BPE learned on the corpus, with the family's special tokens; a BOS
+    post-processor for :data:`BOS_FAMILIES`. GPT-2-like ones have no padding token (attnwh
+    pads with EOS), the others one of their own; none makes token type ids."""
+    learned = json.loads(_DECODER_BPE.read_text(encoding="utf-8"))
+    tok = Tokenizer(models.BPE(learned["vocab"], [tuple(m) for m in learned["merges"]]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    if family in BOS_FAMILIES:
+        bos, eos, pad = ("<bos>", "<eos>", "<pad>") if family.startswith("gemma") else ("<s>", "</s>", "<unk>")
+        specials = [pad, bos, eos] if family.startswith("gemma") else ["<unk>", bos, eos]
+    else:
+        bos, eos = "<|endoftext|>", "<|endoftext|>"
+        pad = None if family in ("gpt2", "olmo2") else "<|pad|>"
+        specials = [eos] + ([pad] if pad else [])
+    tok.add_special_tokens(specials)  # after the learned pieces, as GPT-2's <|endoftext|> is
+    if family in BOS_FAMILIES:
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, tok.token_to_id(bos))]
+        )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=bos,
+        eos_token=eos,
+        pad_token=pad,
+        unk_token="<unk>" if family in BOS_FAMILIES and not family.startswith("gemma") else None,
+        model_max_length=64,
+        model_input_names=["input_ids", "attention_mask"],
+    )
+
+
+def decoder_config(
+    family: str, vocab: int, special: dict[str, int | None], layers: int, heads: int, positions: int = 64
+) -> Any:
+    """A tiny config of a decoder family, with grouped-query attention (2 or 4 query heads per
+    key/value head), sliding windows of :data:`DECODER_WINDOW` keys (Mistral on every layer,
+    Gemma on layer 0 of 2, global layer 1) and Gemma 2's soft-capping switched on."""
+    common: dict[str, Any] = dict(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=37,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        max_position_embeddings=positions,
+        **special,
+    )
+    if family == "gpt2":
+        return GPT2Config(n_embd=32, n_layer=layers, n_head=heads, n_positions=positions, vocab_size=vocab, **special)
+    if family == "llama":
+        return LlamaConfig(num_key_value_heads=heads // 2, **common)
+    if family == "qwen2":
+        return Qwen2Config(num_key_value_heads=heads // 4 or 1, **common)
+    if family == "qwen3":
+        return Qwen3Config(num_key_value_heads=heads // 2, head_dim=32 // heads, **common)
+    if family == "mistral":
+        return MistralConfig(num_key_value_heads=heads // 2, sliding_window=DECODER_WINDOW, **common)
+    if family == "gemma2":
+        return Gemma2Config(
+            num_key_value_heads=heads // 2,
+            head_dim=32 // heads,
+            sliding_window=DECODER_WINDOW,
+            layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+            attn_logit_softcapping=GEMMA2_SOFTCAP,
+            query_pre_attn_scalar=32 // heads,
+            **common,
+        )
+    if family == "gemma3_text":
+        return Gemma3TextConfig(
+            num_key_value_heads=heads // 4 or 1,
+            head_dim=32 // heads,
+            sliding_window=DECODER_WINDOW,
+            layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+            query_pre_attn_scalar=32 // heads,
+            **common,
+        )
+    if family == "phi3":
+        return Phi3Config(num_key_value_heads=heads, **common)
+    if family == "olmo2":
+        return Olmo2Config(num_key_value_heads=heads // 2, **common)
+    raise ValueError(family)
+
+
+def make_tiny_decoder(
+    family: str, out: Path, layers: int = 2, heads: int = 4, seed: int = 0, positions: int = 64
+) -> Path:
+    """Save a seeded random-weight base model of decoder `family` with its tokenizer into `out`;
+    `positions`: the longest input it takes (tokens)."""
+    tokenizer = _decoder_tokenizer(family)
+    tokenizer.model_max_length = positions
+    special = {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    config = decoder_config(family, len(tokenizer), special, layers, heads, positions)
+    torch.manual_seed(seed)
+    model = AutoModel.from_config(config)
+    # Peaked maps, as for the encoders: larger query/key weights, or larger query/key norm
+    # scales where a norm follows the projections (Qwen3, Gemma 3: 1 + w; OLMo2).
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(("q_proj.weight", "k_proj.weight", "c_attn.weight", "qkv_proj.weight")):
+                param.mul_(12.0)
+            elif name.endswith(("q_norm.weight", "k_norm.weight")):
+                param.copy_((1 + param) * 4 - 1 if family == "gemma3_text" else param * 4)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
     return out

@@ -31,6 +31,7 @@ from torch import nn
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import eager_mask
 
+from attnwh.errors import ModelError
 from attnwh.ingest.encoder.tiles import ROW_BLOCK, LayerTiles, Tile, whole_tiles
 
 ATTENTION_NAME = "attnwh"
@@ -285,6 +286,19 @@ def attnwh_attention(
     in tiles of query rows where the budget asks for it and the observer can take them."""
     if scaling is None:
         scaling = query.size(-1) ** -0.5
+    if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
+        # Learned sink logits (gpt_oss) take part of each row's mass: the weights over the
+        # tokens would not sum to 1 and every statistic would be read wrongly.
+        raise ModelError(f"{type(module).__name__} adds learned attention sinks, which attnwh cannot read")
+    # Grouped-query attention: keys and values arrive with H_kv heads; each serves H / H_kv
+    # consecutive query heads (transformers' repeat_kv), so query head h reads group
+    # h // (H / H_kv), and observers see keys, values and maps per query head.
+    key, value = _per_query_head(key, query.shape[1]), _per_query_head(value, query.shape[1])
+    softcap = kwargs.get("softcap")
+    cap = float(softcap) if isinstance(softcap, (int, float)) and softcap else None
+    # The decoders' eager attention (Llama's and the families that copy it) takes the
+    # softmax in float32 whatever the model's dtype; GPT-2's and the encoders' do not.
+    upcast = hasattr(module, "num_key_value_groups")
     observer = _active
     batch, heads, queries, _ = query.shape
     keys = key.shape[2]
@@ -294,13 +308,11 @@ def attnwh_attention(
     rows = tile_rows(batch, heads, queries, keys, observer) if observer is None or reader is not None else queries
     window = kwargs.get("sliding_window")
     window = int(window) if isinstance(window, int) and window > 0 else None
+    scoring = _Scoring(scaling, cap, upcast)
     if rows < queries:
-        return _tiled(module, query, key, value, attention_mask, scaling, dropout, rows, window, reader), None
+        return _tiled(module, query, key, value, attention_mask, scoring, dropout, rows, window, reader), None
     mask = _whole_mask(attention_mask)
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if mask is not None:
-        scores = scores + mask
-    probs = nn.functional.softmax(scores, dim=-1)
+    probs = scoring.probabilities(torch.matmul(query, key.transpose(2, 3)), mask)
     if reader is not None:  # one tile of every row; it may give the output
         reader.begin_layer(module, value, queries)
         rows_out = _read(reader, module, Tile(0, 0, probs, mask, window), value)
@@ -325,7 +337,7 @@ def _tiled(
     key: torch.Tensor,
     value: torch.Tensor,
     mask: RowMask | torch.Tensor | None,
-    scaling: float,
+    scoring: _Scoring,
     dropout: float,
     rows: int,
     window: int | None,
@@ -336,24 +348,30 @@ def _tiled(
     sliding-window layer (`window`: transformers' ``sliding_window``, keys at most window - 1
     away) a tile holds only the keys some of its rows can see: the others' weights are exactly 0."""
     queries, keys = query.shape[2], key.shape[2]
+    # A causal layer's tile holds only the keys its rows can see (keys before `stop`), so a
+    # long input costs about half the cells of its whole maps. Queries and keys are the same
+    # positions here (no cache: attnwh reads whole inputs in one pass).
+    causal = bool(getattr(module, "is_causal", False)) and queries == keys
 
     def tile_of(start: int, stop: int) -> Tile:
         first, last = (0, keys) if window is None else (max(0, start - window), min(keys, stop + window))
+        if causal:
+            last = min(last, stop)
         block = _block_of(mask, start, stop, first, last)
         probs = query.new_zeros((*query.shape[:2], stop - start, last - first))
         # A block of `ROW_BLOCK` rows at a time, over the keys its rows see (`Tile.blocks`): a
         # product's or a softmax's last bits can depend on how many rows and keys it takes and
         # where a row falls among them, so every row is computed the same way in tiles of any
         # height. On a sliding-window layer the keys no row of a block sees stay exactly 0.
-        for rows_in, keys_in, seen in Tile(start, first, probs, window=window).blocks(keys):
+        for rows_in, keys_in, seen in Tile(start, first, probs, window=window, causal=causal).blocks(keys):
             scores = torch.matmul(
                 query[:, :, start + rows_in.start : start + rows_in.stop], key[:, :, seen].transpose(2, 3)
             )
-            scores.mul_(scaling)
-            if block is not None:
-                scores.add_(block[..., keys_in] if block.shape[-2] == 1 else block[:, :, rows_in, keys_in])
-            probs[:, :, rows_in, keys_in] = nn.functional.softmax(scores, dim=-1)
-        return Tile(start, first, probs, block, window)
+            part = block
+            if block is not None:  # a mask of one row (padding only) serves every row
+                part = block[..., keys_in] if block.shape[-2] == 1 else block[:, :, rows_in, keys_in]
+            probs[:, :, rows_in, keys_in] = scoring.probabilities(scores, part)
+        return Tile(start, first, probs, block, window, causal)
 
     tiles = LayerTiles(tile_of, queries, rows)
     output = query.new_empty((query.shape[0], queries, query.shape[1], value.shape[-1]))
@@ -368,6 +386,35 @@ def _tiled(
     if observer is not None:
         observer.end_layer(module, tiles)
     return output
+
+
+class _Scoring:
+    """From raw scores q·k to probabilities as the model's eager attention computes them:
+    scaled, soft-capped (Gemma 2: cap · tanh(s / cap), before the mask), masked, softmax."""
+
+    def __init__(self, scaling: float, cap: float | None, upcast: bool) -> None:
+        self.scaling, self.cap, self.upcast = scaling, cap, upcast
+
+    def probabilities(self, scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Overwrites `scores` (a fresh product)."""
+        scores.mul_(self.scaling)
+        if self.cap is not None:
+            scores.div_(self.cap).tanh_().mul_(self.cap)
+        if mask is not None:
+            scores.add_(mask)
+        if self.upcast:
+            return nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+        return nn.functional.softmax(scores, dim=-1)
+
+
+def _per_query_head(states: torch.Tensor, heads: int) -> torch.Tensor:
+    """(batch, H_kv, seq, d) keys or values as (batch, H, seq, d), each key/value head
+    repeated for the H / H_kv query heads of its group (transformers' repeat_kv)."""
+    groups = heads // states.shape[1]
+    if groups == 1:
+        return states
+    batch, kv_heads, seq, dim = states.shape
+    return states[:, :, None].expand(batch, kv_heads, groups, seq, dim).reshape(batch, heads, seq, dim)
 
 
 def _read(observer: TileObserver, module: nn.Module, tile: Tile, value: torch.Tensor) -> torch.Tensor | None:

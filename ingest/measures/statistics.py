@@ -98,15 +98,17 @@ def right_product(tile: capture.Tile, a: torch.Tensor, right: torch.Tensor) -> t
     parts = []
     for rows, keys, seen in tile.blocks(right.shape[2]):
         block = a[..., rows, keys]
-        # A window's block copied out: its rows start at other offsets in tiles of other widths.
-        parts.append((block if tile.window is None else block.contiguous()) @ right[:, :, seen])
+        # A window's (or causal) block copied out: its rows start at other offsets in tiles of
+        # other widths.
+        narrowed = tile.window is not None or tile.causal
+        parts.append((block.contiguous() if narrowed else block) @ right[:, :, seen])
     return torch.cat(parts, -2)
 
 
 def row_entropy(tile: capture.Tile, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`fused.rows` of a tile: per block of rows on a sliding-window layer, for the same reason
-    as :func:`right_product`."""
-    if tile.window is None:
+    """`fused.rows` of a tile: per block of rows on a sliding-window or causal layer, for the
+    same reason as :func:`right_product`."""
+    if tile.window is None and not tile.causal:
         return fused.rows(a)
     total = tile.key_start + a.shape[-1]  # the tile's keys reach its last rows' windows
     parts = [fused.rows(a[..., rows, keys]) for rows, keys, _ in tile.blocks(total)]

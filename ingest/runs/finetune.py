@@ -122,6 +122,7 @@ def finetune(
     if train.labels != dev.labels:
         raise DataError(f"train and dev of {train.task} have different label sets")
     base = load_encoder(model_name, device)  # checks the model is a supported encoder
+    base.require_encoder("attnwh finetune")
     source = str(bundled_model_path()) if model_name is None else model_name
     label_names = train.labels
     regression = label_names is None

@@ -412,11 +412,12 @@ class StatisticsCapture:
         grams = value_norm_grams({m: o.dense for m, o in outputs.items()}, encoder.num_heads)
         mixer = ContextMixing(outputs, encoder.num_heads) if mixing and ContextMixing.applies(outputs) else None
         self.observer = HeadStatistics(grams, encoder.num_layers, mixing=mixer, map_tokens=map_tokens)
-        self.kinds = TokenKinds(encoder.tokenizer)
+        self.kinds = TokenKinds(encoder.tokenizer, causal=encoder.causal)
         self.massive = massive
         self.value_zeroing = value_zeroing
         self._zeroing = None
         if value_zeroing is not None:
+            encoder.require_encoder("value zeroing (--value-zeroing)")
             from attnwh.ingest.measures.value_zeroing import ValueZeroing
 
             self._zeroing = ValueZeroing(encoder, value_zeroing)
@@ -471,7 +472,10 @@ class StatisticsCapture:
             out = self.encoder.model(**forward_inputs(self.encoder.model, batch), output_hidden_states=self.massive)
         self._massive = scan(out.hidden_states[1:], key_mask, *masks) if self.massive else None
         self._zeroed = self._zeroing.run(batch, key_mask, *masks) if self._zeroing is not None else None
-        return self.observer.collect()
+        values = self.observer.collect()
+        if self.encoder.causal:  # no [SEP] and no attendable next token: NULL in head_stats
+            values[..., [OBSERVED_COLUMNS.index(c) for c in rows.CAUSAL_NULL_COLUMNS]] = np.nan
+        return values
 
     def extra_rows(self, example_ids: np.ndarray) -> dict[str, pa.Table]:
         """The last batch's head_mixing and layer_mixing rows (post-LN models; value zeroing's

@@ -145,7 +145,7 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 
 def token_kinds(encoder: EncoderModel, ids: Sequence[int]) -> list[str]:
     """ "cls", "sep", "punct" or "" per token, as the statistics count them."""
-    cls, sep, punct = TokenKinds(encoder.tokenizer).masks(torch.tensor([list(ids)]))
+    cls, sep, punct = TokenKinds(encoder.tokenizer, causal=encoder.causal).masks(torch.tensor([list(ids)]))
     return ["cls" if c else "sep" if s else "punct" if p else "" for c, s, p in zip(cls[0], sep[0], punct[0])]
 
 

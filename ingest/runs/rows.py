@@ -74,6 +74,11 @@ def example_rows(data: TaskData, indices: Sequence[int], ids: Sequence[int]) -> 
     )
 
 
+# head_stats columns that have no meaning on a causal map (no [SEP]; the next token cannot be
+# attended): a decoder's statistics hold NaN there, stored as SQL NULL (docs/metrics.md#decoders).
+CAUSAL_NULL_COLUMNS = ("to_sep", "to_next", "norm_to_sep")
+
+
 def grid_rows(example_ids: np.ndarray, values: np.ndarray, columns: Sequence[str]) -> pa.Table:
     """One row per (example, layer, head) from values shaped (batch, layer, head,
     len(columns)), or per (example, layer) from (batch, layer, len(columns)), keyed by
@@ -85,8 +90,15 @@ def grid_rows(example_ids: np.ndarray, values: np.ndarray, columns: Sequence[str
     flat = values.reshape(-1, k)
     rows = {"example_id": np.asarray(example_ids, dtype=np.int64)[grid[0]]}
     rows.update({name: grid[1 + i].astype(np.int16) for i, name in enumerate(("layer", "head")[: len(shape) - 1])})
-    rows.update({name: flat[:, j] for j, name in enumerate(columns)})
+    rows.update({name: _nullable(name, flat[:, j]) for j, name in enumerate(columns)})
     return pa.table(rows)
+
+
+def _nullable(name: str, values: np.ndarray) -> np.ndarray | pa.Array:
+    """A column's values, with NaN as NULL in :data:`CAUSAL_NULL_COLUMNS`."""
+    if name not in CAUSAL_NULL_COLUMNS or not np.isnan(values).any():
+        return values
+    return pa.array(values, mask=np.isnan(values))
 
 
 def mixing_rows(

@@ -1,0 +1,343 @@
+"""Decoders (causal language models): every family's statistics equal those recomputed
+independently from HF's eager ``output_attentions=True`` maps, one example at a time on its
+unpadded tokens, whether attnwh batches it with others (right-padded, whatever the
+tokenizer's padding side), alone, or in tiles of any height; with grouped-query attention,
+sliding windows shorter than the inputs (crossing tile edges) and Gemma 2's soft-capping on.
+
+The reference reads each family's own modules (value projection, W_O) and repeats the
+key/value heads for their query heads as transformers' ``repeat_kv`` does; the first token
+is the sink candidate in [CLS]'s place, there is no [SEP], and to_sep, to_next and
+norm_to_sep are NaN in the array (NULL in the warehouse).
+"""
+
+from __future__ import annotations
+
+import time
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from transformers import AutoModel, AutoTokenizer
+
+from attnwh.errors import ModelError
+from attnwh.ingest.encoder import capture
+from attnwh.ingest.encoder.encoding import collate, encode_task
+from attnwh.ingest.encoder.loading import load_encoder
+from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS
+from attnwh.ingest.runs.loop import StatisticsCapture
+from attnwh.ingest.runs.rows import CAUSAL_NULL_COLUMNS
+from helpers import run
+from test_relations import CONLLU
+from test_statistics import assert_matches_reference, layer_rows, task
+from tiny_models import BOS_FAMILIES, CORPUS, DECODER_FAMILIES, DECODER_WINDOW, make_tiny_decoder
+
+LAYERS, HEADS = 2, 4
+MAX_LENGTH = 40
+NULL = [OBSERVED_COLUMNS.index(c) for c in CAUSAL_NULL_COLUMNS]
+# The largest |attnwh - reference| per family over every compared column, for the report.
+LARGEST: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def decoders(tmp_path_factory) -> dict[str, Path]:
+    started = time.perf_counter()
+    made = {f: make_tiny_decoder(f, tmp_path_factory.mktemp(f"dec-{f}"), LAYERS, HEADS) for f in DECODER_FAMILIES}
+    print(f"\n{len(made)} tiny decoders built in {time.perf_counter() - started:.2f} s")
+    return made
+
+
+# ---------------------------------------------------------------- the independent reference
+
+
+def values_and_output(model: nn.Module) -> list[tuple[nn.Module, Any, torch.Tensor]]:
+    """Per layer of an eager decoder: the module whose output holds the values, how to take
+    them from it ((1, n, H_kv * d) from its output), and W_O as (hidden, H * d)."""
+    base: Any = model.base_model
+    if model.config.model_type == "gpt2":
+        hidden = model.config.hidden_size
+        return [(b.attn.c_attn, lambda out: out[..., 2 * hidden :], b.attn.c_proj.weight.detach().T) for b in base.h]
+    if model.config.model_type == "phi3":  # fused Q, K, V: the values come last
+        kv = model.config.num_key_value_heads * (model.config.hidden_size // model.config.num_attention_heads)
+        return [
+            (l.self_attn.qkv_proj, lambda out: out[..., -kv:], l.self_attn.o_proj.weight.detach()) for l in base.layers
+        ]
+    return [(l.self_attn.v_proj, lambda out: out, l.self_attn.o_proj.weight.detach()) for l in base.layers]
+
+
+def is_punct(token: str) -> bool:
+    text = token.replace("Ġ", "").strip()
+    return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
+
+
+def decoder_reference(model: nn.Module, tokenizer, ids: list[int]) -> np.ndarray:
+    """(layer, head, column) for one unpadded example from the eager model's
+    output_attentions maps and its own value projections and W_O."""
+    parts = values_and_output(model)
+    values: list[torch.Tensor] = []
+    hooks = [m.register_forward_hook(lambda m, a, out, take=take: values.append(take(out))) for m, take, _ in parts]
+    try:
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([ids]), output_attentions=True)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert len(out.attentions) == len(values) == LAYERS
+    n = len(ids)
+    cls = np.zeros(n)
+    cls[0] = 1  # the first token: BOS where the tokenizer adds one
+    sep = np.zeros(n)
+    special = set(tokenizer.all_special_ids)
+    punct = np.array(
+        [is_punct(t) and i not in special for t, i in zip(tokenizer.convert_ids_to_tokens(ids), ids)], float
+    )
+    result = []
+    for maps, v, (_, _, wo) in zip(out.attentions, values, parts):
+        a = maps[0].double().numpy()  # (H, n, n)
+        heads = a.shape[0]
+        v = v[0].double()  # (n, H_kv * d)
+        d = wo.shape[1] // heads
+        kv = v.shape[1] // d
+        v = v.view(n, kv, d).repeat_interleave(heads // kv, dim=1).reshape(n, heads * d)  # repeat_kv
+        result.append(layer_rows(a, v.numpy(), wo.double().numpy(), cls, sep, punct))
+    expected = np.array(result)
+    expected[..., NULL] = np.nan
+    return expected
+
+
+def largest_difference(actual: np.ndarray, expected: np.ndarray) -> float:
+    compared = [i for i in range(len(OBSERVED_COLUMNS) - 2) if i not in NULL]  # not the type and margin
+    return float(np.abs(actual[..., compared] - expected[..., compared]).max())
+
+
+def check_example(family: str, actual: np.ndarray, expected: np.ndarray, message: str) -> None:
+    assert np.isnan(actual[..., NULL]).all(), message
+    assert_matches_reference(actual, expected, err_msg=message)
+    LARGEST[family] = max(LARGEST.get(family, 0.0), largest_difference(actual, expected))
+
+
+# ---------------------------------------------------------------- parity
+
+
+@pytest.mark.parametrize("family", DECODER_FAMILIES)
+@pytest.mark.parametrize("pair", [False, True])
+def test_statistics_match_eager_output_attentions(decoders, family, pair):
+    """A right-padded batch of mixed lengths and each example alone, whole and in tiles of
+    3, 7 and 16 rows (tile edges inside the sliding window), against the reference."""
+    path = decoders[family]
+    encoder = load_encoder(str(path), device="cpu")
+    assert encoder.causal and encoder.family == family
+    eager = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+    data = task(pair)
+    encoded = encode_task(encoder.tokenizer, data, MAX_LENGTH)
+    stats = StatisticsCapture(encoder)
+    everything = list(range(len(data.examples)))
+    batch = collate(encoded, everything, encoder.tokenizer.pad_token_id, encoder.device)
+    assert not batch["attention_mask"].bool().all()  # padded
+    assert max(len(ids) for ids in encoded.input_ids) > 2 * DECODER_WINDOW  # the window is narrower than the inputs
+    batched = stats.run(batch)
+    assert batched.shape == (len(everything), LAYERS, HEADS, len(OBSERVED_COLUMNS))
+    tiled = {}
+    for rows in (3, 7, 16):
+        with capture.attention_memory(rows=rows):
+            tiled[rows] = stats.run(batch)
+    for i in everything:
+        ids = encoded.input_ids[i].tolist()
+        assert (ids[0] == encoder.tokenizer.bos_token_id) == (family in BOS_FAMILIES)
+        expected = decoder_reference(eager, encoder.tokenizer, ids)
+        check_example(family, batched[i], expected, f"{family} example {i}")
+        alone = stats.run(collate(encoded, [i], encoder.tokenizer.pad_token_id, encoder.device))
+        check_example(family, alone[0], expected, f"{family} example {i} alone")
+        for rows, values in tiled.items():
+            check_example(family, values[i], expected, f"{family} example {i} in tiles of {rows} rows")
+    # The statistics vary between heads and examples, or the comparison would prove little.
+    assert batched[..., OBSERVED_COLUMNS.index("to_cls")].std() > 1e-3
+    assert batched[..., OBSERVED_COLUMNS.index("norm_to_cls")].std() > 1e-3
+    assert batched[..., OBSERVED_COLUMNS.index("to_punct")].max() > 0
+    assert batched[..., OBSERVED_COLUMNS.index("to_prev")].std() > 1e-3
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "gemma2"])
+def test_long_inputs_in_tiles_of_whole_row_blocks_are_bit_identical(tmp_path, family):
+    """An input of 150 tokens in tiles of 16, 48 and 112 rows (whole blocks of
+    `tiles.ROW_BLOCK` rows, as budgets give them): the same float32 value of every column,
+    and the reference's within 1e-5; Mistral and Gemma 2 with sliding windows of 5 keys
+    across every tile edge, Gemma 2 soft-capped, all with grouped-query attention."""
+    path = make_tiny_decoder(family, tmp_path / family, LAYERS, HEADS, positions=160)
+    encoder = load_encoder(str(path), device="cpu")
+    eager = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+    text = " ".join(dict.fromkeys(CORPUS))
+    ids = encoder.tokenizer(text, truncation=True, max_length=150)["input_ids"]
+    assert len(ids) == 150
+    batch = {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+    stats = StatisticsCapture(encoder)
+    cells: dict[int, int] = {}
+    observe_tile = stats.observer.observe_tile
+
+    def counted(module, tile, value):  # the cells of each tile handed to the observer
+        cells[rows] = cells.get(rows, 0) + tile.probs.shape[-2] * tile.probs.shape[-1]
+        return observe_tile(module, tile, value)
+
+    stats.observer.observe_tile = counted  # type: ignore[method-assign]
+    runs = {}
+    for rows in (16, 48, 112):
+        with capture.attention_memory(rows=rows):
+            runs[rows] = stats.run(batch)
+    # Causal tiles hold only the keys their rows see: about half the cells of the whole maps
+    # (n(n + 1) / 2 and each tile's rows up to its end), a sliding window fewer still.
+    n = len(ids)
+    share = cells[16] / (LAYERS * n * n)
+    print(f"\n{family}: tiles of 16 rows hold {share:.3f} of the whole maps' cells")
+    assert share <= 0.5 + 16 / n
+    for rows, values in runs.items():
+        np.testing.assert_array_equal(values, runs[16], err_msg=f"tiles of {rows} rows")
+    check_example(family, runs[16][0], decoder_reference(eager, encoder.tokenizer, ids), f"{family}, 150 tokens")
+
+
+def test_largest_parity_difference_per_family_is_reported(decoders):
+    """Runs after the parity tests (file order): every family was compared, within 1e-5."""
+    assert set(LARGEST) == set(DECODER_FAMILIES), sorted(LARGEST)
+    print("\nlargest |attnwh - eager| per family: " + ", ".join(f"{f} {v:.1e}" for f, v in LARGEST.items()))
+    assert max(LARGEST.values()) <= 1e-5
+
+
+# ---------------------------------------------------------------- padding side, loading facts
+
+
+def test_a_left_padding_tokenizer_gives_the_same_statistics(decoders, tmp_path):
+    """attnwh right-pads whatever the tokenizer says, so real tokens keep positions 0..n-1:
+    a copy of the model whose tokenizer pads on the left stores the same statistics."""
+    path = decoders["llama"]
+    left = tmp_path / "left"
+    AutoModel.from_pretrained(path).save_pretrained(left)
+    AutoTokenizer.from_pretrained(path, padding_side="left").save_pretrained(left)
+    assert AutoTokenizer.from_pretrained(left).padding_side == "left"
+    results = []
+    for folder in (path, left):
+        encoder = load_encoder(str(folder), device="cpu")
+        encoded = encode_task(encoder.tokenizer, task(True), MAX_LENGTH)
+        batch = collate(encoded, [0, 1, 2], encoder.tokenizer.pad_token_id, encoder.device)
+        assert not batch["attention_mask"][:, 0].eq(0).any()  # right-padded: the first token is real
+        results.append(StatisticsCapture(encoder).run(batch))
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_loaded_decoders_record_their_attention_facts(decoders):
+    facts = {f: load_encoder(str(decoders[f]), device="cpu").facts() for f in ("gpt2", "qwen2", "mistral", "gemma2")}
+    assert [facts[f]["causal"] for f in facts] == [True] * 4
+    assert {f: facts[f]["num_key_value_heads"] for f in facts} == {"gpt2": 4, "qwen2": 1, "mistral": 2, "gemma2": 2}
+    assert facts["mistral"]["sliding_window"] == DECODER_WINDOW and facts["mistral"]["sliding_layers"] == [0, 1]
+    assert facts["gemma2"]["sliding_layers"] == [0]  # layer 1 is global
+    assert facts["gpt2"]["sliding_window"] is None
+    gpt2 = load_encoder(str(decoders["gpt2"]), device="cpu")
+    assert gpt2.tokenizer.pad_token == gpt2.tokenizer.eos_token  # GPT-2 has no padding token of its own
+
+
+def test_soft_capping_and_key_value_groups_change_the_statistics(decoders):
+    """The parity above would hold trivially if soft-capping did nothing or every key/value
+    head were the same: without the cap Gemma 2's statistics move, and Qwen2's four query
+    heads, which share one key/value head, still differ."""
+    encoder = load_encoder(str(decoders["gemma2"]), device="cpu")
+    encoded = encode_task(encoder.tokenizer, task(False), MAX_LENGTH)
+    batch = collate(encoded, [0, 2], encoder.tokenizer.pad_token_id, encoder.device)
+    capped = StatisticsCapture(encoder).run(batch)
+    for layer in encoder.model.layers:
+        layer.self_attn.attn_logit_softcapping = None
+    uncapped = StatisticsCapture(encoder).run(batch)
+    assert np.nanmax(np.abs(capped - uncapped)) > 1e-3
+    qwen = load_encoder(str(decoders["qwen2"]), device="cpu")
+    stats = StatisticsCapture(qwen).run(
+        collate(encode_task(qwen.tokenizer, task(False), MAX_LENGTH), [0], 0, qwen.device)
+    )
+    assert qwen.num_key_value_heads == 1 and stats[0, :, :, OBSERVED_COLUMNS.index("entropy")].std(axis=-1).min() > 1e-3
+
+
+def test_attention_with_learned_sinks_is_refused():
+    """gpt_oss-style sink logits (s_aux) would take part of each row's mass unseen."""
+    module = nn.Module()
+    q = torch.zeros(1, 2, 3, 4)
+    with pytest.raises(ModelError, match="learned attention sinks"):
+        capture.attnwh_attention(module, q, q, q, None, s_aux=torch.zeros(2))
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_ingest_writes_decoder_rows_with_null_sep_and_next(monkeypatch, capsys, decoders, tmp_path):
+    """`attnwh ingest --model <tiny decoder>` on the bundled sample: NULL to_sep, norm_to_sep
+    and to_next, the first-token share filled, the model's key/value heads and groups."""
+    db = tmp_path / "w.duckdb"
+    code, _, err = run(
+        monkeypatch, capsys, "ingest", "--model", str(decoders["mistral"]), "--db", str(db), "--limit", "6"
+    )
+    assert code == 0, err
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows, nulls, cls = con.execute(
+            "SELECT count(*), count(*) FILTER (to_sep IS NULL AND norm_to_sep IS NULL AND to_next IS NULL),"
+            " min(to_cls) FROM head_stats"
+        ).fetchone()
+        assert rows == 2 * 6 * LAYERS * HEADS and nulls == rows and 0 < cls <= 1
+        assert con.execute("SELECT count(*) FROM head_stats WHERE isnan(to_cls) OR to_prev IS NULL").fetchone() == (0,)
+        assert con.execute("SELECT causal, num_key_value_heads, sliding_window FROM models").fetchall() == [
+            (True, 2, DECODER_WINDOW)
+        ]
+        groups = con.execute("SELECT head, kv_group FROM head_groups ORDER BY head").fetchall()
+        assert groups == [(0, 0), (1, 0), (2, 1), (3, 1)]
+        assert con.execute("SELECT count(*) FROM layer_mixing").fetchone() == (0,)  # pre-LN: no post-LN mixing
+        assert con.execute("SELECT count(*) FROM massive_activations WHERE position = 0").fetchone()[0] > 0
+
+
+def test_refused_family_gives_one_line(monkeypatch, capsys, tmp_path):
+    from tiny_models import make_unreadable_decoder
+
+    code, _, err = run(
+        monkeypatch,
+        capsys,
+        "ingest",
+        "--model",
+        str(make_unreadable_decoder(tmp_path / "oss")),
+        "--db",
+        str(tmp_path / "w.duckdb"),
+    )
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code != 0 and len(lines) == 1 and "'gpt_oss' model, which attnwh cannot read" in lines[0], err
+    assert not (tmp_path / "w.duckdb").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ingest", "--value-zeroing", "head"],
+        ["ingest", "compare", "--base"],
+        ["ingest", "ablation"],
+        ["ingest", "relations", "--conllu", "CONLLU"],
+        ["finetune", "--task", "sentiment", "--out", "OUT"],
+        ["study", "--tasks", "sentiment", "--out-dir", "OUT"],
+    ],
+    ids=["value-zeroing", "compare", "ablation", "relations", "finetune", "study"],
+)
+def test_commands_that_do_not_read_decoders_refuse_them_in_one_line(monkeypatch, capsys, decoders, tmp_path, args):
+    model = str(decoders["llama"])
+    conllu = tmp_path / "t.conllu"
+    conllu.write_text(CONLLU, encoding="utf-8")
+    args = [{"OUT": str(tmp_path / "out"), "CONLLU": str(conllu)}.get(a, a) for a in args]
+    compare = args[:2] == ["ingest", "compare"]
+    args = [*args, model, "--tuned", model] if compare else [*args, "--model", model]
+    db = tmp_path / "w.duckdb"
+    code, _, err = run(monkeypatch, capsys, *args, "--db", str(db))
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code != 0 and len(lines) == 1 and "does not read decoders yet" in lines[0], err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_coverage_check_refuses_maps_that_are_not_per_query_head(decoders, monkeypatch):
+    """Were the key/value heads not expanded per query head (grouped-query attention read
+    wrongly), loading would fail in one line rather than store statistics of the groups."""
+    monkeypatch.setattr(capture, "_per_query_head", lambda states, heads: states)
+    with pytest.raises(ModelError, match="attention is not one attnwh can read"):
+        load_encoder(str(decoders["qwen2"]), device="cpu")
