@@ -190,13 +190,15 @@ def test_a_truncated_gguf_is_one_model_error(tiny, tmp_path, keep):
 
 def test_cli_refuses_a_truncated_or_missing_gguf_in_one_line(tiny, tmp_path, monkeypatch, capsys):
     cut = truncated(tiny[0], tmp_path / "cut.gguf", 60_000)
-    for args in (
-        ["--model", str(cut)],
-        ["--model", str(tmp_path), "--gguf-file", "absent.gguf"],
-        ["--gguf-file", "absent.gguf"],
+    for command, *args in (
+        ["ingest", "--model", str(cut)],
+        ["ingest", "--model", str(tmp_path), "--gguf-file", "absent.gguf"],
+        ["ingest", "--gguf-file", "absent.gguf"],
+        ["study", "--model", str(tmp_path), "--gguf-file", "absent.gguf"],
+        ["study", "--model", str(cut)],
     ):
-        code, _, err = run(monkeypatch, capsys, "ingest", *args, "--db", str(tmp_path / "w.duckdb"), "--device", "cpu")
-        assert code != 0, args
+        code, _, err = run(monkeypatch, capsys, command, *args, "--db", str(tmp_path / "w.duckdb"), "--device", "cpu")
+        assert code != 0, (command, args)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("attnwh: error:"), err
         assert "Traceback" not in err
