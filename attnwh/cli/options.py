@@ -115,6 +115,16 @@ ReadDbOpt = Annotated[Path, _db_option("Warehouse file.")]
 RecordDbOpt = Annotated[Path, _db_option("Warehouse file to record the run in.")]
 
 DeviceOpt = Annotated[Device, typer.Option(help="Where to run the model.")]
+# A model in one GGUF file: --model FILE.gguf, or --model FOLDER with this option. The command
+# joins the two into the file's path (attnwh.ingest.encoder.gguf.model_path), the one name the
+# model then travels under (the warehouse, shard processes, Ray workers).
+GgufFileOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="A GGUF file (llama.cpp's format) inside the --model folder, loaded with its weights dequantised to "
+        "float32; --model FILE.gguf gives one directly."
+    ),
+]
 
 # The data-source options (`attnwh ingest`, `compare`, `ablation`; finetune and study reuse some).
 TaskOpt = Annotated[

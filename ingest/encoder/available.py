@@ -1,6 +1,6 @@
 """Whether a model named on the command line can be loaded at all, checked without torch or
-transformers: a local folder must hold a config.json, and a hub name must be in the local
-Hugging Face cache when the hub is offline (HF_HUB_OFFLINE=1) or cannot be reached. The
+transformers: a local folder must hold a config.json, a GGUF file must exist and start as one
+(:mod:`attnwh.ingest.encoder.gguf`), and a hub name must be in the local Hugging Face cache when the hub is offline (HF_HUB_OFFLINE=1) or cannot be reached. The
 commands call :func:`check_model` before importing the model libraries, so such a mistake
 fails at once with one line instead of after seconds of imports and network retries.
 """
@@ -13,20 +13,32 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from attnwh.errors import ModelError
+from attnwh.ingest.encoder import gguf
 
 PROBE_TIMEOUT_S = 2.0  # how long the hub may take to accept a connection
 
 
 def looks_like_path(name: str) -> bool:
-    """Hub names are "name" or "org/name"; anything else that could be a path is treated as one."""
-    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or Path(name).expanduser().exists()
+    """Hub names are "name" or "org/name"; anything else that could be a path is treated as one
+    (a name ending in .gguf always: the hub's GGUF files are not read by name)."""
+    return (
+        gguf.is_gguf(name)
+        or name.startswith(("/", ".", "~"))
+        or name.count("/") > 1
+        or Path(name).expanduser().exists()
+    )
 
 
-def check_model(name: str | None) -> None:
-    """Raise ModelError with one line when `name` (hub name or folder; None: the bundled
-    MiniLM) certainly cannot be loaded: a missing folder or one without config.json, or a hub
-    name that is not in the local cache while the hub is offline or unreachable."""
+def check_model(name: str | None, gguf_file: str | None = None) -> None:
+    """Raise ModelError with one line when `name` (hub name, folder or .gguf file; None: the
+    bundled MiniLM), or the file `gguf_file` in the folder `name`, certainly cannot be loaded:
+    a missing folder or one without config.json, a missing GGUF file or one that is not GGUF,
+    or a hub name that is not in the local cache while the hub is offline or unreachable."""
+    name = gguf.model_path(name, gguf_file)
     if name is None:
+        return
+    if gguf.is_gguf(name):
+        gguf.check_file(name)
         return
     if looks_like_path(name):
         path = Path(name).expanduser()

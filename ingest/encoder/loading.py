@@ -19,7 +19,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from attnwh.errors import ModelError, UsageError
-from attnwh.ingest.encoder import capture, inline
+from attnwh.ingest.encoder import capture, gguf, inline
 from attnwh.ingest.encoder.available import check_model, looks_like_path
 
 # Families whose self-attention attnwh observes (through transformers' AttentionInterface,
@@ -85,8 +85,9 @@ class EncoderModel:
 
     @property
     def folder(self) -> str | None:
-        """The absolute folder it was loaded from; None for a hub model and the bundled MiniLM
-        (the warehouse records it, so a run's model is found again from any folder)."""
+        """The absolute folder it was loaded from (for a GGUF model, the absolute path of its
+        .gguf file); None for a hub model and the bundled MiniLM (the warehouse records it, so
+        a run's model is found again from any folder)."""
         return self.source if self.source is not None and Path(self.source).is_absolute() else None
 
     @property
@@ -173,8 +174,11 @@ def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32")
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
     huggingface_hub.utils.logging.set_verbosity_error()
+    # A .gguf file loads from its folder with gguf_file= (checked whole first: a truncated
+    # file is one ModelError line); anything else loads as it is.
+    folder, gguf_file = gguf.pretrained_arguments(source)
     try:
-        config = AutoConfig.from_pretrained(source)
+        config = AutoConfig.from_pretrained(folder, **gguf_file)
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot load model {shown}: {_first_line(exc)}") from None
     family = config.model_type
@@ -191,8 +195,8 @@ def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32")
         else AutoModel
     )
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        model = auto.from_pretrained(source, attn_implementation=capture.register(), dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(folder, **gguf_file)
+        model = auto.from_pretrained(folder, attn_implementation=capture.register(), dtype=torch.float32, **gguf_file)
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot load model {shown}: {_first_line(exc)}") from None
     if causal:

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from attnwh.errors import ModelError, UsageError
-from attnwh.ingest.encoder import capture
+from attnwh.ingest.encoder import capture, gguf
 from attnwh.ingest.encoder.encoding import TokenKinds, collate, encode_task, length_buckets
 from attnwh.ingest.encoder.loading import (
     DEFAULT_MODEL_NAME,
@@ -209,7 +209,7 @@ def _load_from(place: str | None, device: str, tried: list[str]) -> EncoderModel
     if place is None:
         return load_encoder(None, device)
     if Path(place).is_absolute():
-        if (Path(place) / "config.json").is_file():
+        if (Path(place) / "config.json").is_file() or (gguf.is_gguf(place) and Path(place).is_file()):
             return load_encoder(place, device)
         tried.append(place)
         return None
