@@ -22,9 +22,10 @@ once the tokenizer and the length are known) turns each document into windows of
 
 from __future__ import annotations
 
+import csv
 import importlib.resources
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,14 +109,17 @@ def _read_plain(path: Path, unit: str) -> tuple[Example, ...]:
 
 def _read_column(path: Path, kind: str, column: str) -> tuple[Example, ...]:
     """One text field of a JSONL/JSON, CSV, TSV or Parquet file, one document per record."""
-    data: dict[str, Sequence[Any]]
+    data: Mapping[str, Sequence[Any]]
     where: Callable[[int], str]
     if kind == "jsonl":
         data, where = _read_json(path, [column])
     elif kind == "parquet":
         data, where = _read_parquet(path, [column])
-    else:
-        table = read_delimited(path, delimiter="\t" if kind == "tsv" else ",")
+    else:  # TSV as GLUE writes it (tabs only, quotes are text), CSV with the usual quoting
+        tsv = kind == "tsv"
+        table = read_delimited(
+            path, delimiter="\t" if tsv else ",", quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL
+        )
         data, where = _columns_of_table(table, [column])
     return _documents(_text_cells(column, data[column], where), f"{path} column {column!r}")
 
