@@ -129,7 +129,8 @@ TaskOpt = Annotated[
     list[str] | None,
     typer.Option(
         help="Task(s) to read; repeat or separate with commas. GLUE: sst2 mrpc rte cola stsb qnli qqp mnli wnli. "
-        "Bundled sample: sentiment, entailment (both by default)."
+        "Bundled sample: sentiment, entailment (both by default); prose, plain text for language modelling (cut as "
+        "--text is)."
     ),
 ]
 GlueDirOpt = Annotated[
@@ -140,7 +141,9 @@ DatasetOpt = Annotated[
 ]
 DatasetConfigOpt = Annotated[str | None, typer.Option(help="Configuration of --dataset, e.g. sst2.")]
 DataOpt = Annotated[Path | None, typer.Option(help="A local CSV, TSV, JSONL or Parquet file.")]
-TextColumnOpt = Annotated[str | None, typer.Option(help="Text column of --data or --dataset.")]
+TextColumnOpt = Annotated[
+    str | None, typer.Option(help="Text column of --data or --dataset; the field of --text (default: text).")
+]
 PairColumnOpt = Annotated[str | None, typer.Option(help="Second-sentence column, for sentence pairs.")]
 LabelColumnOpt = Annotated[str | None, typer.Option(help="Label column.")]
 TextOpt = Annotated[
