@@ -215,7 +215,7 @@ def test_an_empty_text_file_is_one_error(tmp_path, content):
 def test_the_bundled_text_sample_loads_by_name(bert_tokenizer):
     data = load_sample("prose", "dev")
     assert (data.dataset, data.task, data.split) == ("sample", "prose", "dev")
-    assert len(data.examples) >= 60 and data.text is not None
+    assert len(data.examples) >= 120 and data.text is not None
     path = Path(data.source.split(" (")[0])
     assert path.stat().st_size < 300_000
     cut = data.cut(bert_tokenizer, 128)
