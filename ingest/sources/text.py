@@ -37,6 +37,7 @@ from attnwh.ingest.sources.files import (
     _columns_of_table,
     _read_json,
     _read_parquet,
+    _require_columns,
     _text_cells,
     file_task_name,
 )
@@ -177,7 +178,6 @@ def _load_dataset_text(
     name: str, config: str | None, split: str | None, column: str, stride: int, task: str | None
 ) -> TaskData:
     """Documents from a `datasets` dataset: a local folder or a Hub name, one per row."""
-    from attnwh.ingest.sources.files import _require_columns
     from attnwh.ingest.sources.hub import _default_task, _open_hub_split
 
     where_name = f"{name}/{config}" if config else name
