@@ -61,6 +61,14 @@ class Mode(str, enum.Enum):
     zero = "zero"
 
 
+class Documents(str, enum.Enum):
+    """How a plain text --text file is split into documents (`attnwh.ingest.sources.text`)."""
+
+    paragraph = "paragraph"
+    line = "line"
+    file = "file"
+
+
 class ReportFormat(str, enum.Enum):
     html = "html"
     png = "png"
@@ -131,7 +139,8 @@ TaskOpt = Annotated[
     list[str] | None,
     typer.Option(
         help="Task(s) to read; repeat or separate with commas. GLUE: sst2 mrpc rte cola stsb qnli qqp mnli wnli. "
-        "Bundled sample: sentiment, entailment (both by default)."
+        "Bundled sample: sentiment, entailment (both by default); prose, plain text for language modelling (cut as "
+        "--text is)."
     ),
 ]
 GlueDirOpt = Annotated[
@@ -142,9 +151,35 @@ DatasetOpt = Annotated[
 ]
 DatasetConfigOpt = Annotated[str | None, typer.Option(help="Configuration of --dataset, e.g. sst2.")]
 DataOpt = Annotated[Path | None, typer.Option(help="A local CSV, TSV, JSONL or Parquet file.")]
-TextColumnOpt = Annotated[str | None, typer.Option(help="Text column of --data or --dataset.")]
+TextColumnOpt = Annotated[
+    str | None, typer.Option(help="Text column of --data or --dataset; the field of --text (default: text).")
+]
 PairColumnOpt = Annotated[str | None, typer.Option(help="Second-sentence column, for sentence pairs.")]
 LabelColumnOpt = Annotated[str | None, typer.Option(help="Label column.")]
+TextOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="FILE|DATASET",
+        help="Plain text for language modelling, cut into sequences of --max-length tokens: a text file (see "
+        "--documents), a JSONL, CSV or Parquet file (one document per record, field --text-column, default text), "
+        "or a datasets folder or name (one document per row). The bundled text sample: --task prose.",
+    ),
+]
+StrideOpt = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Tokens that consecutive sequences of one long --text document share (the overlap; 0: each token in "
+        "one sequence). Less than --max-length less the special tokens.",
+    ),
+]
+DocumentsOpt = Annotated[
+    Documents | None,
+    typer.Option(
+        help="How a plain text --text file splits into documents: paragraph (blank lines between them; the "
+        "default), line, or file (the whole file is one). A document is never cut where it fits."
+    ),
+]
 SplitOpt = Annotated[
     str | None, typer.Option(help="Split to read: train, dev, ... (default: dev; for --data: the whole file).")
 ]
@@ -212,17 +247,26 @@ class DataSource:
     pair_column: PairColumnOpt = None
     label_column: LabelColumnOpt = None
     split: SplitOpt = None
+    text: TextOpt = None
+    stride: StrideOpt = 0
+    documents: DocumentsOpt = None
 
     @property
     def given(self) -> bool:
         """Whether a data source was named (else the bundled sample is read)."""
-        return self.glue_dir is not None or self.dataset is not None or self.data is not None
+        return any(s is not None for s in (self.glue_dir, self.dataset, self.data, self.text))
 
     def check(self) -> None:
         """Refuse conflicting sources and options that the chosen source would ignore."""
-        check_sources(self.glue_dir, self.dataset, self.data)
-        if self.dataset_config is not None and self.dataset is None:
-            raise UsageError("--dataset-config goes with --dataset")
+        check_sources(self.glue_dir, self.dataset, self.data, self.text)
+        if self.dataset_config is not None and self.dataset is None and self.text is None:
+            raise UsageError("--dataset-config goes with --dataset (or a dataset named by --text)")
+        if self.documents is not None and self.text is None:
+            raise UsageError("--documents goes with --text (a plain text file)")
+        if self.text is not None:
+            for name, value in (("--pair-column", self.pair_column), ("--label-column", self.label_column)):
+                if value is not None:
+                    raise UsageError(f"{name} has no place with --text: plain text has one text field and no labels")
         columns = [
             name
             for name, value in (
@@ -232,8 +276,10 @@ class DataSource:
             )
             if value is not None
         ]
-        if columns and self.data is None and self.dataset is None:
-            raise UsageError(f"{columns[0]} names a column of --data or --dataset; give one of them")
+        if columns and self.data is None and self.dataset is None and self.text is None:
+            raise UsageError(
+                f"{columns[0]} names a column of --data or --dataset (or a field of --text); give one of them"
+            )
 
     def load(self, task: list[str] | None = None) -> list[TaskData]:
         """The tasks to read; `task` overrides --task."""
@@ -247,6 +293,9 @@ class DataSource:
             self.pair_column,
             self.label_column,
             self.split,
+            text=self.text,
+            stride=self.stride,
+            documents=self.documents.value if self.documents is not None else None,
         )
 
 

@@ -32,7 +32,11 @@ class EncodedTask:
 
 
 def encode_task(tokenizer: transformers.PreTrainedTokenizerBase, data: TaskData, max_length: int) -> EncodedTask:
-    """Tokenize every example, truncating pairs longest-first to `max_length` tokens."""
+    """Tokenize every example, truncating pairs longest-first to `max_length` tokens.
+    Examples that carry their token ids (text cut for language modelling) keep them."""
+    carried = [e.token_ids for e in data.examples]
+    if any(ids is not None for ids in carried):
+        return _carried(tokenizer, carried, max_length)
     first = [e.text_a for e in data.examples]
     second = [e.text_b or "" for e in data.examples] if data.is_pair else None
     full = tokenizer(first, second, truncation=False, add_special_tokens=True, verbose=False)
@@ -42,6 +46,24 @@ def encode_task(tokenizer: transformers.PreTrainedTokenizerBase, data: TaskData,
         input_ids=tuple(np.asarray(ids, dtype=np.int64) for ids in cut["input_ids"]),
         token_type_ids=None if types is None else tuple(np.asarray(t, dtype=np.int64) for t in types),
         n_tokens_full=np.fromiter((len(ids) for ids in full["input_ids"]), dtype=np.int64, count=len(first)),
+    )
+
+
+def _carried(
+    tokenizer: transformers.PreTrainedTokenizerBase, carried: Sequence[tuple[int, ...] | None], max_length: int
+) -> EncodedTask:
+    """Token ids an example brings (a sequence cut from a longer text, `sources/text.py`), as
+    they are: tokenizing the decoded text again could differ at the cut."""
+    if any(ids is None for ids in carried):
+        raise ValueError("either every example of a task carries its token ids or none does")
+    full = [np.asarray(ids, dtype=np.int64) for ids in carried]
+    cut = tuple(ids[:max_length] for ids in full)
+    # One segment: the token types a tokenizer makes for a single input are all 0.
+    types = tuple(np.zeros_like(ids) for ids in cut) if "token_type_ids" in tokenizer.model_input_names else None
+    return EncodedTask(
+        input_ids=cut,
+        token_type_ids=types,
+        n_tokens_full=np.fromiter((len(ids) for ids in full), dtype=np.int64, count=len(full)),
     )
 
 

@@ -213,11 +213,19 @@ def prepare_comparison(
         # from the padding id, so it has to mean the same to both.
         raise ModelError(f"{base.name} and {tuned.name} use different padding tokens; they tokenize differently")
     prepared = prepare_tasks(tuned, tasks, options, identity)
-    for task in prepared:
+    for full, task in zip(tasks, prepared, strict=True):
         # A comparison is only meaningful on identical inputs: the same token ids at the same
         # positions. Checked on every example, as the tokenizers could differ only on some.
-        theirs = encode_task(base.tokenizer, task.data, task.max_length)
+        # Plain text is cut by each tokenizer in turn (sequences carry their ids, so encoding
+        # the tuned model's cut again would compare it with itself).
+        data = full.cut(base.tokenizer, task.max_length).sample(options.limit, options.seed)
+        theirs = encode_task(base.tokenizer, data, task.max_length)
         ours = task.encoded
+        if len(theirs.input_ids) != len(ours.input_ids):
+            raise ModelError(
+                f"{base.name} and {tuned.name} tokenize differently (their cuts of {task.data.task} differ in "
+                "length); attention can only be compared on the same tokens"
+            )
         for i, (a, b) in enumerate(zip(ours.input_ids, theirs.input_ids, strict=True)):
             if not np.array_equal(a, b):
                 raise ModelError(

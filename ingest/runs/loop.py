@@ -126,7 +126,8 @@ def prepare_tasks(
         raise UsageError("--max-length must be at least 4 tokens")
     prepared = []
     for full in tasks:
-        data = full.sample(options.limit, options.seed)
+        # Plain text is cut into sequences of this tokenizer's tokens first (`sources/text.py`).
+        data = full.cut(encoder.tokenizer, max_length).sample(options.limit, options.seed)
         if not data.examples:
             raise DataError(f"task {data.task} ({data.split}) has no examples")
         encoded = encode_task(encoder.tokenizer, data, max_length)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    import transformers
 
 T = TypeVar("T")
 
@@ -33,6 +36,18 @@ class Example:
     text_a: str
     text_b: str | None
     label: str | None  # raw label text ("1", "entailment", "3.800"); None when unlabelled
+    # The exact token ids, special tokens included, of an input cut from a longer text
+    # (language modelling, `text.py`): tokenizing its decoded text again could differ at the cut.
+    token_ids: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class TextCut:
+    """Plain text for language modelling: until it is cut, a task's examples are whole
+    documents; :meth:`TaskData.cut` makes them sequences of the model's tokens."""
+
+    stride: int  # tokens that consecutive sequences of one long document share
+    max_length: int | None = None  # the sequences' length once cut; None before
 
 
 @dataclass(frozen=True)
@@ -45,10 +60,21 @@ class TaskData:
     examples: tuple[Example, ...]
     labels: tuple[str, ...] | None  # class names in label-id order; None for regression
     source: str  # where the rows were read from (a path or "name/config:split"), for provenance
+    text: TextCut | None = None  # set for plain text read for language modelling (`text.py`)
 
     @property
     def is_pair(self) -> bool:
         return any(e.text_b is not None for e in self.examples)
+
+    def cut(self, tokenizer: transformers.PreTrainedTokenizerBase, max_length: int) -> TaskData:
+        """The task as the model reads it: plain text for language modelling cut into
+        sequences of at most `max_length` of this tokenizer's tokens (`text.py`); any other task
+        as it is."""
+        if self.text is None:
+            return self
+        from attnwh.ingest.sources.text import cut_documents
+
+        return cut_documents(self, tokenizer, max_length)
 
     def sample(self, limit: int | None, seed: int) -> TaskData:
         """A seeded random subset of at most `limit` examples, kept in source order."""

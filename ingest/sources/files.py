@@ -62,12 +62,18 @@ def sample_root() -> Traversable:
     return importlib.resources.files("attnwh.ingest.sources") / "sample"
 
 
-def load_sample(task: str, split: str) -> TaskData:
+def load_sample(task: str, split: str, stride: int = 0) -> TaskData:
     """Read the corpus shipped with attnwh: task `sentiment` or `entailment`, split
-    `train` or `dev` (`validation` also works), from `ingest/sources/sample/<task>/<split>.tsv`."""
+    `train` or `dev` (`validation` also works), from `ingest/sources/sample/<task>/<split>.tsv`;
+    or the text sample `prose` for language modelling (`text.py`, cut with `stride`)."""
+    from attnwh.ingest.sources.text import SAMPLE_TEXTS, load_sample_text
+
     key = normalize_name(task)
+    if key in SAMPLE_TEXTS:
+        return load_sample_text(key, split, stride)
     if key not in SAMPLE_TASKS:
-        raise DataError(f"unknown sample task {task!r}; choose one of {', '.join(SAMPLE_TASKS)}")
+        names = ", ".join([*SAMPLE_TASKS, *SAMPLE_TEXTS])
+        raise DataError(f"unknown sample task {task!r}; choose one of {names}")
     split_key = "dev" if split.strip().lower() in ("validation", "valid", "val") else split
     split_key = split_key.strip().lower()
     if split_key not in SAMPLE_SPLITS:
