@@ -21,6 +21,7 @@ from attnwh.ingest.measures.prompting import (
     label_logits,
     label_token_ids,
     last_positions,
+    leading_special_ids,
 )
 from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.ingest.sources.files import load_sample, sample_root
@@ -388,3 +389,21 @@ def test_a_prompt_too_long_loses_the_start_of_the_example_only(lms):
     assert short.ids[-10:] == whole.ids[-10:]  # so does the cue
     with pytest.raises(DataError, match="use fewer shots"):
         PromptedClassifier(fast, tokenizer, prompt, max_length=len(classifier.prefix_ids) + 2)
+
+
+def test_a_tokenizer_that_appends_eos_still_ends_the_prompt_at_the_cue(lms):
+    """Some tokenizers add </s> after every text: the model must answer after the cue, not
+    after an EOS, so trailing specials are left out; the leading <s> stays."""
+    tokenizer, fast, _ = lms["llama"]
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    backend.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", bos), ("</s>", eos)]
+    )
+    appending = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    assert appending("Answer")["input_ids"][-1] == eos  # it really appends
+    assert leading_special_ids(appending) == [bos] and leading_special_ids(_gpt2_tokenizer()) == []
+    dev = load_sample("sentiment", "dev")
+    ours = PromptedClassifier(fast, appending, make_prompt(dev)).encode(dev.examples[0]).ids
+    plain = PromptedClassifier(fast, tokenizer, make_prompt(dev)).encode(dev.examples[0]).ids
+    assert ours == plain and ours[0] == bos and eos not in ours
