@@ -407,3 +407,15 @@ def test_a_tokenizer_that_appends_eos_still_ends_the_prompt_at_the_cue(lms):
     ours = PromptedClassifier(fast, appending, make_prompt(dev)).encode(dev.examples[0]).ids
     plain = PromptedClassifier(fast, tokenizer, make_prompt(dev)).encode(dev.examples[0]).ids
     assert ours == plain and ours[0] == bos and eos not in ours
+
+
+@pytest.mark.parametrize("shots", [0, 3])
+def test_the_prompt_ids_spell_the_rendered_prompt(lms, shots):
+    """The shots and the example are tokenized apart: together they still spell exactly the
+    prompt's text (byte-level BPE decodes losslessly)."""
+    tokenizer, fast, _ = lms["gpt2"]
+    dev = load_sample("entailment", "dev")
+    prompt = make_prompt(dev, shots=shots, train=load_sample("entailment", "train"), seed=2)
+    classifier = PromptedClassifier(fast, tokenizer, prompt)
+    for example in dev.examples[:20]:
+        assert tokenizer.decode(classifier.encode(example).ids) == prompt.render(example)
