@@ -31,6 +31,7 @@ from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS
 from attnwh.ingest.runs.loop import StatisticsCapture
 from attnwh.ingest.runs.rows import CAUSAL_NULL_COLUMNS
+from attnwh.ingest.sources.files import load_sample
 from helpers import run
 from test_relations import CONLLU
 from test_statistics import assert_matches_reference, layer_rows, task
@@ -86,7 +87,7 @@ def decoder_reference(model: nn.Module, tokenizer, ids: list[int]) -> np.ndarray
     finally:
         for hook in hooks:
             hook.remove()
-    assert len(out.attentions) == len(values) == LAYERS
+    assert len(out.attentions) == len(values) == model.config.num_hidden_layers
     n = len(ids)
     cls = np.zeros(n)
     cls[0] = 1  # the first token: BOS where the tokenizer adds one
@@ -341,3 +342,32 @@ def test_coverage_check_refuses_maps_that_are_not_per_query_head(decoders, monke
     monkeypatch.setattr(capture, "_per_query_head", lambda states, heads: states)
     with pytest.raises(ModelError, match="attention is not one attnwh can read"):
         load_encoder(str(decoders["qwen2"]), device="cpu")
+
+
+# ---------------------------------------------------------------- a real decoder
+
+
+@pytest.mark.slow
+def test_smollm2_statistics_match_eager_output_attentions():
+    """SmolLM2-135M-Instruct (GGUF, dequantised; 30 layers of 9 query heads on 3 key/value
+    heads): ten sequences of the bundled prose sample, in one right-padded batch, against the
+    eager model's output_attentions one sequence at a time."""
+    from test_gguf import SMOLLM2_DIR, SMOLLM2_FILE
+
+    path = SMOLLM2_DIR / SMOLLM2_FILE
+    if not path.is_file():
+        pytest.skip(f"no SmolLM2-135M at {path} (python tools/fetch_smollm2.py)")
+    encoder = load_encoder(str(path), device="cpu")
+    assert encoder.causal and (encoder.num_layers, encoder.num_heads) == (30, 9)
+    data = load_sample("prose", "dev").cut(encoder.tokenizer, 48).sample(10, 42)
+    encoded = encode_task(encoder.tokenizer, data, 48)
+    assert len(set(encoded.n_tokens.tolist())) > 1  # mixed lengths: the batch is padded
+    batch = collate(encoded, list(range(10)), encoder.tokenizer.pad_token_id, encoder.device)
+    stats = StatisticsCapture(encoder).run(batch)
+    eager = AutoModel.from_pretrained(SMOLLM2_DIR, gguf_file=SMOLLM2_FILE, attn_implementation="eager").eval()
+    worst = 0.0
+    for i, ids in enumerate(encoded.input_ids):
+        expected = decoder_reference(eager, encoder.tokenizer, ids.tolist())
+        check_example("smollm2", stats[i], expected, f"SmolLM2 sequence {i}")
+        worst = max(worst, largest_difference(stats[i], expected))
+    print(f"\nSmolLM2-135M: largest |attnwh - eager| over 10 sequences {worst:.2e}")

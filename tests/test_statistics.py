@@ -113,7 +113,9 @@ def pattern_reference(A: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np
     block = 0.0
     if len(groups) >= 2:
         block = min(A[np.ix_(ordinary & (segment == g), ordinary & (segment == g))].sum(1).mean() for g in groups)
-    features = [column[cls].sum(), column[sep].sum(), column[punct].sum(), col_other, band, block]
+    # Punctuation columns among the ordinary tokens: a first token that is punctuation is the
+    # sink column of a decoder (col_cls), never counted twice.
+    features = [column[cls].sum(), column[sep].sum(), column[punct & ordinary].sum(), col_other, band, block]
     look = look_reference(A, cls, sep)
     return [*features, *look, *classify(features, look, rules)]
 
