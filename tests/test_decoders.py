@@ -352,7 +352,7 @@ def test_smollm2_statistics_match_eager_output_attentions():
     """SmolLM2-135M-Instruct (GGUF, dequantised; 30 layers of 9 query heads on 3 key/value
     heads): ten sequences of the bundled prose sample, in one right-padded batch, against the
     eager model's output_attentions one sequence at a time."""
-    from test_gguf import SMOLLM2_DIR, SMOLLM2_FILE
+    from test_gguf import SMOLLM2_DIR, SMOLLM2_FILE, smollm2_eager
 
     path = SMOLLM2_DIR / SMOLLM2_FILE
     if not path.is_file():
@@ -364,7 +364,7 @@ def test_smollm2_statistics_match_eager_output_attentions():
     assert len(set(encoded.n_tokens.tolist())) > 1  # mixed lengths: the batch is padded
     batch = collate(encoded, list(range(10)), encoder.tokenizer.pad_token_id, encoder.device)
     stats = StatisticsCapture(encoder).run(batch)
-    eager = AutoModel.from_pretrained(SMOLLM2_DIR, gguf_file=SMOLLM2_FILE, attn_implementation="eager").eval()
+    eager = smollm2_eager()  # shared with test_gguf's completion test: one load
     worst = 0.0
     for i, ids in enumerate(encoded.input_ids):
         expected = decoder_reference(eager, encoder.tokenizer, ids.tolist())

@@ -8,6 +8,7 @@ SmolLM2-135M-Instruct (`python tools/fetch_smollm2.py`; CI fetches it) and skips
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from pathlib import Path
@@ -237,6 +238,16 @@ def test_a_runs_gguf_model_is_found_again_from_its_recorded_path(tiny, tmp_path,
     assert tried == [str(tmp_path / "gone.gguf")]
 
 
+@functools.cache
+def smollm2_eager() -> LlamaForCausalLM:
+    """The real SmolLM2-135M with transformers' eager attention, loaded once for the slow tests
+    that read it (about 25 s a load)."""
+    model = AutoModelForCausalLM.from_pretrained(
+        SMOLLM2_DIR, gguf_file=SMOLLM2_FILE, dtype=torch.float32, attn_implementation="eager"
+    )
+    return model.eval()
+
+
 @pytest.mark.slow
 def test_real_smollm2_completes_rome():
     """SmolLM2-135M-Instruct as packaged (Q4_1, dequantised to float32): a Llama of 30 layers,
@@ -246,7 +257,7 @@ def test_real_smollm2_completes_rome():
         pytest.skip(f"no SmolLM2-135M at {path} (python tools/fetch_smollm2.py)")
     check_model(str(SMOLLM2_DIR), SMOLLM2_FILE)
     tokenizer = AutoTokenizer.from_pretrained(SMOLLM2_DIR, gguf_file=SMOLLM2_FILE)
-    model = AutoModelForCausalLM.from_pretrained(SMOLLM2_DIR, gguf_file=SMOLLM2_FILE, dtype=torch.float32).eval()
+    model = smollm2_eager()
     config = model.config
     assert (config.model_type, type(model).__name__) == ("llama", "LlamaForCausalLM")
     assert (config.num_hidden_layers, config.num_attention_heads, config.num_key_value_heads) == (30, 9, 3)
