@@ -28,11 +28,8 @@ NOT_THE_MODEL = ("desktop.ini",)  # files the packed folder carries that are not
 
 
 def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def main() -> None:

@@ -167,11 +167,8 @@ def stored_parts(shard_dir: Path, run_key: str) -> set[str]:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 # -- reading and checking --------------------------------------------------------------
