@@ -75,7 +75,7 @@ def main() -> None:
     capture = StatisticsCapture(encoder)
     plain = plain_model(source).to(encoder.device).eval()
     eager = AutoModel.from_pretrained(source, attn_implementation="eager").to(encoder.device).eval()
-    kinds = TokenKinds(encoder.tokenizer)
+    kinds = TokenKinds(encoder.tokenizer, causal=encoder.causal)  # a decoder: the first token, no [SEP]
 
     def run_plain():
         with torch.inference_mode():
