@@ -1,24 +1,35 @@
 """Benchmark: long inputs. Peak memory and time of attnwh's statistics against the model's
-own forward passes, at 1k, 2k, 4k and 8k tokens, in one run.
+own forward passes, at 1k, 2k, 4k and 8k tokens (or the lengths given), in one run.
 
-The model is a random-initialised ModernBERT (8,192 positions, a local window of 128 tokens
-on every other layer): `--shape narrow` (4 layers, 12 heads, width 384: minutes on a CPU) or
-`--shape base` (ModernBERT-base's 22 layers, 12 heads, width 768). Per length, each variant
-runs in its own process over the same inputs (`--inputs` random token sequences, one per
-batch, after one untimed warm-up step), so each peak is that variant's alone:
+`--family modernbert` (the default) is a random-initialised ModernBERT (8,192 positions, a
+local window of 128 tokens on every other layer): `--shape narrow` (4 layers, 12 heads,
+width 384: minutes on a CPU) or `--shape base` (ModernBERT-base's 22 layers, 12 heads, width
+768). `--family llama` is a random-initialised Llama decoder with grouped-query attention
+(8 query heads on 2 key/value heads, 4:1, head size 64, 16,384 positions) and SmolLM2's
+tokenizer (`python tools/fetch_smollm2.py` first): `--shape narrow` (4 layers, width 512) or
+`--shape base` (16 layers). Its maps are causal, so attnwh's tiles hold only the keys their
+rows see. Per length, each variant runs in its own process over the same inputs (`--inputs`
+random token sequences, one per batch, after one untimed warm-up step), so each peak is that
+variant's alone:
 
 - sdpa: transformers' forward with scaled-dot-product attention (memory linear in n on a
   CPU and a GPU): the floor;
 - eager: transformers' eager forward, which materialises every layer's maps;
 - attnwh: `StatisticsCapture.run` (every stored measure: statistics, pattern and look
   features, mixing, massive activations) under the default attention memory budget, or
-  `--attention-memory`.
+  `--attention-memory`;
+- check (not timed): attnwh's statistics under the budget against the same statistics with a
+  budget that holds each layer's whole map, on the first input; the largest difference is
+  printed. Run only at lengths whose whole maps take at most `--check-limit` bytes.
+
+The eager forward is left out at lengths whose maps of one layer exceed `--eager-limit`
+bytes (it holds them, and their softmax, whole).
 
 Peak memory is the process's peak resident set on a CPU (it includes Python, torch and the
 model, the same in every variant) and `torch.cuda.max_memory_allocated` on a GPU. Prints a
 table, the ratios the targets read (attnwh's peak / sdpa's, attnwh's time / eager's, and the
 growth of attnwh's peak from 4k to 8k) and writes a line chart of peak memory against length
-(`--chart`, PNG). Usage: ``python bench/long.py [--shape narrow] [--lengths 1024,2048,4096,8192]``
+(`--chart`, PNG). Usage: ``python bench/long.py [--family llama] [--shape narrow] [--lengths 1024,2048,4096,8192]``
 """
 
 from __future__ import annotations
@@ -32,14 +43,55 @@ import tempfile
 import time
 from pathlib import Path
 
-VARIANTS = ("sdpa", "eager", "attnwh")
+VARIANTS = ("sdpa", "eager", "attnwh", "check")
 SHAPES = {
-    "narrow": {"num_hidden_layers": 4, "hidden_size": 384, "intermediate_size": 576},
-    "base": {"num_hidden_layers": 22, "hidden_size": 768, "intermediate_size": 1152},
+    "modernbert": {
+        "narrow": {"num_hidden_layers": 4, "hidden_size": 384, "intermediate_size": 576},
+        "base": {"num_hidden_layers": 22, "hidden_size": 768, "intermediate_size": 1152},
+    },
+    "llama": {
+        "narrow": {"num_hidden_layers": 4, "hidden_size": 512, "intermediate_size": 1536},
+        "base": {"num_hidden_layers": 16, "hidden_size": 512, "intermediate_size": 1536},
+    },
 }
+SMOLLM2 = Path(__file__).resolve().parents[1] / "models" / "smollm2-135m" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def build_model(shape: str, folder: Path) -> None:
+def build_model(family: str, shape: str, folder: Path) -> None:
+    """Save a seeded random model of `family` and `shape` with its tokenizer."""
+    if family == "llama":
+        build_llama(shape, folder)
+    else:
+        build_modernbert(shape, folder)
+
+
+def build_llama(shape: str, folder: Path) -> None:
+    """A seeded random Llama with grouped-query attention (4 query heads per key/value head)
+    and SmolLM2's tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaModel
+
+    if not SMOLLM2.is_file():
+        sys.exit(f"bench/long.py: --family llama takes SmolLM2's tokenizer from {SMOLLM2}: run tools/fetch_smollm2.py")
+    tokenizer = AutoTokenizer.from_pretrained(SMOLLM2.parent, gguf_file=SMOLLM2.name)
+    tokenizer.model_max_length = 16384
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=16384,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **SHAPES["llama"][shape],
+    )
+    torch.manual_seed(0)
+    LlamaModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def build_modernbert(shape: str, folder: Path) -> None:
     """Save a seeded random ModernBERT of `shape` with the bundled model's tokenizer."""
     import torch
     from transformers import AutoTokenizer, ModernBertConfig, ModernBertModel
@@ -59,15 +111,16 @@ def build_model(shape: str, folder: Path) -> None:
         sep_token_id=tokenizer.sep_token_id,
         bos_token_id=tokenizer.cls_token_id,
         eos_token_id=tokenizer.sep_token_id,
-        **SHAPES[shape],
+        **SHAPES["modernbert"][shape],
     )
     torch.manual_seed(0)
     ModernBertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
 
 
-def inputs(tokenizer, length: int, count: int, device) -> list[dict]:
-    """`count` seeded random inputs of `length` tokens: [CLS], ordinary pieces, [SEP]."""
+def inputs(tokenizer, length: int, count: int, device, causal: bool) -> list[dict]:
+    """`count` seeded random inputs of `length` tokens: [CLS], ordinary pieces, [SEP] for an
+    encoder; ordinary pieces only for a decoder (the first is its sink token)."""
     import torch
 
     generator = torch.Generator().manual_seed(length)
@@ -75,8 +128,9 @@ def inputs(tokenizer, length: int, count: int, device) -> list[dict]:
     ordinary = torch.tensor([i for i in range(1000, len(tokenizer)) if i not in specials])
     out = []
     for _ in range(count):
-        body = ordinary[torch.randint(len(ordinary), (length - 2,), generator=generator)]
-        ids = torch.cat([torch.tensor([tokenizer.cls_token_id]), body, torch.tensor([tokenizer.sep_token_id])])
+        body = ordinary[torch.randint(len(ordinary), (length - (0 if causal else 2),), generator=generator)]
+        ends = ([], []) if causal else ([tokenizer.cls_token_id], [tokenizer.sep_token_id])
+        ids = torch.cat([torch.tensor(ends[0], dtype=torch.long), body, torch.tensor(ends[1], dtype=torch.long)])
         out.append({"input_ids": ids[None].to(device), "attention_mask": torch.ones_like(ids)[None].to(device)})
     return out
 
@@ -91,7 +145,14 @@ def child(args: argparse.Namespace) -> None:
 
     encoder = load_encoder(str(args.model), args.device)
     device = encoder.device
-    batches = inputs(encoder.tokenizer, args.length, args.inputs, device)
+    batches = inputs(encoder.tokenizer, args.length, args.inputs, device, encoder.causal)
+    if args.variant == "check":
+        import numpy as np
+
+        tiled = StatisticsCapture(encoder, attention_memory=args.attention_memory).run(batches[0])
+        whole = StatisticsCapture(encoder, attention_memory=2**62).run(batches[0])
+        print(json.dumps({"max_diff": float(np.nanmax(np.abs(tiled - whole)))}))
+        return
     if args.variant == "attnwh":
         statistics = StatisticsCapture(encoder, attention_memory=args.attention_memory)
 
@@ -123,7 +184,17 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps({"seconds": time.perf_counter() - start, "peak": peak}))
 
 
+def map_bytes(args: argparse.Namespace, length: int) -> int:
+    """Bytes of one layer's whole float32 maps of one input."""
+    heads = 8 if args.family == "llama" else 12
+    return heads * length * length * 4
+
+
 def measure(args: argparse.Namespace, folder: Path, variant: str, length: int) -> dict:
+    if variant == "eager" and map_bytes(args, length) > args.eager_limit:
+        return {"error": "skipped (maps too big)"}
+    if variant == "check" and map_bytes(args, length) > args.check_limit:
+        return {"error": "skipped (maps too big)"}
     command = [
         sys.executable,
         __file__,
@@ -167,13 +238,17 @@ def chart(results: dict[tuple[str, int], dict], path: Path, title: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="narrow")
+    parser.add_argument("--family", choices=sorted(SHAPES), default="modernbert")
+    parser.add_argument("--shape", choices=("narrow", "base"), default="narrow")
     parser.add_argument("--lengths", default="1024,2048,4096,8192")
     parser.add_argument("--inputs", type=int, default=2, help="inputs per length, one per batch")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--attention-memory", type=int, default=None, help="bytes (default: attnwh's default)")
     parser.add_argument("--chart", type=Path, default=Path("long-memory.png"))
+    gib = 2**30
+    parser.add_argument("--eager-limit", type=int, default=4 * gib, help="bytes of one layer's maps (default 4 GiB)")
+    parser.add_argument("--check-limit", type=int, default=2 * gib, help="bytes of one layer's maps (default 2 GiB)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--variant", help=argparse.SUPPRESS)
@@ -186,15 +261,21 @@ def main() -> None:
     variants = args.variants.split(",")
     results: dict[tuple[str, int], dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp) / f"modernbert-{args.shape}"
-        build_model(args.shape, folder)
-        print(f"ModernBERT {args.shape} ({SHAPES[args.shape]}), {args.inputs} inputs per length, {args.device}")
+        folder = Path(tmp) / f"{args.family}-{args.shape}"
+        build_model(args.family, args.shape, folder)
+        shape = SHAPES[args.family][args.shape]
+        print(f"{args.family} {args.shape} ({shape}), {args.inputs} inputs per length, {args.device}")
         print(f"{'tokens':>6}  " + "  ".join(f"{v:>22}" for v in variants))
         for length in lengths:
             cells = []
             for variant in variants:
                 results[variant, length] = r = measure(args, folder, variant, length)
-                cells.append(f"{r['peak'] / 2**30:7.2f} GiB {r['seconds']:8.1f} s" if "peak" in r else r["error"][:22])
+                if "max_diff" in r:
+                    cells.append(f"max diff {r['max_diff']:.1e}")
+                else:
+                    cells.append(
+                        f"{r['peak'] / 2**30:7.2f} GiB {r['seconds']:8.1f} s" if "peak" in r else r["error"][:22]
+                    )
             print(f"{length:>6}  " + "  ".join(f"{c:>22}" for c in cells), flush=True)
 
     def ratio(a: tuple[str, int], b: tuple[str, int], key: str) -> str:
@@ -210,7 +291,7 @@ def main() -> None:
         )
     for small, large in zip(lengths, lengths[1:]):
         print(f"attnwh peak {large} / {small} tokens: {ratio(('attnwh', large), ('attnwh', small), 'peak')}")
-    chart(results, args.chart, f"Peak memory against length, ModernBERT {args.shape} ({args.device})")
+    chart(results, args.chart, f"Peak memory against length, {args.family} {args.shape} ({args.device})")
     print(f"chart: {args.chart}")
 
 
