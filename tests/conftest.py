@@ -47,3 +47,12 @@ def pairs(tmp_path) -> Path:
     from helpers import write_pairs
 
     return write_pairs(tmp_path / "pairs.tsv")
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma2(tmp_path_factory) -> Path:
+    """A tiny Gemma 2 decoder (2 layers, 4 query heads on 2 key/value heads): grouped-query
+    attention, sliding windows on every other layer and soft-capped logits at once."""
+    from tiny_models import make_tiny_decoder
+
+    return make_tiny_decoder("gemma2", tmp_path_factory.mktemp("gemma2"), layers=2, heads=4)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from helpers import pair_args, run, write_pairs
-from test_shards import STATS, assert_same_rows, fetch
+from test_shards import DECODER_STATS, STATS, assert_same_rows, fetch
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'attnwh[ray]'")
 
@@ -62,6 +62,14 @@ def test_ray_statistics_equal_the_single_process(monkeypatch, capsys, tiny_model
     assert_same_rows(single, on_ray, "head_stats", STATS, N * 2 * 4)
     assert_same_rows(single, on_ray, "pattern_thumbnails", "thumbnail", 5 * 2 * 4)
     assert {s for (s,) in fetch(on_ray, "SELECT status FROM runs")} == {"complete"}
+
+
+def test_ray_statistics_of_a_decoder_equal_the_single_process(monkeypatch, capsys, tiny_gemma2, tmp_path):
+    data = write_pairs(tmp_path / "pairs.tsv", N)
+    args = ["ingest", "--model", str(tiny_gemma2), *pair_args(data, tmp_path / "x", 4)]
+    single, on_ray = single_and_ray(monkeypatch, capsys, args, tmp_path)
+    assert_same_rows(single, on_ray, "head_stats", DECODER_STATS, N * 2 * 4)
+    assert fetch(on_ray, "SELECT count(*) FROM head_stats WHERE to_sep IS NOT NULL") == [(0,)]
 
 
 @pytest.mark.e2e

@@ -97,6 +97,21 @@ def test_sharded_statistics_merge_to_the_single_process_rows(monkeypatch, capsys
     assert fetch(merged, "SELECT count(*) FROM head_stats") == before == [(N * 2 * 4,)]
 
 
+DECODER_STATS = "to_cls, to_punct, to_self, to_prev, entropy, max_weight, norm_to_cls, norm_to_punct"
+
+
+def test_sharded_statistics_of_a_decoder_merge_to_the_single_process_rows(monkeypatch, capsys, tiny_gemma2, tmp_path):
+    data = write_pairs(tmp_path / "pairs.tsv", N)
+    args = ["ingest", "--model", str(tiny_gemma2), *pair_args(data, tmp_path / "x", 4)]
+    single, merged = single_and_sharded(monkeypatch, capsys, args, tmp_path, 2)
+    assert_same_rows(single, merged, "head_stats", DECODER_STATS, N * 2 * 4)
+    # No [SEP] and no attendable next token on a causal map: NULL in every row of both.
+    assert fetch(merged, "SELECT count(*) FROM head_stats WHERE to_sep IS NOT NULL OR to_next IS NOT NULL") == [(0,)]
+    columns = "causal, num_key_value_heads, sliding_window, sliding_layers"
+    assert fetch(merged, f"SELECT {columns} FROM models") == fetch(single, f"SELECT {columns} FROM models")
+    assert fetch(merged, "SELECT causal, num_key_value_heads FROM models") == [(True, 2)]
+
+
 def test_a_partial_merge_is_partial_until_the_other_shards_come(monkeypatch, capsys, tiny_model_dir, tmp_path):
     data = write_pairs(tmp_path / "pairs.tsv", N)
     args = ["ingest", "--model", str(tiny_model_dir("bert")), *pair_args(data, tmp_path / "x.duckdb", batch_size=4)]
