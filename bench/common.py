@@ -26,7 +26,7 @@ def task_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--task", default=None)
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="auto")
     return parser
 

@@ -7,22 +7,28 @@ Three ways to get per-head statistics for the same batches of one task:
 - eager maps: ``output_attentions=True`` on the eager path, then the same reductions on the
   returned maps (weight shares only: the maps alone do not give the norm-weighted shares).
 
-Prints seconds (best of --repeats) and ratios to the eager-maps baseline and to plain.
-Usage: ``python bench/ingest.py [--model DIR] [--glue-dir ../shared/data/glue --task sst2] [--limit 872]``
-(default model: the bundled MiniLM; a family without sdpa, such as MPNet, runs plain on its
-own attention).
+The three take turns, --repeats times after a warm-up round (`common.alternate`), so that a
+slow spell of a shared machine falls on each alike. Prints each one's best seconds and its
+ratios to the eager-maps baseline and to plain: best against best, and the median over
+repeats of the ratio within each repeat, with its range.
+Usage: ``python bench/ingest.py [--model DIR | FILE.gguf] [--glue-dir ../shared/data/glue --task sst2] [--limit 872]``
+(default model: the bundled MiniLM). Plain and eager are copies of the model attnwh loaded,
+switched to sdpa and eager attention, so a decoder read from a GGUF file (SmolLM2-135M:
+``--model models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf``) is timed the same way; a
+family without sdpa, such as MPNet, runs plain on its own attention. On a decoder the
+baseline's targets are the first token and punctuation (no [SEP]).
 """
 
 from __future__ import annotations
 
-import time
+import copy
 
 import torch
-from common import load_task, task_parser
-from transformers import AutoModel
+from common import alternate, load_task, print_ratios, task_parser
+from torch import nn
 
 from attnwh.ingest.encoder.encoding import TokenKinds, collate, encode_task, length_buckets
-from attnwh.ingest.encoder.loading import bundled_model_path, load_encoder
+from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.runs.loop import StatisticsCapture
 
 
@@ -44,21 +50,15 @@ def eager_maps_statistics(model, kinds: TokenKinds, batch: dict[str, torch.Tenso
     return torch.stack(per_layer, 1).cpu()
 
 
-def best_of(repeats: int, fn) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def plain_model(source: str):
-    """The model's own forward pass: sdpa where the family has it, else its only attention."""
+def with_attention(model: nn.Module, implementation: str) -> nn.Module:
+    """A copy of `model` running transformers' `implementation` of attention (sdpa falls back
+    to the family's own where it has none)."""
+    twin = copy.deepcopy(model)
     try:
-        return AutoModel.from_pretrained(source, attn_implementation="sdpa")
+        twin.set_attn_implementation(implementation)
     except ValueError:
-        return AutoModel.from_pretrained(source)
+        twin.set_attn_implementation("eager")
+    return twin.eval()
 
 
 def main() -> None:
@@ -66,15 +66,14 @@ def main() -> None:
     data = load_task(args)
     data = data.sample(args.limit, 42)
     encoder = load_encoder(args.model, args.device)
-    source = args.model or str(bundled_model_path())
     encoded = encode_task(encoder.tokenizer, data, encoder.max_length)
     batches = [
         collate(encoded, b, encoder.tokenizer.pad_token_id, encoder.device)
         for b in length_buckets(encoded.n_tokens, range(len(data.examples)), args.batch_size)
     ]
     capture = StatisticsCapture(encoder)
-    plain = plain_model(source).to(encoder.device).eval()
-    eager = AutoModel.from_pretrained(source, attn_implementation="eager").to(encoder.device).eval()
+    plain = with_attention(encoder.model, "sdpa")
+    eager = with_attention(encoder.model, "eager")
     kinds = TokenKinds(encoder.tokenizer, causal=encoder.causal)  # a decoder: the first token, no [SEP]
 
     def run_plain():
@@ -91,23 +90,23 @@ def main() -> None:
             for b in batches:
                 eager_maps_statistics(eager, kinds, b)
 
-    run_attnwh(), run_eager(), run_plain()  # warm-up
-    timings = {
-        "plain (no statistics)": best_of(args.repeats, run_plain),
-        "attnwh": best_of(args.repeats, run_attnwh),
-        "eager maps (baseline)": best_of(args.repeats, run_eager),
-    }
-    n = len(data.examples)
-    print(
-        f"{data.task}/{data.split}: {n} examples, {len(batches)} batches, device {encoder.device}, "
-        f"mean length {encoded.n_tokens.mean():.1f} tokens"
+    # alternate() warms each up once, then runs them in turn, the order flipping every repeat.
+    times = alternate(
+        {
+            "eager maps (baseline)": lambda repeat: run_eager(),
+            "attnwh": lambda repeat: run_attnwh(),
+            "plain (no statistics)": lambda repeat: run_plain(),
+        },
+        args.repeats,
     )
-    base = timings["eager maps (baseline)"]
-    for name, seconds in timings.items():
-        print(
-            f"{name:24s} {seconds:7.3f} s  {n / seconds:8.1f} ex/s  "
-            f"ratio to baseline {seconds / base:5.2f}  to plain {seconds / timings['plain (no statistics)']:5.2f}"
-        )
+    print(
+        f"{encoder.name} ({encoder.family}, {encoder.num_layers} layers × {encoder.num_heads} heads): "
+        f"{data.task}/{data.split}: {len(data.examples)} examples, {len(batches)} batches, device {encoder.device}, "
+        f"mean length {encoded.n_tokens.mean():.1f} tokens; {args.repeats} alternated repeats"
+    )
+    print_ratios(times, "eager maps (baseline)", len(data.examples))
+    print("against plain:")
+    print_ratios(times, "plain (no statistics)", len(data.examples))
 
 
 if __name__ == "__main__":
