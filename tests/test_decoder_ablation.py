@@ -44,9 +44,9 @@ def make_decoder_classifier(family: str, out: Path, seed: int = 0) -> Path:
     return folder
 
 
-def make_causal_lm(family: str, out: Path, seed: int = 0) -> Path:
+def make_causal_lm(family: str, out: Path, seed: int = 0, positions: int = 64) -> Path:
     """A tiny decoder with its language-model head (tied for GPT-2, a seeded one otherwise)."""
-    base = make_tiny_decoder(family, out / "base", LAYERS, HEADS, seed=seed)
+    base = make_tiny_decoder(family, out / "base", LAYERS, HEADS, seed=seed, positions=positions)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(base)
     folder = out / "lm"
@@ -168,7 +168,7 @@ def test_gradient_importance_on_a_prompted_language_model(tmp_path):
     encoder = load_encoder(str(make_causal_lm("llama", tmp_path)), "cpu", language_model=True)
     assert encoder.architecture == "LlamaForCausalLM"
     batch = padded_batch(encoder.tokenizer, "right", n=1)
-    words = [encoder.tokenizer.convert_tokens_to_ids(t) for t in ("Ġfox", "Ġdog")]
+    words = [encoder.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in (" the", " dog")]
 
     def scorer(model: nn.Module, inputs):
         return label_scores(model, inputs, words)
@@ -191,3 +191,102 @@ def test_gradient_importance_on_a_prompted_language_model(tmp_path):
         numeric = (loss(layer, head, 1 + eps) - loss(layer, head, 1 - eps)) / (2 * eps)
         assert abs(numeric) > 1e-6
         assert importance[layer, head] == pytest.approx(abs(numeric), rel=1e-3)
+
+
+# ---------------------------------------------------------------- `attnwh ingest ablation` on decoders
+
+SWEEP = ["--resamples", "100", "--top-k", "2", "--limit", "6", "--batch-size", "4", "--device", "cpu"]
+
+
+def table(db: Path, sql: str) -> list[tuple]:
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def test_cli_sweeps_a_fine_tuned_decoder_classifier(classifiers, tmp_path, monkeypatch, capsys):
+    from helpers import run
+
+    db = tmp_path / "w.duckdb"
+    args = ["ingest", "ablation", "--model", str(classifiers["llama"]), "--task", "sentiment", "--db", str(db)]
+    code, out, err = run(monkeypatch, capsys, *args, *SWEEP)
+    assert code == 0, err
+    n_configs = 1 + LAYERS * HEADS + LAYERS
+    [(n, configs, examples)] = table(
+        db, "SELECT count(*), count(DISTINCT config_id), count(DISTINCT example_id) FROM ablation_predictions"
+    )
+    assert examples == 6 and configs >= n_configs and n == configs * 6
+    assert table(db, "SELECT prompt FROM runs WHERE kind = 'ablation'") == [(None,)]
+    assert table(db, "SELECT count(*) FROM head_importance") == [(LAYERS * HEADS,)]
+
+
+def test_cli_sweeps_a_language_model_through_its_prompt(tmp_path, monkeypatch, capsys):
+    """Two shots and the tiny vocabulary's own label words; rerunning finds the run complete,
+    and another prompt (other shots) is another run."""
+    import json
+
+    from helpers import run
+
+    monkeypatch.setenv("COLUMNS", "200")  # the summary table on one line
+    lm = make_causal_lm("llama", tmp_path, positions=256)  # the byte-level tiny vocabulary makes long prompts
+    db = tmp_path / "w.duckdb"
+    args = ["ingest", "ablation", "--model", str(lm), "--task", "sentiment", "--db", str(db), "--prompt"]
+    args += ["--label-words", "the,dog", "--shots", "2", *SWEEP]
+    code, out, err = run(monkeypatch, capsys, *args)
+    assert code == 0, err
+    [(prompt,)] = table(db, "SELECT prompt FROM runs WHERE kind = 'ablation'")
+    described = json.loads(prompt)
+    assert described["task"] == "sst2" and described["label_words"] == [" the", " dog"]
+    assert described["shots"] == 2 and described["seed"] == 42 and len(described["label_token_ids"]) == 2
+    before = table(db, "SELECT count(*), count(DISTINCT example_id) FROM ablation_predictions")
+    assert before[0][1] == 6 and before[0][0] >= 6 * (1 + LAYERS * HEADS + LAYERS)
+    assert table(db, "SELECT count(*) FROM head_importance WHERE importance > 0") == [(LAYERS * HEADS,)]
+
+    code, out, err = run(monkeypatch, capsys, *args)
+    assert code == 0, err
+    assert "already complete" in out + err
+    assert table(db, "SELECT count(*), count(DISTINCT example_id) FROM ablation_predictions") == before
+
+    code, out, err = run(monkeypatch, capsys, *args[: -len(SWEEP)], "--shot-seed", "7", *SWEEP)
+    assert code == 0, err
+    seeds = table(db, "SELECT prompt->>'seed' FROM runs WHERE kind = 'ablation' ORDER BY run_id")
+    assert seeds == [("42",), ("7",)]
+
+
+@pytest.mark.parametrize(
+    ("model", "extra", "message"),
+    [
+        ("lm", [], "a language model has no classification head: give --prompt"),
+        ("classifier", ["--prompt"], "is a fine-tuned classifier"),
+        ("encoder", ["--prompt"], "is an encoder"),
+        ("lm", ["--prompt", "--task", "stsb", "--glue-dir", "{glue}"], "stsb is a regression task"),
+    ],
+)
+def test_cli_refuses_what_cannot_be_swept_in_one_line(
+    classifiers, tmp_path_factory, monkeypatch, capsys, model, extra, message
+):
+    from helpers import run
+    from tiny_models import make_tiny
+
+    tmp = tmp_path_factory.mktemp("refused")
+    folder = {
+        "lm": lambda: make_causal_lm("gpt2", tmp),
+        "classifier": lambda: classifiers["gpt2"],
+        "encoder": lambda: make_tiny("bert", tmp / "bert"),
+    }[model]()
+    db = tmp / "w.duckdb"
+    sts = tmp / "glue" / "STS-B"
+    sts.mkdir(parents=True)
+    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+    (sts / "dev.tsv").write_text(header + "0\tg\tf\t2012\t0\tnone\tnone\tA dog.\tThe dog.\t3.800\n")
+    extra = [e.format(glue=tmp / "glue") for e in extra]
+    task = [] if "--task" in extra else ["--task", "sentiment"]
+    capsys.readouterr()  # what building the models printed
+    code, out, err = run(
+        monkeypatch, capsys, "ingest", "ablation", "--model", str(folder), "--db", str(db), *task, *extra
+    )
+    assert code != 0
+    assert message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not db.exists()
