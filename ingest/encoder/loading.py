@@ -204,9 +204,11 @@ def load_encoder(
     auto = AutoModelForSequenceClassification if classifier else AutoModelForCausalLM if lm_head else AutoModel
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, **gguf_file)
-        model, info = auto.from_pretrained(
+        # Any: the auto classes' stubs do not say that output_loading_info returns a pair.
+        loaded: Any = auto.from_pretrained(
             folder, attn_implementation=capture.register(), dtype=torch.float32, output_loading_info=True, **gguf_file
         )
+        model, info = loaded
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot load model {shown}: {_first_line(exc)}") from None
     if lm_head and any(k.startswith("lm_head") for k in info.get("missing_keys", ())):

@@ -186,8 +186,16 @@ def encoder_layers(model: nn.Module) -> nn.ModuleList | None:
 # attention keys (v3) its query and key projections also run on the relative position
 # embeddings, twice per forward, so one stored output cannot stand for both calls. Decoders:
 # Llama and the families that copy it; Phi-3 (fused); GPT-2 (fused, a Conv1D).
-_PROJECTIONS = (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"), ("q", "k", "v"), ("Wqkv",), ("value_proj",))
-_PROJECTIONS += (("q_proj", "k_proj", "v_proj"), ("qkv_proj",), ("c_attn",))
+_PROJECTIONS: tuple[tuple[str, ...], ...] = (
+    ("query", "key", "value"),
+    ("q_lin", "k_lin", "v_lin"),
+    ("q", "k", "v"),
+    ("Wqkv",),
+    ("value_proj",),
+    ("q_proj", "k_proj", "v_proj"),
+    ("qkv_proj",),
+    ("c_attn",),
+)
 
 
 def _is_projection(module: object) -> bool:
@@ -345,7 +353,8 @@ class AblationSweep:
         outputs: list[object] = []
         hooks = [layer.register_forward_hook(lambda m, a, out: outputs.append(out)) for layer in layers]
         embedded: dict[nn.Module, list[object]] = {}
-        for module in _embedding_modules(self.encoder.model.base_model):
+        base: Any = self.encoder.model.base_model  # Any: torch types it as Tensor | Module
+        for module in _embedding_modules(base):
             hooks.append(module.register_forward_hook(lambda m, a, out: embedded.setdefault(m, []).append(out)))
         projections: dict[nn.Module, torch.Tensor] = {}
         if self.projections is not None:
