@@ -615,6 +615,25 @@ def ablation(
     prefix_cache: Annotated[
         bool, typer.Option(help="Reuse the layers below the first disabled one (exact; off only to check it).")
     ] = True,
+    prompt: Annotated[
+        bool,
+        typer.Option(
+            "--prompt",
+            help="Read a causal language model through the task's prompt: the prediction is the label word with "
+            "the largest logit at the last token (docs/prompts.md); recorded in runs.prompt.",
+        ),
+    ] = False,
+    shots: Annotated[
+        int, typer.Option(min=0, help="With --prompt: solved train examples heading every prompt (few-shot).")
+    ] = 0,
+    shot_seed: Annotated[int, typer.Option(help="With --prompt --shots: the seed the shots are drawn with.")] = 42,
+    label_words: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="With --prompt: one label word per class in label-id order, replacing the template's (repeat or "
+            "separate with commas; each is read after a space, as ' positive' after 'Sentiment:')."
+        ),
+    ] = None,
     device: DeviceOpt = Device.auto,
     db: DbOpt = DEFAULT_DB,
     replace: ReplaceOpt = False,
@@ -627,6 +646,11 @@ def ablation(
     console = Console(stderr=True)
     modes = list(dict.fromkeys(m.value for m in mode or [Mode.uniform]))
     run_on = compute.options(device.value)
+    if not prompt and (shots or shot_seed != 42 or label_words):
+        raise UsageError("--shots, --shot-seed and --label-words go with --prompt")
+    words = [" " + w.strip() for given in label_words or [] for w in given.split(",")] or None
+    if prompt and (run_on.shard or run_on.engine == "ray"):
+        raise UsageError("--prompt sweeps in one process for now: drop --shard and --engine ray")
     with loading(console, None if run_on.shard else db, source, models=[model]):
         # Data errors before torch is imported; only a sweep of the bundled sample without
         # --task waits for the model, whose fine-tuning task it is swept on.
@@ -639,16 +663,25 @@ def ablation(
             ingest_ablation,
             prepare_ablation,
             shard_ablation,
+            task_template,
         )
         from attnwh.ingest.sources.files import SAMPLE_TASKS
 
-        encoder = load_encoder(model, device.value)
-        encoder.require_encoder("the ablation sweep")
-        check_classifier(encoder)
+        encoder = load_encoder(model, device.value, language_model=prompt)
+        check_classifier(encoder, prompt)
         if loaded is None:
             # On the bundled sample, a model made by `attnwh finetune` is swept on its own task.
             tuned_on = (encoder.lineage or {}).get("task")
             loaded = source.load([tuned_on] if tuned_on in SAMPLE_TASKS else None)
+        prompts = None
+        if prompt:
+            from attnwh.ingest.sources.prompts import make_prompt
+
+            # Shots come from the train split of the same source (never an evaluated example).
+            train = dataclasses.replace(source, split="train").load([t.task for t in loaded]) if shots else None
+            prompts = [
+                make_prompt(data, shots, train[i] if train else None, shot_seed, words) for i, data in enumerate(loaded)
+            ]
         options = reading.ingest_options(replace)
         per_pass = configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
         settings = [
@@ -663,9 +696,9 @@ def ablation(
             )
             for m in modes
         ]
-        prepared = {s.mode: prepare_ablation(encoder, loaded, options, s) for s in settings}
+        prepared = {s.mode: prepare_ablation(encoder, loaded, options, s, prompts) for s in settings}
         for p in prepared[modes[0]]:
-            gold_labels(encoder, p.data)  # label mismatches fail before anything is written
+            gold_labels(encoder, p.data, task_template(p))  # label mismatches fail before anything is written
 
     n_configs = 1 + encoder.num_layers * encoder.num_heads + encoder.num_layers
     console.print(

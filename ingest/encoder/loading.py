@@ -16,7 +16,13 @@ import huggingface_hub
 import torch
 import transformers
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+)
 
 from attnwh.errors import ModelError, UsageError
 from attnwh.ingest.encoder import capture, gguf, inline
@@ -152,13 +158,17 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32") -> EncoderModel:
+def load_encoder(
+    name: str | None, device: str = "auto", dtype: str = "float32", language_model: bool = False
+) -> EncoderModel:
     """Load `name` (hub name, local directory, or None for the bundled MiniLM) for attention
     capture, raising ModelError with one clear line for anything that is not a supported
     encoder or decoder. A decoder loads as its base model (a ...ForSequenceClassification
     checkpoint as that), with the tokenizer's end-of-sequence token as padding where it has
     no padding token; attnwh right-pads whatever the tokenizer's padding side, so real
-    tokens keep positions 0..n-1."""
+    tokens keep positions 0..n-1. `language_model`: a decoder that is not a classifier loads
+    with its language-model head (*ForCausalLM, for prompts); its weights hash is still its
+    base model's, so its runs share the checkpoint's row with the statistics runs."""
     torch_device = resolve_device(device)
     if dtype not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
@@ -189,22 +199,27 @@ def load_encoder(name: str | None, device: str = "auto", dtype: str = "float32")
             f"(encoders: {', '.join(ENCODER_FAMILIES)}; decoders: {', '.join(DECODER_FAMILIES)})"
         )
     architectures = config.architectures or []
-    auto = (
-        AutoModelForSequenceClassification
-        if any("ForSequenceClassification" in a for a in architectures)
-        else AutoModel
-    )
+    classifier = any("ForSequenceClassification" in a for a in architectures)
+    lm_head = language_model and causal and not classifier
+    auto = AutoModelForSequenceClassification if classifier else AutoModelForCausalLM if lm_head else AutoModel
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, **gguf_file)
-        model = auto.from_pretrained(folder, attn_implementation=capture.register(), dtype=torch.float32, **gguf_file)
+        # Any: the auto classes' stubs do not say that output_loading_info returns a pair.
+        loaded: Any = auto.from_pretrained(
+            folder, attn_implementation=capture.register(), dtype=torch.float32, output_loading_info=True, **gguf_file
+        )
+        model, info = loaded
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot load model {shown}: {_first_line(exc)}") from None
+    if lm_head and any(k.startswith("lm_head") for k in info.get("missing_keys", ())):
+        # A base model saved without its head would get a random one: no reading at all.
+        raise ModelError(f"{shown} has no language-model head (its checkpoint holds only the base model)")
     if causal:
         _prepare_decoder_tokenizer(tokenizer, model, shown)
     elif tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise ModelError(f"the tokenizer of {shown} has no [CLS]/[SEP] tokens; attnwh needs an encoder tokenizer")
     tokenizer.padding_side = "right"  # the statistics assume real tokens come first
-    weights_hash = parameters_hash(model)
+    weights_hash = parameters_hash(model.base_model if lm_head else model)
     model = model.to(device=torch_device, dtype=DTYPES[dtype]).eval()
     inline.install(model)  # DeBERTa, MPNet: attention computed in the module, not the interface
     probe = tokenizer("a b", return_tensors="pt")

@@ -26,7 +26,8 @@ example's gradient.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import inspect
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,8 +128,11 @@ class HeadDisabler:
         disabled, uniform = self._disabled, self._uniform
         assert disabled is not None and uniform is not None
         off = disabled[self._layer]
-        # The mask of the tile's rows and keys (capture.observed_mask: set while it is read).
-        mask = capture.observed_mask() if getattr(module, "sliding_window", None) is not None else None
+        # The mask of the tile's rows and keys (capture.observed_mask: set while it is read). A
+        # causal row (decoders) sees only keys up to itself, and a sliding-window row only its
+        # window: the mask says which, padding on either side included.
+        limited = getattr(module, "is_causal", False) or getattr(module, "sliding_window", None) is not None
+        mask = capture.observed_mask() if limited else None
         if self.mode == "zero":
             replacement = probs.new_zeros(())
         elif mask is not None:
@@ -141,8 +145,10 @@ class HeadDisabler:
 
 
 def _window_uniform(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Uniform weights over the keys each query of a sliding-window layer (ModernBERT's local
-    layers) may see: the real tokens of its window, read from the layer's additive mask."""
+    """Uniform weights over the keys each query row may see, read from the layer's additive
+    mask: on a causal row i of a decoder the real keys among 0..i (1/(i+1) where nothing is
+    padded), on a sliding-window layer (ModernBERT's local layers, Mistral, Gemma) the real
+    keys of its window. A row that sees no key (a left-padded row's padding) gets zeros."""
     allowed = (mask > torch.finfo(mask.dtype).min / 2).to(dtype)  # (R, 1, rows, keys)
     return allowed / allowed.sum(-1, keepdim=True).clamp(min=1)
 
@@ -162,23 +168,42 @@ class HeadGates:
 
 
 def encoder_layers(model: nn.Module) -> nn.ModuleList | None:
-    """The model's list of layer modules, one per depth; None where depths share modules."""
+    """The model's list of layer modules, one per depth; None where depths share modules.
+    `base_model` is the bare transformer under any head (a classifier's, a language model's)."""
     base = model.base_model
     for parent in ("encoder", "transformer"):  # BERT, RoBERTa, ELECTRA, DeBERTa, MPNet / DistilBERT
         layers = getattr(getattr(base, parent, None), "layer", None)
         if isinstance(layers, nn.ModuleList):
             return layers
-    layers = getattr(base, "layers", None)  # ModernBERT
-    return layers if isinstance(layers, nn.ModuleList) else None
+    for name in ("layers", "h"):  # ModernBERT and the Llama-like decoders / GPT-2
+        layers = getattr(base, name, None)
+        if isinstance(layers, nn.ModuleList):
+            return layers
+    return None
 
 
 # BERT-like, DistilBERT, MPNet, ModernBERT (fused). DeBERTa only its values: with shared
 # attention keys (v3) its query and key projections also run on the relative position
-# embeddings, twice per forward, so one stored output cannot stand for both calls.
-_PROJECTIONS = (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"), ("q", "k", "v"), ("Wqkv",), ("value_proj",))
+# embeddings, twice per forward, so one stored output cannot stand for both calls. Decoders:
+# Llama and the families that copy it; Phi-3 (fused); GPT-2 (fused, a Conv1D).
+_PROJECTIONS: tuple[tuple[str, ...], ...] = (
+    ("query", "key", "value"),
+    ("q_lin", "k_lin", "v_lin"),
+    ("q", "k", "v"),
+    ("Wqkv",),
+    ("value_proj",),
+    ("q_proj", "k_proj", "v_proj"),
+    ("qkv_proj",),
+    ("c_attn",),
+)
 
 
-def qkv_projections(layers: nn.ModuleList) -> list[tuple[nn.Linear, ...]] | None:
+def _is_projection(module: object) -> bool:
+    # GPT-2's Conv1D is a linear layer with its weight transposed (y = x W + b).
+    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
+
+
+def qkv_projections(layers: nn.ModuleList) -> list[tuple[nn.Module, ...]] | None:
     """Each layer's query, key and value projections, or None where one is not found."""
     found = []
     for layer in layers:
@@ -187,7 +212,7 @@ def qkv_projections(layers: nn.ModuleList) -> list[tuple[nn.Linear, ...]] | None
                 (
                     tuple(getattr(module, n) for n in names)
                     for names in _PROJECTIONS
-                    if all(isinstance(getattr(module, n, None), nn.Linear) for n in names)
+                    if all(_is_projection(getattr(module, n, None)) for n in names)
                 ),
                 None,
             )
@@ -224,8 +249,25 @@ class _Reference:
 
     layers: nn.ModuleList
     outputs: list[object]  # what each layer returned: a tensor, or a tuple holding it
-    projections: list[list[tuple[nn.Linear, torch.Tensor]]] | None
-    embeddings: tuple[nn.Module, object] | None = None  # the module and what it returned
+    projections: list[list[tuple[nn.Module, torch.Tensor]]] | None
+    embeddings: list[tuple[nn.Module, torch.Tensor]]  # each embedding module and what it returned
+
+
+Scorer = Callable[[nn.Module, dict[str, torch.Tensor]], torch.Tensor]
+
+
+def classifier_scores(model: nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A classifier's logits (rows, labels): its `.logits` (a decoder's *ForSequenceClassification
+    pools the last real token by the pad token id)."""
+    return model(**inputs).logits
+
+
+def _embedding_modules(base: nn.Module) -> list[nn.Module]:
+    """The modules that turn token ids into vectors: an encoder's `embeddings` (words,
+    positions, types, its norm); a decoder's token embedding (Llama's `embed_tokens`, GPT-2's
+    `wte`; GPT-2's position table `wpe` is looked up by positions of one row, left to run)."""
+    found = [getattr(base, name, None) for name in ("embeddings", "embed_tokens", "wte")]
+    return [m for m in found if isinstance(m, nn.Module)]
 
 
 class AblationSweep:
@@ -238,12 +280,17 @@ class AblationSweep:
         prefix_cache: bool = True,
         configs_per_pass: int = 1,
         attention_memory: int | None = None,
+        scorer: Scorer = classifier_scores,
     ) -> None:
         """`attention_memory` (bytes; default: sized from the device) bounds the maps alive
-        at once: long layers are computed in tiles (`capture.attention_memory`)."""
+        at once: long layers are computed in tiles (`capture.attention_memory`). `scorer`
+        reads a configuration's scores (rows, classes) from the model and its inputs: a
+        classifier's logits by default, a prompted language model's label-word logits
+        (`prompting.label_scores`)."""
         self.encoder = encoder
         self.budget = attention_memory or capture.default_budget(encoder.device)
         self.mode = mode
+        self.scorer = scorer
         self.disabler = HeadDisabler(mode)
         self.layers = encoder_layers(encoder.model) if prefix_cache else None
         if self.layers is not None and len(self.layers) != encoder.num_layers:
@@ -265,10 +312,10 @@ class AblationSweep:
     @torch.inference_mode()
     def _logits(self, batch: dict[str, torch.Tensor], configurations: Sequence[Configuration]) -> np.ndarray:
         model, L, H = self.encoder.model, self.encoder.num_layers, self.encoder.num_heads
-        inputs = forward_inputs(model, batch)
+        inputs = sweep_inputs(model, batch)
         key_mask = batch["attention_mask"].bool()
         rows = key_mask.shape[0]
-        reference = self._reference(inputs, self.layers) if self.layers is not None else None
+        reference = self._reference(inputs, self.layers, rows) if self.layers is not None else None
         starts = [c.start(L) if reference is not None else 0 for c in configurations]
         out: np.ndarray | None = None
         order = sorted(range(len(configurations)), key=lambda i: (starts[i], i))
@@ -284,9 +331,8 @@ class AblationSweep:
             stubs: list[tuple[nn.Module, object]] = []
             # The embeddings of the same inputs are the same in every configuration: computed
             # once, in the reference pass.
-            if reference is not None and reference.embeddings is not None:
-                module, embedded = reference.embeddings
-                stubs.append((module, _repeated(embedded, k)))
+            if reference is not None:
+                stubs += [(module, _repeated(embedded, k)) for module, embedded in reference.embeddings]
             if reference is not None and start > 0:  # start > 0 only with a reference
                 hidden = _repeated(reference.outputs[start - 1], k)
                 stubs += [(layer, hidden) for layer in reference.layers[:start]]
@@ -294,7 +340,7 @@ class AblationSweep:
                 stubs += [(linear, _repeated(stored, k)) for linear, stored in reference.projections[start]]
             self.disabler.begin(key_mask.repeat(k, 1), np.repeat(disabled, rows, axis=1), start)
             with capture.observing(self.disabler), _replacing(stubs):
-                logits = model(**{name: _repeated(t, k) for name, t in inputs.items()}).logits
+                logits = self.scorer(model, {name: _repeated(t, k) for name, t in inputs.items()})
             values = logits.float().view(k, rows, -1).cpu().numpy()
             if out is None:
                 out = np.empty((len(configurations), rows, values.shape[-1]), dtype=np.float32)
@@ -303,13 +349,13 @@ class AblationSweep:
             raise ValueError("logits needs at least one configuration")
         return out
 
-    def _reference(self, inputs: dict[str, torch.Tensor], layers: nn.ModuleList) -> _Reference:
+    def _reference(self, inputs: dict[str, torch.Tensor], layers: nn.ModuleList, rows: int) -> _Reference:
         outputs: list[object] = []
         hooks = [layer.register_forward_hook(lambda m, a, out: outputs.append(out)) for layer in layers]
-        embedded: dict[nn.Module, object] = {}
-        embeddings = getattr(self.encoder.model.base_model, "embeddings", None)
-        if isinstance(embeddings, nn.Module):
-            hooks.append(embeddings.register_forward_hook(lambda m, a, out: embedded.__setitem__(m, out)))
+        embedded: dict[nn.Module, list[object]] = {}
+        base: Any = self.encoder.model.base_model  # Any: torch types it as Tensor | Module
+        for module in _embedding_modules(base):
+            hooks.append(module.register_forward_hook(lambda m, a, out: embedded.setdefault(m, []).append(out)))
         projections: dict[nn.Module, torch.Tensor] = {}
         if self.projections is not None:
             hooks += [
@@ -318,24 +364,43 @@ class AblationSweep:
                 for linear in linears
             ]
         try:
-            self.encoder.model(**inputs)
+            self.scorer(self.encoder.model, inputs)
         finally:
             for hook in hooks:
                 hook.remove()
-        # Only where it ran once, with a tensor out (none of the families calls it twice).
-        found = next(iter(embedded.items()), None)
-        kept = found if found is not None and isinstance(found[1], torch.Tensor) else None
+        # Only where it ran once, with a tensor of the batch's rows out (none of the families
+        # calls one twice; a table looked up by one row of positions is left to run).
+        kept = [
+            (module, out[0])
+            for module, out in embedded.items()
+            if len(out) == 1 and isinstance(out[0], torch.Tensor) and out[0].shape[0] == rows
+        ]
         if self.projections is None:
             return _Reference(layers, outputs, None, kept)
         stored = [[(linear, projections[linear]) for linear in linears] for linears in self.projections]
         return _Reference(layers, outputs, stored, kept)
 
 
+def sweep_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """What the model's forward takes from `batch`; for a decoder, without a key/value cache
+    (a pass reads the whole input once, and layers replayed from the reference would leave
+    the cache with gaps)."""
+    inputs: dict[str, Any] = dict(forward_inputs(model, batch))
+    if getattr(model.config, "use_cache", None) is not None and "use_cache" in _parameters(model):
+        inputs["use_cache"] = False
+    return inputs
+
+
+def _parameters(model: nn.Module) -> frozenset[str]:
+    return frozenset(inspect.signature(type(model).forward).parameters)
+
+
 def _repeated(output: Any, k: int) -> Any:
     """A layer's output for k copies of the batch, in the same structure: a tensor
     (ModernBERT) or a tuple whose tensors are repeated (DeBERTa's (hidden, None), MPNet's
-    (hidden,)); itself for k = 1 (a copy would cost a pass over it for nothing)."""
-    if k == 1:
+    (hidden,)); itself for k = 1 (a copy would cost a pass over it for nothing). Flags
+    (`use_cache`) pass as they are."""
+    if k == 1 or isinstance(output, bool):
         return output
     if isinstance(output, torch.Tensor):
         return output.repeat(k, *[1] * (output.dim() - 1))
@@ -356,15 +421,20 @@ def _split_by(group: list[int], starts: list[int]) -> Iterator[list[int]]:
 
 
 def head_importance_batch(
-    encoder: EncoderModel, batch: dict[str, torch.Tensor], targets: torch.Tensor, regression: bool
+    encoder: EncoderModel,
+    batch: dict[str, torch.Tensor],
+    targets: torch.Tensor,
+    regression: bool,
+    scorer: Scorer = classifier_scores,
 ) -> np.ndarray:
     """Sum over the batch's examples of |∂L(x)/∂ξ_h| per (layer, head), L being the
-    example's cross-entropy (squared error for regression) with all gates at 1."""
+    example's cross-entropy over the scores `scorer` reads (a classifier's logits, a prompted
+    model's label-word logits; squared error for regression) with all gates at 1."""
     model, L, H = encoder.model, encoder.num_layers, encoder.num_heads
     rows = batch["attention_mask"].shape[0]
     gates = torch.ones((L, rows, H), device=encoder.device, requires_grad=True)
     with _frozen(model), torch.enable_grad(), capture.observing(HeadGates(gates)):
-        logits = model(**forward_inputs(model, batch)).logits.float()
+        logits = scorer(model, sweep_inputs(model, batch)).float()
         if regression:
             loss = nn.functional.mse_loss(logits[:, 0], targets.float(), reduction="sum")
         else:

@@ -41,6 +41,7 @@ __all__ = [
     "Predictions",
     "PromptedClassifier",
     "label_logits",
+    "label_scores",
     "label_token_ids",
     "last_positions",
     "leading_special_ids",
@@ -101,6 +102,24 @@ def label_logits(lm_logits: torch.Tensor, attention_mask: torch.Tensor, label_id
     last = last_positions(attention_mask).to(lm_logits.device)
     words = torch.as_tensor(list(label_ids), device=lm_logits.device)
     return lm_logits[rows, last][:, words]
+
+
+def label_scores(model: nn.Module, inputs: dict[str, Any], label_ids: Sequence[int]) -> torch.Tensor:
+    """(rows, classes): the label words' logits at each row's last real token, from a causal
+    LM and its forward's inputs (`attention_mask` among them; padding on either side). The
+    vocabulary projection runs only at the positions read (one per distinct last position,
+    `logits_to_keep`), not at every position of every row. Differentiable (gradient
+    importance reads it with gradients on)."""
+    mask = inputs["attention_mask"]
+    last = last_positions(mask)
+    if _takes_logits_to_keep(type(model).forward):
+        keep = torch.unique(last)
+        out = model(**inputs, logits_to_keep=keep).logits
+        picked = out[torch.arange(out.shape[0], device=out.device), torch.searchsorted(keep, last).to(out.device)]
+    else:
+        out = model(**inputs).logits
+        picked = out[torch.arange(out.shape[0], device=out.device), last.to(out.device)]
+    return picked[:, torch.as_tensor(list(label_ids), device=picked.device)]
 
 
 @dataclass(frozen=True)
@@ -201,19 +220,7 @@ class PromptedClassifier:
     @torch.inference_mode()
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """(rows, classes) float32: the label words' logits at each row's last real token."""
-        mask = batch["attention_mask"]
-        last = last_positions(mask)
-        if _takes_logits_to_keep(type(self.model).forward):
-            # Project onto the vocabulary only at the positions read (one per distinct length),
-            # not at every position of every row.
-            keep = torch.unique(last)
-            out = self.model(**batch, logits_to_keep=keep).logits
-            rows = torch.arange(out.shape[0], device=out.device)
-            picked = out[rows, torch.searchsorted(keep, last).to(out.device)]
-        else:
-            out = self.model(**batch).logits
-            picked = out[torch.arange(out.shape[0], device=out.device), last.to(out.device)]
-        return picked[:, torch.as_tensor(self.label_ids, device=picked.device)].float()
+        return label_scores(self.model, batch, self.label_ids).float()
 
     def predict(self, task: TaskData, batch_size: int = 8) -> Predictions:
         """The label words' logits and the predictions for every example of `task`, in

@@ -79,7 +79,7 @@ class _Call:
     output: torch.Tensor  # (B, S, D)
     # The layer's query, key and value projections with their outputs (B, S, ·) in this call;
     # empty where they are not known.
-    projections: list[tuple[nn.Linear, torch.Tensor]]
+    projections: list[tuple[nn.Module, torch.Tensor]]
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ sinks combination, and the summary says why (`AblationSummary.sinks_note`).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -41,17 +43,20 @@ import torch
 
 from attnwh.errors import DataError, ModelError, UsageError
 from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.encoding import collate, length_buckets
+from attnwh.ingest.encoder.encoding import EncodedTask, collate, length_buckets
 from attnwh.ingest.encoder.loading import EncoderModel
 from attnwh.ingest.measures.ablation import (
     AblationSweep,
     Configuration,
     HeadDisabler,
+    Scorer,
+    classifier_scores,
     combination,
     head_importance_batch,
     sweep_configurations,
 )
 from attnwh.ingest.measures.metrics import metrics_for
+from attnwh.ingest.measures.prompting import PromptedClassifier, label_scores
 from attnwh.ingest.measures.significance import PairedResult, benjamini_hochberg, compare_to_baseline
 from attnwh.ingest.runs import rows
 from attnwh.ingest.runs.loop import (
@@ -66,7 +71,9 @@ from attnwh.ingest.runs.loop import (
 )
 from attnwh.ingest.runs.shards import Part
 from attnwh.ingest.runs.units import WorkUnit, plan_units
+from attnwh.ingest.sources import prompts
 from attnwh.ingest.sources.examples import TaskData
+from attnwh.ingest.sources.prompts import Prompt, Template
 from attnwh.sql import runs, warehouse
 
 if TYPE_CHECKING:
@@ -139,25 +146,51 @@ ProgressBatch = Callable[[int], None]
 ALPHA = 0.05
 
 
-def check_classifier(encoder: EncoderModel) -> None:
-    """Ablation scores a task classifier: refuse a bare encoder before anything is written."""
-    if not encoder.architecture.endswith("ForSequenceClassification"):
+NO_HEAD = (
+    "a language model has no classification head: give --prompt to read it through a prompt, "
+    "or fine-tune it with `attnwh finetune`"
+)
+
+
+def check_classifier(encoder: EncoderModel, prompted: bool = False) -> None:
+    """Ablation scores a task classifier, fine-tuned (an encoder's or a decoder's
+    *ForSequenceClassification) or, with `prompted`, a causal language model read through a
+    prompt: refuse anything else in one line before anything is written."""
+    classifier = encoder.architecture.endswith("ForSequenceClassification")
+    if prompted and not encoder.causal:
+        raise ModelError(
+            f"--prompt reads a causal language model through its label words; {encoder.name} is an encoder "
+            f"({encoder.family}): drop --prompt and sweep a fine-tuned classifier"
+        )
+    if prompted and classifier:
+        raise ModelError(
+            f"--prompt reads a language model's label words; {encoder.name} is a fine-tuned classifier "
+            f"({encoder.architecture}) with a head of its own: drop --prompt"
+        )
+    if prompted:
+        return
+    if encoder.causal and not classifier:
+        raise ModelError(f"{encoder.name} ({encoder.architecture}): {NO_HEAD}")
+    if not classifier:
         raise ModelError(
             f"{encoder.name} has no classification head ({encoder.architecture}); ablation scores a fine-tuned "
             "classifier: make one with `attnwh finetune`"
         )
 
 
-def gold_labels(encoder: EncoderModel, data: TaskData) -> tuple[np.ndarray, bool]:
+def gold_labels(encoder: EncoderModel, data: TaskData, template: Template | None = None) -> tuple[np.ndarray, bool]:
     """The examples' gold labels in the model's own numbering (scores for regression), and
     whether the task is a regression. Label names must match the model's, or the model must
-    have default names (LABEL_0, ...) and as many labels as the task."""
+    have default names (LABEL_0, ...) and as many labels as the task. With a prompt's
+    `template`, the label ids are the template's (its label words' order)."""
     # A transformers PretrainedConfig; nn.Module's __getattr__ types it as Tensor | Module.
     config: Any = encoder.model.config
     regression = config.num_labels == 1
     golds = [e.label for e in data.examples if e.label is not None]
     if len(golds) != len(data.examples):
         raise DataError(f"{data.task} ({data.split}) has unlabelled examples; ablation needs gold labels")
+    if template is not None:
+        return np.array(prompts.gold_labels(data, template)), False
     task_labels = data.labels
     if regression != (task_labels is None):
         kind = "a regression" if regression else f"a {config.num_labels}-class"
@@ -186,13 +219,63 @@ def ablation_identity(encoder: EncoderModel, ablation: AblationOptions) -> dict[
 
 
 def prepare_ablation(
-    encoder: EncoderModel, tasks: Sequence[TaskData], options: IngestOptions, ablation: AblationOptions
+    encoder: EncoderModel,
+    tasks: Sequence[TaskData],
+    options: IngestOptions,
+    ablation: AblationOptions,
+    prompts_by_task: Sequence[Prompt] | None = None,
 ) -> list[PreparedTask]:
     """`prepare_tasks` for an ablation sweep with these settings: the run key names them, so
-    another mode or top-k is another run."""
+    another mode or top-k is another run. With `prompts_by_task` (one per task, a causal LM),
+    each example is its prompt's tokens and the prompt is part of the run key."""
     prepared = prepare_tasks(encoder, tasks, options, ablation_identity(encoder, ablation))
+    if prompts_by_task is not None:
+        prepared = [prompted_task(encoder, task, prompt, options) for task, prompt in zip(prepared, prompts_by_task)]
     check_ablation_fits(encoder, prepared, ablation)
     return prepared
+
+
+def prompted_task(encoder: EncoderModel, task: PreparedTask, prompt: Prompt, options: IngestOptions) -> PreparedTask:
+    """`task` read through `prompt`: its examples become the prompts' token ids (the shots'
+    prefix, the example, the cue; `PromptedClassifier.encode`) and the prompt's description,
+    with the label words' token ids, joins the run's identity (runs.prompt records it)."""
+    classifier = PromptedClassifier(encoder.model, encoder.tokenizer, prompt, task.max_length)
+    encoded = [classifier.encode(e) for e in task.data.examples]
+    if not options.truncate and any(e.truncated for e in encoded):
+        first = next(i for i, e in enumerate(encoded) if e.truncated)
+        raise DataError(
+            f"{sum(e.truncated for e in encoded)} prompt(s) of {task.data.task} are longer than {task.max_length} "
+            f"tokens (first: row {task.data.examples[first].position}, {encoded[first].n_tokens_full} tokens); "
+            "drop --no-truncate to cut the start of their text"
+        )
+    tokens = EncodedTask(
+        input_ids=tuple(np.asarray(e.ids, dtype=np.int64) for e in encoded),
+        token_type_ids=None,
+        n_tokens_full=np.array([e.n_tokens_full for e in encoded], dtype=np.int64),
+    )
+    return dataclasses.replace(task, encoded=tokens, identity={**task.identity, "prompt": classifier.describe()})
+
+
+def task_template(task: PreparedTask) -> Template | None:
+    """The template of the prompt `task` is read through (None: a fine-tuned classifier)."""
+    described = task.identity.get("prompt")
+    if not isinstance(described, dict):
+        return None
+    return prompts.prompt_template(str(described["task"]), described["label_words"])
+
+
+def label_ids_of(task: PreparedTask) -> list[int] | None:
+    """The label words' token ids of the prompt `task` is read through (None: a classifier)."""
+    described = task.identity.get("prompt")
+    return list(described["label_token_ids"]) if isinstance(described, dict) else None
+
+
+def scorer_for(label_ids: Sequence[int] | None) -> Scorer:
+    """What a configuration's scores are: a classifier's logits, or, with the label words'
+    token ids, a prompted LM's logits of those words at each row's last real token."""
+    if label_ids is None:
+        return classifier_scores
+    return functools.partial(label_scores, label_ids=tuple(label_ids))
 
 
 def check_ablation_fits(encoder: EncoderModel, tasks: Sequence[PreparedTask], ablation: AblationOptions) -> None:
@@ -236,7 +319,7 @@ def ingest_ablation(
     if engine.shard is not None:
         raise ValueError("a static shard writes no warehouse: use shard_ablation")
     golds = _check_tasks(encoder, tasks, ablation)
-    worker = sweep_worker(encoder, ablation.worker_settings())
+    worker = sweep_worker(encoder, _settings(ablation, tasks))
     executor = executor_for(engine, _spec(encoder, ablation), worker, db_path)
     # Ray workers take a batch's configurations in groups that share a first disabled layer.
     groups = sweep_groups(encoder.num_layers, encoder.num_heads) if engine.engine == "ray" else None
@@ -308,7 +391,7 @@ def shard_ablation(
     from attnwh.ingest.runs.loop import run_info
 
     golds = _check_tasks(encoder, tasks, ablation)
-    worker = sweep_worker(encoder, ablation.worker_settings())
+    worker = sweep_worker(encoder, _settings(ablation, tasks))
     groups = sweep_groups(encoder.num_layers, encoder.num_heads)
     plans = [
         (
@@ -329,8 +412,16 @@ def _check_tasks(
     wanted = ablation_identity(encoder, ablation)
     if any({k: task.identity.get(k) for k in wanted} != wanted for task in tasks):
         raise ValueError("ablation tasks must be prepared by prepare_ablation with the same model and settings")
-    check_classifier(encoder)
-    return [gold_labels(encoder, task.data) for task in tasks]
+    prompted = {task_template(task) is not None for task in tasks}
+    if len(prompted) > 1:
+        raise ValueError("the tasks of one sweep are all read through prompts or none is")
+    check_classifier(encoder, prompted == {True})
+    return [gold_labels(encoder, task.data, task_template(task)) for task in tasks]
+
+
+def _settings(ablation: AblationOptions, tasks: Sequence[PreparedTask]) -> dict[str, Any]:
+    """The worker's settings: the sweep's, and each run's label words where a prompt is read."""
+    return ablation.worker_settings() | {"label_ids": {task.run_key: label_ids_of(task) for task in tasks}}
 
 
 def _spec(encoder: EncoderModel, ablation: AblationOptions) -> WorkerSpec:
@@ -360,12 +451,14 @@ def sweep_groups(num_layers: int, num_heads: int) -> list[tuple[int, ...]]:
 class SweepWorker:
     """Computes units of an ablation sweep: predictions under the unit's configurations."""
 
-    def __init__(self, sweep: AblationSweep) -> None:
+    def __init__(self, sweep: AblationSweep, label_ids: Mapping[str, Sequence[int] | None] | None = None) -> None:
         self.sweep = sweep
         encoder = sweep.encoder
         self.configs = sweep_configurations(encoder.num_layers, encoder.num_heads)
         config: Any = encoder.model.config
-        self.regression = config.num_labels == 1
+        # Each run's label words (by run key) where it reads a prompt: scored by them, never a regression.
+        self.label_ids = dict(label_ids or {})
+        self.regression = config.num_labels == 1 and not any(self.label_ids.values())
 
     def compute(self, unit: WorkUnit) -> Part:
         encoder = self.sweep.encoder
@@ -374,6 +467,7 @@ class SweepWorker:
         if unit.labels is None:
             raise ValueError("an ablation unit needs its gold labels")
         configs = [self.configs[i] for i in ids]
+        self.sweep.scorer = scorer_for(self.label_ids.get(unit.run_key))
         # A batch of long inputs is swept in pieces whose maps fit the attention memory budget.
         pieces = unit.split(self.sweep.max_rows(int(unit.n_tokens.max())))
         logits = np.concatenate(
@@ -399,7 +493,8 @@ def sweep_worker(encoder: EncoderModel, settings: Mapping[str, Any]) -> SweepWor
             settings["prefix_cache"],
             settings["configs_per_pass"],
             settings.get("attention_memory"),
-        )
+        ),
+        settings.get("label_ids"),
     )
 
 
@@ -506,6 +601,7 @@ def _finish(
 ) -> None:
     started = time.perf_counter()
     encoder = sweep.encoder
+    scorer = sweep.scorer = scorer_for(label_ids_of(task))
     metrics = metrics_for(task.data.task, regression)
     predictions = _stored_predictions(con, run_id, task.example_ids, len(singles))
     results = compare_to_baseline(metrics, labels, predictions[0], predictions, ablation.n_resamples, options.seed)
@@ -551,7 +647,7 @@ def _finish(
             batch = collate(task.encoded, indices, encoder.tokenizer.pad_token_id, encoder.device)
             dtype = torch.float32 if regression else torch.long
             targets = torch.as_tensor(labels[indices], dtype=dtype, device=encoder.device)
-            importance += head_importance_batch(encoder, batch, targets, regression)
+            importance += head_importance_batch(encoder, batch, targets, regression, scorer)
             on_batch(len(indices))
         importance /= len(labels)
 

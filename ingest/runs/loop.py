@@ -525,6 +525,8 @@ def run_fields(encoder: EncoderModel, task: PreparedTask, options: IngestOptions
         "batch_size": options.batch_size,
         "versions": json.dumps(rows.library_versions()),
         "command": options.command,
+        # The prompt a causal LM was read through (part of the identity): NULL for other runs.
+        "prompt": json.dumps(task.identity["prompt"]) if "prompt" in task.identity else None,
     }
 
 
