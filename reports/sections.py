@@ -113,9 +113,21 @@ def _lineage(ctx: ReportContext, frame: pl.DataFrame) -> pl.DataFrame:
     return charts.with_lineage(frame, ctx.query("model_lineage"))
 
 
+def _kind(ctx: ReportContext, frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with `causal` (query run_models): which runs are decoders', whose charts show
+    the first token in [CLS]'s place and no [SEP] (charts.by_kind)."""
+    kinds = ctx.query("run_models").select("run_id", "causal")
+    return frame.join(kinds, on="run_id", how="left").with_columns(pl.col("causal").fill_null(False))
+
+
+def has_decoders(ctx: ReportContext) -> bool:
+    """Whether any run the report covers is a decoder's (models.causal)."""
+    return bool(ctx.query("run_models")["causal"].any())
+
+
 def _special_tokens(ctx: ReportContext) -> list[Block]:
-    heads = _lineage(ctx, ctx.query("head_summary"))
-    layers = _lineage(ctx, ctx.query("special_tokens_by_layer"))
+    heads = _kind(ctx, _lineage(ctx, ctx.query("head_summary")))
+    layers = _kind(ctx, _lineage(ctx, ctx.query("special_tokens_by_layer")))
     return [
         ChartBlock(
             "chart-special-tokens-heads",
@@ -494,7 +506,7 @@ def _massive(ctx: ReportContext) -> list[Block]:
 
 
 def _context_mixing(ctx: ReportContext) -> list[Block]:
-    frame = _lineage(ctx, ctx.query("mixing_by_layer"))
+    frame = _kind(ctx, _lineage(ctx, ctx.query("mixing_by_layer")))
     return [
         ChartBlock(
             "chart-context-mixing",
