@@ -70,6 +70,7 @@ ROWS: dict[int, list[str]] = {
     14: [],  # layer_mixing.mixing_share (0014_mixing_ratio.sql): no new table
     15: [],  # models.folder (0015_model_folder.sql): no new table
     16: [],  # models' decoder columns and the head_groups view (0016_decoders.sql): no new table
+    18: [],  # run_examples.token_ids (0018_run_token_ids.sql): no new table
 }
 
 
