@@ -166,11 +166,11 @@ def test_api_reads_a_decoder_warehouse_and_refuses_in_one_line(warehouse, monkey
 
 
 def test_chromium_draws_the_sink_chart_and_a_triangle(browser, warehouse, tmp_path):  # noqa: F811
-    """The report (token maps on) draws its sink chart with a first-token column, and the show
+    """The report (without token maps, for time) draws its sink chart with a first-token column, and the show
     page's large map leaves its top-right cell grey (not part of a causal map), unlike the white
     of a weight of 0 or the blue of a share, while its bottom-left cell is coloured by share."""
     report = tmp_path / "report.html"
-    _cli("report", "--db", str(warehouse), "--out", str(report))
+    _cli("report", "--db", str(warehouse), "--out", str(report), "--no-token-maps")
     tab, log = open_offline(browser, report)
     tab.wait_for_selector("#chart-attention-sinks svg, #chart-attention-sinks canvas", timeout=20_000)
     sinks = tab.locator("#chart-attention-sinks").inner_html()
