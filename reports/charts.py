@@ -25,7 +25,31 @@ SHARES: tuple[tuple[str, str, str], ...] = (
     ("to_punct", "punctuation", "attention weight"),
     ("norm_to_punct", "punctuation", "norm-weighted"),
 )
-_LABELS = {column: f"{target} · {weighting}" for column, target, weighting in SHARES}
+
+# What a decoder's (causal language model's) runs show in the same places: its first token
+# (BOS, or the first real token) takes [CLS]'s place and it has no [SEP], whose shares are
+# NULL (docs/decoders.md). A NULL share is drawn as no panel at all, never as 0.
+FIRST_TOKEN = "first token"
+DECODER_SHARES: tuple[tuple[str, str, str], ...] = tuple(
+    (column, FIRST_TOKEN if target == "[CLS]" else target, weighting)
+    for column, target, weighting in SHARES
+    if target != "[SEP]"
+)
+DECODER_NOTE = "Decoders (causal language models): the first token in [CLS]'s place; a decoder has no [SEP]"
+
+
+def by_kind(frame: pl.DataFrame) -> list[tuple[bool, pl.DataFrame]]:
+    """`frame` as (causal, rows) parts: the encoders' runs, then the decoders' (a `causal`
+    column, from the query run_models, says which); one part when all runs are of one kind or
+    the frame has no `causal` column. Encoder and decoder runs are drawn in separate grids,
+    since a decoder has no [SEP] panel and a grid with a panel missing shifts the others."""
+    if "causal" not in frame.columns or not frame["causal"].any():
+        return [(False, frame)]
+    if frame["causal"].all():
+        return [(True, frame)]
+    return [(False, frame.filter(~pl.col("causal"))), (True, frame.filter(pl.col("causal")))]
+
+
 _FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 
 
@@ -52,7 +76,7 @@ def _selected_outline(*otherwise: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-_Selectable = TypeVar("_Selectable", alt.HConcatChart, alt.FacetChart)
+_Selectable = TypeVar("_Selectable", alt.HConcatChart, alt.VConcatChart, alt.FacetChart)
 
 
 def _selectable(chart: _Selectable) -> _Selectable:
@@ -217,36 +241,52 @@ def panel_label(frame: pl.DataFrame) -> pl.Expr:
     )
 
 
-def _long(frame: pl.DataFrame, index: list[str]) -> pl.DataFrame:
-    """One row per (index…, share) with readable target/weighting labels."""
-    columns = [c for c, _, _ in SHARES]
+def _long(frame: pl.DataFrame, index: list[str], shares: tuple[tuple[str, str, str], ...] = SHARES) -> pl.DataFrame:
+    """One row per (index…, share) with readable target/weighting labels, for the `shares`
+    (SHARES; DECODER_SHARES for decoders' runs)."""
+    columns = [c for c, _, _ in shares]
     long = frame.with_columns(panel=panel_label(frame)).unpivot(
         index=["panel", *index], on=columns, variable_name="share", value_name="value"
     )
-    targets = {c: t for c, t, _ in SHARES}
-    weightings = {c: w for c, _, w in SHARES}
+    targets = {c: t for c, t, _ in shares}
+    weightings = {c: w for c, _, w in shares}
+    labels = {column: f"{target} · {weighting}" for column, target, weighting in shares}
     return long.with_columns(
-        measure=pl.col("share").replace_strict(_LABELS),
+        measure=pl.col("share").replace_strict(labels),
         target=pl.col("share").replace_strict(targets),
         weighting=pl.col("share").replace_strict(weightings),
     ).drop("share")
 
 
-def special_tokens_heads(frame: pl.DataFrame) -> alt.HConcatChart:
+def special_tokens_heads(frame: pl.DataFrame) -> alt.HConcatChart | alt.VConcatChart:
     """Heatmaps layer × head of the six shares (columns), one row of panels per run; each
     column has its own colour scale (0 to its largest mean), so that the weak shares (the
-    norm-weighted ones) are not one dark block beside the strong ones.
+    norm-weighted ones) are not one dark block beside the strong ones. Decoders' runs (a
+    `causal` column) get a grid of their own below, of four shares: the first token in
+    [CLS]'s place, no [SEP].
 
-    `frame` is the `head_summary` query."""
+    `frame` is the `head_summary` query (with `causal` from run_models)."""
     cell = _cell(frame, 13)
     width = _grid_width(frame, cell)
-    data = fit_panels(_long(frame, ["layer", "head"]), width)
+    grids = [
+        _special_tokens_grid(part, DECODER_SHARES if causal else SHARES, cell, width, DECODER_NOTE if causal else None)
+        for causal, part in by_kind(frame)
+    ]
+    chart = grids[0] if len(grids) == 1 else alt.vconcat(*grids, spacing=28).resolve_scale(color="independent")
+    return _styled(_selectable(chart), view_stroke=None)
+
+
+def _special_tokens_grid(
+    frame: pl.DataFrame, shares: tuple[tuple[str, str, str], ...], cell: int, width: int, heading: str | None
+) -> alt.HConcatChart:
+    """special_tokens_heads' columns for the runs of `frame`, all of one kind."""
+    data = fit_panels(_long(frame, ["layer", "head"], shares), width)
     columns = []
-    for k, (column, target, weighting) in enumerate(SHARES):
+    for k, (_, target, weighting) in enumerate(shares):
         first = k == 0
         cells = (
             alt.Chart(data)
-            .transform_filter(alt.datum.measure == _LABELS[column])
+            .transform_filter(alt.datum.measure == f"{target} · {weighting}")
             .mark_rect()
             .encode(
                 x=_HEAD_GRID["x"],
@@ -291,16 +331,31 @@ def special_tokens_heads(frame: pl.DataFrame) -> alt.HConcatChart:
                 row=alt.Row("panel:N", title=None, header=header, sort=run_order(data["panel"])), spacing={"row": 18}
             ).properties(title=title)
         )
-    return _styled(_selectable(alt.hconcat(*columns, spacing=10).resolve_scale(color="independent")), view_stroke=None)
+    grid = alt.hconcat(*columns, spacing=10).resolve_scale(color="independent")
+    return grid if heading is None else grid.properties(title=alt.Title(heading, anchor="start", fontSize=12))
 
 
-def special_tokens_layers(frame: pl.DataFrame) -> alt.FacetChart:
+def special_tokens_layers(frame: pl.DataFrame) -> alt.FacetChart | alt.VConcatChart:
     """Per-layer lines of the three shares, a row of panels per task and a panel per target,
     every model of the task overlaid in its own colour (pre-trained and fine-tuned side by
-    side), solid by attention weight and dashed norm-weighted. `frame` is the
-    `special_tokens_by_layer` query."""
+    side), solid by attention weight and dashed norm-weighted; decoders' runs (a `causal`
+    column) in a grid of their own below, of the first token and punctuation. `frame` is the
+    `special_tokens_by_layer` query (with `causal` from run_models)."""
+    grids = [
+        _special_tokens_lines(part, DECODER_SHARES if causal else SHARES, DECODER_NOTE if causal else None)
+        for causal, part in by_kind(frame)
+    ]
+    return _styled(grids[0] if len(grids) == 1 else alt.vconcat(*grids, spacing=28), view_stroke="#ddd")
+
+
+def _special_tokens_lines(
+    frame: pl.DataFrame, shares: tuple[tuple[str, str, str], ...], heading: str | None
+) -> alt.FacetChart:
+    """special_tokens_layers' grid for the runs of `frame`, all of one kind."""
     data = _long(
-        frame, ["layer", "model", "task", "split", "run_id", *(["lineage"] if "lineage" in frame.columns else [])]
+        frame,
+        ["layer", "model", "task", "split", "run_id", *(["lineage"] if "lineage" in frame.columns else [])],
+        shares,
     )
     short = pl.col("model").str.split("/").list.last()
     data = data.with_columns(
@@ -346,16 +401,14 @@ def special_tokens_layers(frame: pl.DataFrame) -> alt.FacetChart:
         "labelAlign": "left",
         "labelLimit": 320,
     }
-    return _styled(
-        lines.facet(
-            row=alt.Row("task_label:N", title=None, header=alt.Header(labelOrient="top", labelAngle=0, **header)),
-            column=alt.Column(
-                "target:N", title=None, sort=["[CLS]", "[SEP]", "punctuation"], header=alt.Header(**header)
-            ),
-            spacing={"row": 14, "column": 12},
+    grid = lines.facet(
+        row=alt.Row("task_label:N", title=None, header=alt.Header(labelOrient="top", labelAngle=0, **header)),
+        column=alt.Column(
+            "target:N", title=None, sort=list(dict.fromkeys(t for _, t, _ in shares)), header=alt.Header(**header)
         ),
-        view_stroke="#ddd",
+        spacing={"row": 14, "column": 12},
     )
+    return grid if heading is None else grid.properties(title=alt.Title(heading, anchor="start", fontSize=12))
 
 
 # Token kinds of attention sinks (sink_heads), in the order of the [CLS]/[SEP] charts.
@@ -375,8 +428,12 @@ def attention_sinks(frame: pl.DataFrame) -> alt.FacetChart:
         3 * 56 + 20,
     )
     eps = float(cast(float, frame["eps"][0])) if frame.height else 0.3
+    # A decoder's run has the kinds first token and punctuation (sink_heads): its panel gets
+    # its own x scale, or it would show an empty [SEP] column, and the encoders' a first-token one.
+    decoders = FIRST_TOKEN in frame["token"].to_list()
+    tokens = [t for t in ("[CLS]", FIRST_TOKEN, "[SEP]", "punctuation") if t in SINK_TOKENS or decoders]
     base = alt.Chart().encode(
-        x=alt.X("token:N", title=None, sort=list(SINK_TOKENS), axis=alt.Axis(labelAngle=0)),
+        x=alt.X("token:N", title=None, sort=tokens, axis=alt.Axis(labelAngle=0)),
         y=alt.Y("layer:O", title="layer (from 0)"),
     )
     cells = base.mark_rect().encode(
@@ -402,8 +459,10 @@ def attention_sinks(frame: pl.DataFrame) -> alt.FacetChart:
         text="count:N",
         color=alt.condition(alt.datum.sink_share > 0.6, alt.value("white"), alt.value("#111")),
     )
-    layered = _layer(cells, counts, data=data).properties(width=alt.Step(56), height=alt.Step(18))
-    return _styled(_panels(layered, 4, 18, labelLimit=300), view_stroke=None)
+    step = 68 if decoders else 56  # "first token" is wider than [CLS]
+    layered = _layer(cells, counts, data=data).properties(width=alt.Step(step), height=alt.Step(18))
+    panels = _panels(layered, 4, 18, labelLimit=300)
+    return _styled(panels.resolve_scale(x="independent") if decoders else panels, view_stroke=None)
 
 
 def pair_label(frame: pl.DataFrame) -> pl.Expr:

@@ -76,16 +76,21 @@ def example_view(maps: ExampleMaps, layer: int | None = None, lens: str = "weigh
     if shown not in maps.layers:
         raise UsageError(f"layer {shown} is not among the maps' layers ({', '.join(map(str, maps.layers))})")
     layers, lenses, note = _contents(maps, shown, lens)
+    heads = int(maps.maps["weights"].shape[1])
     data = {
         "tokens": maps.tokens,
         "kinds": maps.kinds,
-        "heads": int(maps.maps["weights"].shape[1]),
+        "heads": heads,
         "layer": shown,
         "lens": lens,
         "layers": layers,
         "lenses": [[k, LENS_TITLES.get(k, k)] for k in lenses],
         # Per lens and layer, every head's map one after the other (the block lens: one map).
         "maps": {k: {str(at): map_bytes(maps.maps[k][maps.layers.index(at)]) for at in layers} for k in lenses},
+        # A decoder's maps are drawn as triangles; under grouped-query attention each head is
+        # labelled with the key/value head it reads (groupSize query heads share one).
+        "causal": maps.causal,
+        "groupSize": heads // (maps.num_key_value_heads or heads),
     }
     title = f"Attention of example {maps.example_id} (run {maps.run_id}, {maps.model})"
     special = {
@@ -96,13 +101,24 @@ def example_view(maps: ExampleMaps, layer: int | None = None, lens: str = "weigh
         title=title,
         text=maps.text_a if maps.text_b is None else f"{maps.text_a} ‖ {maps.text_b}",
         label=maps.label,
-        facts=f"{len(maps.tokens)} tokens · {data['heads']} heads a layer · {len(maps.layers)} layers",
+        facts=f"{len(maps.tokens)} tokens · {heads} heads a layer · {len(maps.layers)} layers" + _decoder_facts(maps),
+        causal=maps.causal,
         special=special,
         note=note,
         data=script_json(data),
         script=Markup(template_script("token_map.js", "show.js")),
     )
     return ExampleView(title=title, html=page)
+
+
+def _decoder_facts(maps: ExampleMaps) -> str:
+    """' · decoder, 3 key/value heads (3 query heads each)' for a decoder's maps, else ''."""
+    if not maps.causal:
+        return ""
+    heads = int(maps.maps["weights"].shape[1])
+    kv = maps.num_key_value_heads or heads
+    shared = f", {kv} key/value head{'' if kv == 1 else 's'} ({heads // kv} query heads each)"
+    return " · decoder" + (shared if kv < heads else "")
 
 
 def write_page(maps: ExampleMaps, out: Path | str, layer: int | None = None, lens: str = "weights") -> Path:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from attnwh.reports.sections import SECTIONS, ReportContext, Section
+from attnwh.reports.sections import DECODER_PATTERN_NOTE, SECTIONS, ReportContext, Section
 
 
 @dataclass(frozen=True)
@@ -303,7 +303,10 @@ def _patterns(rows: list[dict], href: str | None) -> Iterable[tuple[tuple[str, s
         s.text(" maps of statistics run ").number(str(r["run_id"])).text(f" ({r['split']} split): ")
         for i, (column, name) in enumerate(_PATTERNS):
             s.text(", " if i else "").text(f"{name} ").number(f"{100 * r[column]:.1f}\u00a0%")
-        yield (r["model"], r["task"]), s.text(".").done()
+        s.text(".")
+        if r.get("causal"):
+            s.text(" " + DECODER_PATTERN_NOTE)
+        yield (r["model"], r["task"]), s.done()
 
 
 _WORDING = {

@@ -8,7 +8,16 @@ from typing import Any
 import altair as alt
 import polars as pl
 
-from attnwh.reports.charts import _SPLIT, _line_legend, _styled, fit_panels, panel_label
+from attnwh.reports.charts import (
+    _SPLIT,
+    DECODER_NOTE,
+    FIRST_TOKEN,
+    _line_legend,
+    _styled,
+    by_kind,
+    fit_panels,
+    panel_label,
+)
 
 # The lenses of `mixing_by_layer`, from attention weights to what the layer's output shows.
 LENSES: tuple[tuple[str, str], ...] = (
@@ -19,13 +28,22 @@ LENSES: tuple[tuple[str, str], ...] = (
     ("value_zeroing", "value zeroing"),
 )
 TARGETS: tuple[str, ...] = ("[CLS]", "[SEP]", "punctuation")
+# A decoder's: its first token in [CLS]'s place, no [SEP] (whose shares are NULL).
+DECODER_TARGETS: tuple[str, ...] = (FIRST_TOKEN, "punctuation")
 
 
-def lens_rows(frame: pl.DataFrame) -> pl.DataFrame:
+def lens_rows(frame: pl.DataFrame, causal: bool = False) -> pl.DataFrame:
     """`mixing_by_layer` rows as one row per run, layer, target and lens with a value; lenses
-    a run did not measure (value zeroing off, pre-LN models) have none."""
+    a run did not measure (value zeroing off, pre-LN models) have none. `causal`: the runs
+    are decoders', whose [CLS] target is their first token and which have no [SEP]."""
     index = ["panel", "run_id", "layer", "target"]
-    data = frame.filter(pl.col("target").is_in(TARGETS)).with_columns(panel=panel_label(frame))
+    if causal:
+        frame = frame.filter(pl.col("target") != "[SEP]").with_columns(
+            target=pl.col("target").replace("[CLS]", FIRST_TOKEN)
+        )
+    data = frame.filter(pl.col("target").is_in(DECODER_TARGETS if causal else TARGETS)).with_columns(
+        panel=panel_label(frame)
+    )
     long = data.unpivot(index=index, on=[c for c, _ in LENSES], variable_name="lens", value_name="share")
     return long.drop_nulls("share").with_columns(lens=pl.col("lens").replace_strict(dict(LENSES)))
 
@@ -47,14 +65,22 @@ LENS_DASHES: dict[str, list[int]] = {
 }
 
 
-def context_mixing(frame: pl.DataFrame) -> alt.FacetChart:
+def context_mixing(frame: pl.DataFrame) -> alt.FacetChart | alt.VConcatChart:
     """Per run (rows) and target (columns): the share per layer under each lens, one line per
     lens, colour and dash both naming it; the legend lists only the lenses with data (value
-    zeroing only for runs ingested with it). `frame` is the `mixing_by_layer` query."""
-    data = lens_rows(frame)
-    data = data.with_columns(header=fit_panels(data, _PANEL_WIDTH)["panel"])
-    present = set(data["lens"].to_list())
+    zeroing only for runs ingested with it). Decoders' runs (a `causal` column) in a grid of
+    their own below: the first token and punctuation. `frame` is the `mixing_by_layer` query
+    (with `causal` from run_models)."""
+    parts = [(causal, lens_rows(part, causal)) for causal, part in by_kind(frame)]
+    present = {lens for _, data in parts for lens in data["lens"].to_list()}
     lenses = [label for _, label in LENSES if label in present]
+    grids = [_mixing_grid(data, lenses, DECODER_TARGETS if causal else TARGETS, causal) for causal, data in parts]
+    return _styled(grids[0] if len(grids) == 1 else alt.vconcat(*grids, spacing=28), view_stroke="#ddd")
+
+
+def _mixing_grid(data: pl.DataFrame, lenses: list[str], targets: tuple[str, ...], causal: bool) -> alt.FacetChart:
+    """context_mixing's grid for runs of one kind (`lens_rows`), the `lenses` of every run."""
+    data = data.with_columns(header=fit_panels(data, _PANEL_WIDTH)["panel"])
     colours = dict(zip((label for _, label in LENSES), ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756")))
     legend = _line_legend()
     lines = (
@@ -91,22 +117,20 @@ def context_mixing(frame: pl.DataFrame) -> alt.FacetChart:
         "labelAnchor": "start",
         "labelAlign": "left",
     }
-    return _styled(
-        lines.facet(
-            # The run's label above each panel of its row, wrapped to the panel's width: on
-            # one line a fine-tuned model's label ("… fine-tuned on sentiment from …") was cut.
-            row=alt.Row(
-                "header:N",
-                title=None,
-                header=alt.Header(labelOrient="top", labelAngle=0, labelExpr=_SPLIT, labelLimit=_PANEL_WIDTH, **header),
-            ),
-            column=alt.Column(
-                "target:N", title=None, sort=list(TARGETS), header=alt.Header(labelLimit=_PANEL_WIDTH, **header)
-            ),
-            spacing={"row": 14, "column": 12},
+    grid = lines.facet(
+        # The run's label above each panel of its row, wrapped to the panel's width: on
+        # one line a fine-tuned model's label ("… fine-tuned on sentiment from …") was cut.
+        row=alt.Row(
+            "header:N",
+            title=None,
+            header=alt.Header(labelOrient="top", labelAngle=0, labelExpr=_SPLIT, labelLimit=_PANEL_WIDTH, **header),
         ),
-        view_stroke="#ddd",
+        column=alt.Column(
+            "target:N", title=None, sort=list(targets), header=alt.Header(labelLimit=_PANEL_WIDTH, **header)
+        ),
+        spacing={"row": 14, "column": 12},
     )
+    return grid.properties(title=alt.Title(DECODER_NOTE, anchor="start", fontSize=12)) if causal else grid
 
 
 def mixing_ratio(frame: pl.DataFrame) -> alt.Chart:

@@ -113,9 +113,28 @@ def _lineage(ctx: ReportContext, frame: pl.DataFrame) -> pl.DataFrame:
     return charts.with_lineage(frame, ctx.query("model_lineage"))
 
 
+def _kind(ctx: ReportContext, frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with `causal` (query run_models): which runs are decoders', whose charts show
+    the first token in [CLS]'s place and no [SEP] (charts.by_kind)."""
+    kinds = ctx.query("run_models").select("run_id", "causal")
+    return frame.join(kinds, on="run_id", how="left").with_columns(pl.col("causal").fill_null(False))
+
+
+def has_decoders(ctx: ReportContext) -> bool:
+    """Whether any run the report covers is a decoder's (models.causal)."""
+    return bool(ctx.query("run_models")["causal"].any())
+
+
 def _special_tokens(ctx: ReportContext) -> list[Block]:
-    heads = _lineage(ctx, ctx.query("head_summary"))
-    layers = _lineage(ctx, ctx.query("special_tokens_by_layer"))
+    heads = _kind(ctx, _lineage(ctx, ctx.query("head_summary")))
+    layers = _kind(ctx, _lineage(ctx, ctx.query("special_tokens_by_layer")))
+    decoders_text = (
+        " Decoders' runs (causal language models) are drawn below the encoders', on their own: the first token "
+        "(BOS, or the first real token) takes [CLS]'s place, every row counted, row 0 included (its only key is "
+        "itself), and a decoder has no [SEP], so it has no [SEP] panel (its share is NULL, not 0)."
+        if has_decoders(ctx)
+        else ""
+    )
     return [
         ChartBlock(
             "chart-special-tokens-heads",
@@ -123,7 +142,7 @@ def _special_tokens(ctx: ReportContext) -> list[Block]:
             "Clark et al.), per layer (rows) and head (columns), with the same share weighted by the norm of each "
             "token's transformed value (Kobayashi et al.) beside it; each column has its own colour scale, from 0 "
             "to its largest mean; query head_summary: mean over each run's examples of the per-example "
-            "statistics in head_stats.",
+            "statistics in head_stats." + decoders_text,
             charts.special_tokens_heads(heads),
         ),
         ChartBlock(
@@ -131,7 +150,7 @@ def _special_tokens(ctx: ReportContext) -> list[Block]:
             "Mean share of attention to [CLS], [SEP] and punctuation per layer (solid: attention weight, dashed: "
             "norm-weighted), a row per task and a column per target, every model of the task overlaid in its own "
             "colour so a fine-tuned model sits on its base; query special_tokens_by_layer: mean over the run's "
-            "examples and the layer's heads.",
+            "examples and the layer's heads." + decoders_text,
             charts.special_tokens_layers(layers),
         ),
     ]
@@ -146,7 +165,13 @@ def _sinks(ctx: ReportContext) -> list[Block]:
             "punctuation exceeds ε (the mean over query rows and the run's examples, as in the heatmap above), "
             "with their count in the cell and, in the "
             "tooltip, which heads and the largest norm-weighted share among them (Kobayashi et al.: how much of that "
-            "attention carries anything); query sink_heads.",
+            "attention carries anything); query sink_heads."
+            + (
+                " A decoder's run has the token kinds first token (BOS, or the first real token: [CLS]'s place, "
+                "where StreamingLLM's sinks sit) and punctuation, and no [SEP]."
+                if has_decoders(ctx)
+                else ""
+            ),
             charts.attention_sinks(_lineage(ctx, ctx.query("sink_heads"))),
         )
     ]
@@ -438,11 +463,36 @@ def _relations_features(ctx: ReportContext) -> list[Block]:
     ]
 
 
+# Said wherever a decoder's pattern types are shown (findings, the pattern sections).
+DECODER_PATTERN_NOTE = (
+    "This model is a decoder: its types come from a classifier trained on encoders' maps and are not "
+    "validated against people's labels on decoders' (triangular) maps; read them as a rough guide."
+)
+
+
+def _decoder_patterns(ctx: ReportContext) -> str:
+    """The note on decoders' pattern types ("Runs 1 and 4 are decoders': …"), or "" when the
+    report covers no decoder's run."""
+    runs = ctx.query("run_models").filter(pl.col("causal"), pl.col("kind") == "statistics")["run_id"].to_list()
+    if not runs:
+        return ""
+    which = f"Run {runs[0]} is a decoder's" if len(runs) == 1 else f"Runs {_and(runs)} are decoders'"
+    return f"{which}: their types come from a classifier trained on encoders' maps and are not validated " + (
+        "against people's labels on decoders' (triangular) maps; read them as a rough guide. "
+    )
+
+
+def _and(items: list) -> str:
+    words = [str(i) for i in items]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
 def _pattern_types(ctx: ReportContext) -> list[Block]:
     return [
         ChartBlock(
             "chart-pattern-types",
-            "Share of each attention pattern type (Kovaleva et al. Fig. 1–2) among a run's (example, layer, head) "
+            _decoder_patterns(ctx)
+            + "Share of each attention pattern type (Kovaleva et al. Fig. 1–2) among a run's (example, layer, head) "
             "maps; types as stored in head_stats: at ingest by attnwh's classifier trained on hand labels of real "
             "maps (docs/pattern_labels.md), from features of each map computed during ingest, or by the rules "
             "after `attnwh patterns reclassify --classifier rules`; the tooltips give each share's 95 % bootstrap "
@@ -461,7 +511,8 @@ def _pattern_gallery(ctx: ReportContext) -> list[Block]:
     return [
         ChartBlock(
             "chart-pattern-gallery",
-            "Stored maps of each type (rows = queries, columns = keys, [CLS] at the top left), each pooled to "
+            _decoder_patterns(ctx)
+            + "Stored maps of each type (rows = queries, columns = keys, [CLS] at the top left), each pooled to "
             "16 × 16 and scaled to its largest cell: the most typical (the largest margin among maps of 12 to 64 "
             "tokens: the classifier that gave the types was surest), a second one where the margin is at least "
             "0.8, and the two most borderline (the smallest). Under each map its run, "
@@ -483,7 +534,8 @@ def _massive(ctx: ReportContext) -> list[Block]:
             "the example's real tokens, counted among the 8 largest entries stored per example and layer; only "
             "dimensions that are ever massive get a column, and only layers that ever have one a row. The letter "
             "names the token kind holding most of the cell's entries (C [CLS], S [SEP], P punctuation, O other), the "
-            "tooltip every kind; query massive_activations.",
+            "tooltip every kind; query massive_activations."
+            + (" On a decoder's run C names its first token, in [CLS]'s place." if has_decoders(ctx) else ""),
             frame,
             charts.massive_activations,
             "No massive activations found (Sun et al. 2024): none of the 8 largest hidden-state entries stored per "
@@ -494,7 +546,7 @@ def _massive(ctx: ReportContext) -> list[Block]:
 
 
 def _context_mixing(ctx: ReportContext) -> list[Block]:
-    frame = _lineage(ctx, ctx.query("mixing_by_layer"))
+    frame = _kind(ctx, _lineage(ctx, ctx.query("mixing_by_layer")))
     return [
         ChartBlock(
             "chart-context-mixing",

@@ -40,9 +40,9 @@ def embed_token_maps(con: duckdb.DuckDBPyConnection, db: Path, examples: pl.Data
     head_panel_examples): the head's attention map with the example's tokens. `con` is the
     report's connection to the warehouse at `db` (beside which a run's model may lie).
 
-    Returns {"examples": {"run-example": [tokens, kinds]}, "maps": {"run-example-layer-head":
+    Returns {"examples": {"run-example": [tokens, kinds, causal]}, "maps": {"run-example-layer-head":
     base64 bytes}, "notes": [why a run's maps are missing]}."""
-    from attnwh.ingest.runs.maps import MapCapture, run_model, token_kinds
+    from attnwh.ingest.runs.maps import MapCapture, run_model, stored_token_ids, token_kinds
     from attnwh.sql import warehouse
 
     first = examples.filter(pl.col("rank") == 1).select("run_id", "example_id", "layer", "head").unique()
@@ -76,13 +76,16 @@ def embed_token_maps(con: duckdb.DuckDBPyConnection, db: Path, examples: pl.Data
                 "SELECT example_id, text_a, text_b FROM examples WHERE list_contains(?, example_id)", [wanted]
             ).fetchall()
         }
-        computed = capture.compute_many([texts[e] for e in wanted], max_length)
+        # The ids the run read, where it stored them: its text need not tokenize back to them.
+        ids_read = stored_token_ids(con, int(run_id), wanted)
+        computed = capture.compute_many([texts[e] for e in wanted], max_length, token_ids=[ids_read[e] for e in wanted])
         for ((example_id,), heads), (ids, maps) in zip(by_example, computed, strict=True):
             n = len(ids)
             if n > MAX_TOKENS or cells + n * n * heads.height > MAX_CELLS:
                 continue
             key = f"{run_id}-{example_id}"
-            found["examples"][key] = [list(encoder.tokenizer.convert_ids_to_tokens(ids)), token_kinds(encoder, ids)]
+            tokens = list(encoder.tokenizer.convert_ids_to_tokens(ids))
+            found["examples"][key] = [tokens, token_kinds(encoder, ids), encoder.causal]  # causal: a triangle
             for layer, head in heads.select("layer", "head").iter_rows():
                 found["maps"][f"{key}-{layer}-{head}"] = map_bytes(maps["weights"][layer, head])
                 cells += n * n

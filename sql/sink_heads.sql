@@ -7,13 +7,21 @@
 -- heads that are. Beside the shares by attention weight, the largest value-norm-weighted
 -- share among the sink heads says how much of that attention carries anything (Kobayashi).
 WITH threshold AS (SELECT coalesce(CAST($eps AS DOUBLE), 0.3) AS eps),
+means AS (
+    -- causal: a decoder's run, whose sink candidate is its first token and which has no [SEP].
+    SELECT h.*, coalesce(m.causal, false) AS causal
+    FROM head_means AS h
+    JOIN runs AS r USING (run_id)
+    JOIN models AS m USING (model_id)
+),
 shares AS (
-    SELECT model, task, split, run_id, layer, head, '[CLS]' AS token, to_cls AS share, norm_to_cls AS norm_share
-    FROM head_means
+    SELECT model, task, split, run_id, layer, head,
+           CASE WHEN causal THEN 'first token' ELSE '[CLS]' END AS token, to_cls AS share, norm_to_cls AS norm_share
+    FROM means
     UNION ALL
-    SELECT model, task, split, run_id, layer, head, '[SEP]', to_sep, norm_to_sep FROM head_means
+    SELECT model, task, split, run_id, layer, head, '[SEP]', to_sep, norm_to_sep FROM means WHERE NOT causal
     UNION ALL
-    SELECT model, task, split, run_id, layer, head, 'punctuation', to_punct, norm_to_punct FROM head_means
+    SELECT model, task, split, run_id, layer, head, 'punctuation', to_punct, norm_to_punct FROM means
 )
 SELECT
     s.model,

@@ -71,6 +71,7 @@ ROWS: dict[int, list[str]] = {
     15: [],  # models.folder (0015_model_folder.sql): no new table
     16: [],  # models' decoder columns and the head_groups view (0016_decoders.sql): no new table
     17: [],  # runs.prompt (0017_prompts.sql): no new table
+    18: [],  # run_examples.token_ids (0018_run_token_ids.sql): no new table
 }
 
 

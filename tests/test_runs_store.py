@@ -226,7 +226,10 @@ def test_create_run_creates_resumes_replaces_and_refuses_another_kind(tmp_path):
         with warehouse.transaction(con):
             first = runs.create_run(con, "statistics", identity, FIELDS)
         assert (first.status, first.outcome, first.done) == ("new", "complete", frozenset())
-        con.execute("INSERT INTO run_examples VALUES (?, 7, 3, 3, false)", [first.run_id])
+        con.execute(
+            "INSERT INTO run_examples (run_id, example_id, n_tokens, n_tokens_full, truncated) VALUES (?, 7, 3, 3, false)",
+            [first.run_id],
+        )
         runs.finish_run(con, first.run_id, "interrupted", 1.5)
         again = runs.create_run(con, "statistics", identity, FIELDS)
         assert (again.run_id, again.status, again.outcome, again.done) == (first.run_id, "interrupted", "resumed", {7})

@@ -33,7 +33,7 @@ from torch import nn
 
 from attnwh.errors import ModelError, UsageError
 from attnwh.ingest.encoder import capture, gguf
-from attnwh.ingest.encoder.encoding import TokenKinds, collate, encode_task, length_buckets
+from attnwh.ingest.encoder.encoding import EncodedTask, TokenKinds, collate, encode_task, length_buckets
 from attnwh.ingest.encoder.loading import (
     DEFAULT_MODEL_NAME,
     EncoderModel,
@@ -64,6 +64,12 @@ class ExampleMaps:
     text_a: str = ""
     text_b: str | None = None
     label: str | None = None
+    # A decoder's maps are triangles (row i sees keys 0..i; the cells above are 0, not part of
+    # the map); its first token is the "cls" kind, in [CLS]'s place.
+    causal: bool = False
+    # Key/value heads per layer: fewer than the heads under grouped-query attention, where
+    # head h reads key/value head h // (heads / num_key_value_heads). None: as many as heads.
+    num_key_value_heads: int | None = None
 
     @property
     def lenses(self) -> tuple[str, ...]:
@@ -110,22 +116,49 @@ class MapCapture:
         limit). A lens the model lacks (post_ln and block on a pre-LN model) is absent."""
         return self.compute_many([(text_a, text_b)], max_length)[0]
 
-    @torch.inference_mode()
     def compute_many(
-        self, texts: Sequence[tuple[str, str | None]], max_length: int | None = None, batch_size: int = 32
+        self,
+        texts: Sequence[tuple[str, str | None]],
+        max_length: int | None = None,
+        batch_size: int = 32,
+        token_ids: Sequence[Sequence[int] | None] | None = None,
     ) -> list[tuple[list[int], dict[str, np.ndarray]]]:
         """:meth:`compute` for many inputs, in batches of similar length (one forward pass
-        per batch, each input's maps cropped to its own tokens), in the order given."""
+        per batch, each input's maps cropped to its own tokens), in the order given. Where
+        `token_ids` gives an input's ids (those a run read: run_examples.token_ids), the maps
+        are of exactly them, its text unused: a window cut from a longer text need not
+        tokenize back to the ids it was cut as."""
+        given = list(token_ids) if token_ids is not None else [None] * len(texts)
+        found: list[tuple[list[int], dict[str, np.ndarray]]] = [([], {})] * len(texts)
+        for carried in (False, True):
+            group = [k for k, ids in enumerate(given) if (ids is not None) == carried]
+            if not group:
+                continue
+            examples = tuple(
+                Example(
+                    position=k,
+                    guid=None,
+                    text_a=texts[k][0],
+                    text_b=texts[k][1],
+                    label=None,
+                    token_ids=tuple(int(i) for i in given[k] or ()) if carried else None,
+                )
+                for k in group
+            )
+            data = TaskData(dataset="show", task="show", split="show", examples=examples, labels=None, source="show")
+            encoded = encode_task(self.encoder.tokenizer, data, max_length or self.encoder.max_length)
+            for k, result in zip(group, self._compute(encoded, batch_size), strict=True):
+                found[k] = result
+        return found
+
+    @torch.inference_mode()
+    def _compute(self, encoded: EncodedTask, batch_size: int) -> list[tuple[list[int], dict[str, np.ndarray]]]:
+        """Each encoded input's ids and maps, in order."""
         encoder = self.encoder
-        examples = tuple(
-            Example(position=k, guid=None, text_a=a, text_b=b, label=None) for k, (a, b) in enumerate(texts)
-        )
-        data = TaskData(dataset="show", task="show", split="show", examples=examples, labels=None, source="show")
-        encoded = encode_task(encoder.tokenizer, data, max_length or encoder.max_length)
         lengths = np.array([len(ids) for ids in encoded.input_ids])
-        found: list[tuple[list[int], dict[str, np.ndarray]]] = [([], {})] * len(examples)
+        found: list[tuple[list[int], dict[str, np.ndarray]]] = [([], {})] * len(lengths)
         mixing = self._mixing
-        for rows in length_buckets(lengths, range(len(examples)), batch_size):
+        for rows in length_buckets(lengths, range(len(lengths)), batch_size):
             batch = collate(encoded, rows, encoder.tokenizer.pad_token_id, encoder.device)
             self._maps = {lens: [] for lens in self.lenses}
             with capture.observing(self), mixing.hooks() if mixing else contextlib.nullcontext():
@@ -136,6 +169,26 @@ class MapCapture:
                 n = int(lengths[k])
                 found[k] = (encoded.input_ids[k].tolist(), {lens: m[b, ..., :n, :n] for lens, m in stacked.items()})
         return found
+
+
+def stored_token_ids(con, run_id: int, example_ids: Sequence[int]) -> dict[int, list[int] | None]:
+    """The token ids run `run_id` read of each of `example_ids` (run_examples.token_ids; None
+    for rows written before migration 18 and for examples of two segments, whose token
+    types the ids alone do not give: those are tokenized from their text again, as the
+    ingest did)."""
+    has_column = warehouse.first_row(
+        con,
+        "SELECT 1 FROM duckdb_columns() WHERE table_name = 'run_examples' AND column_name = 'token_ids'",
+    )
+    if has_column is None:  # a read-only warehouse of an older attnwh
+        return {int(e): None for e in example_ids}
+    rows = con.execute(
+        "SELECT x.example_id, CASE WHEN e.text_b IS NULL THEN x.token_ids END "
+        "FROM run_examples AS x JOIN examples AS e USING (example_id) "
+        "WHERE x.run_id = ? AND list_contains(?, x.example_id)",
+        [run_id, [int(e) for e in example_ids]],
+    ).fetchall()
+    return {int(e): None for e in example_ids} | {int(e): ids for e, ids in rows}
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -241,7 +294,9 @@ def example_maps(
 ) -> ExampleMaps:
     """The maps of example `example_id` as run `run_id`'s model sees it (module docstring):
     every lens the model has, of `layers` (default all), with the tokens. `model` loads the
-    run's model from elsewhere (still checked against the stored weights hash)."""
+    run's model from elsewhere (still checked against the stored weights hash). The input is
+    the token ids the run read where it stored them (`stored_token_ids`), else the example's
+    text tokenized as the ingest did."""
     db = Path(db)
     con = warehouse.connect(db, read_only=True)
     try:
@@ -255,6 +310,7 @@ def example_maps(
         if row is None and warehouse.first_row(con, "SELECT 1 FROM runs WHERE run_id = ?", [run_id]) is not None:
             raise UsageError(f"example {example_id} is not one of run {run_id}'s examples")
         encoder = run_model(con, run_id, db, model, device)
+        stored = stored_token_ids(con, run_id, [example_id])[example_id]
     finally:
         con.close()
     assert row is not None  # run_model refuses a run that does not exist
@@ -264,7 +320,7 @@ def example_maps(
         raise UsageError(
             f"layer {bad[0]} is not one of the model's {encoder.num_layers} layers (0 to {encoder.num_layers - 1})"
         )
-    ids, maps = MapCapture(encoder).compute(text_a, text_b, max_length)
+    ids, maps = MapCapture(encoder).compute_many([(text_a, text_b)], max_length, token_ids=[stored])[0]
     return ExampleMaps(
         run_id=run_id,
         example_id=example_id,
@@ -276,4 +332,6 @@ def example_maps(
         text_a=text_a,
         text_b=text_b,
         label=label,
+        causal=encoder.causal,
+        num_key_value_heads=encoder.num_key_value_heads,
     )

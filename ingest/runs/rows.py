@@ -133,16 +133,23 @@ def massive_rows(example_ids: np.ndarray, found: Mapping[str, np.ndarray]) -> pa
     )
 
 
-def done_rows(example_ids: np.ndarray, n_tokens: np.ndarray, n_tokens_full: np.ndarray) -> pa.Table:
-    """run_examples rows (without run_id) marking these examples done."""
-    return pa.table(
-        {
-            "example_id": np.asarray(example_ids, dtype=np.int64),
-            "n_tokens": np.asarray(n_tokens).astype(np.int32),
-            "n_tokens_full": np.asarray(n_tokens_full).astype(np.int32),
-            "truncated": np.asarray(n_tokens_full) > np.asarray(n_tokens),
-        }
-    )
+def done_rows(
+    example_ids: np.ndarray,
+    n_tokens: np.ndarray,
+    n_tokens_full: np.ndarray,
+    token_ids: Sequence[np.ndarray] | None = None,
+) -> pa.Table:
+    """run_examples rows (without run_id) marking these examples done; with `token_ids`,
+    the ids the model read of each, so that its maps can be recomputed from exactly them."""
+    columns = {
+        "example_id": np.asarray(example_ids, dtype=np.int64),
+        "n_tokens": np.asarray(n_tokens).astype(np.int32),
+        "n_tokens_full": np.asarray(n_tokens_full).astype(np.int32),
+        "truncated": np.asarray(n_tokens_full) > np.asarray(n_tokens),
+    }
+    if token_ids is not None:
+        columns["token_ids"] = pa.array([np.asarray(ids).tolist() for ids in token_ids], pa.list_(pa.int32()))
+    return pa.table(columns)
 
 
 def store_part(con: duckdb.DuckDBPyConnection, run_id: int, part: Part) -> int:

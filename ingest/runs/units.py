@@ -86,7 +86,7 @@ class WorkUnit:
 
     def done_rows(self) -> pa.Table:
         """run_examples rows marking the unit's examples done."""
-        return rows.done_rows(self.example_ids, self.n_tokens, self.n_tokens_full)
+        return rows.done_rows(self.example_ids, self.n_tokens, self.n_tokens_full, self.input_ids)
 
 
 class Worker(Protocol):

@@ -113,7 +113,8 @@
   function tokenMap(key, bytes) {
     var canvas = element("canvas", null, "token-map");
     var example = data.tokenMaps.examples[key];
-    window.attnwhTokenMap.draw(canvas, window.attnwhTokenMap.decode(bytes), 0, example[0], example[1], 560, 16);
+    // example[2]: a decoder's example, whose map is a triangle (the cells above it hatched).
+    window.attnwhTokenMap.draw(canvas, window.attnwhTokenMap.decode(bytes), 0, example[0], example[1], 560, 16, example[2]);
     return canvas;
   }
 

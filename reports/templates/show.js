@@ -20,7 +20,12 @@
   }
 
   function panels() { return state.lens === "block" ? 1 : data.heads; }
-  function name(panel) { return state.lens === "block" ? "whole block" : "head " + panel; }
+  // Grouped-query attention: which key/value head a query head reads (data.groupSize heads share one).
+  function group(panel) { return Math.floor(panel / data.groupSize); }
+  function name(panel) {
+    if (state.lens === "block") return "whole block";
+    return "head " + panel + (data.groupSize > 1 ? " · kv " + group(panel) : "");
+  }
   function lensTitle() {
     return data.lenses.filter(function (l) { return l[0] === state.lens; })[0][1];
   }
@@ -40,7 +45,7 @@
 
   function drawDetail() {
     var width = detail.clientWidth || 600;
-    maps.draw(canvas, cells(state.lens, state.layer), state.head * n * n, data.tokens, data.kinds, width, 22);
+    maps.draw(canvas, cells(state.lens, state.layer), state.head * n * n, data.tokens, data.kinds, width, 22, data.causal);
     canvas.setAttribute("aria-label", "layer " + state.layer + ", " + name(state.head) + ": " + lensTitle());
     document.getElementById("detail-title").textContent =
       "Layer " + state.layer + ", " + name(state.head) + " · " + lensTitle();
@@ -56,7 +61,7 @@
       button.className = "head";
       button.setAttribute("data-head", String(p));
       button.setAttribute("aria-pressed", String(p === state.head));
-      var thumb = maps.image(all, p * n * n, n);
+      var thumb = maps.image(all, p * n * n, n, data.causal);
       thumb.setAttribute("aria-hidden", "true");
       button.appendChild(thumb);
       button.appendChild(document.createTextNode(name(p)));
@@ -100,8 +105,10 @@
     var at = maps.cellAt(canvas, event);
     if (!at) { readout.textContent = ""; return; }
     var share = cells(state.lens, state.layer)[state.head * n * n + at[0] * n + at[1]] / 255;
-    readout.textContent = "query " + at[0] + " “" + data.tokens[at[0]] + "” → key " + at[1] + " “" +
-      data.tokens[at[1]] + "”: share " + share.toFixed(3) + " (± 0.002)";
+    var pair = "query " + at[0] + " “" + data.tokens[at[0]] + "” → key " + at[1] + " “" + data.tokens[at[1]] + "”";
+    readout.textContent = data.causal && at[1] > at[0]
+      ? pair + ": not visible (a decoder's row " + at[0] + " sees keys 0 to " + at[0] + " only)"
+      : pair + ": share " + share.toFixed(3) + " (± 0.002)";
   });
   canvas.addEventListener("mouseleave", function () { readout.textContent = ""; });
   // The large map follows the page's width.

@@ -11,6 +11,9 @@
   var PUNCT_FONT = 17; // a comma or full stop at 13 px is a speck
   var STRIP = 6; // the colour strip beside the map that marks special rows and columns
   var FAMILY = "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif";
+  // A decoder's (causal) map is a triangle: row i sees keys 0 … i. The cells above the diagonal
+  // are not part of it: grey (hatched in the large map), never the white of a weight of 0.
+  var BLANK = 239, HATCH = "rgb(200, 200, 200)";
 
   // The square-root ramp from white through #6baed6 to #08306b (ColorBrewer's Blues): the small
   // shares most of a map holds stay visible, 0 is white. RAMP[3 v .. 3 v + 2] colours byte v.
@@ -29,17 +32,22 @@
     return bytes;
   }
 
-  // The map of `n` tokens starting at `offset` in `cells` as an n × n canvas, a pixel a cell.
-  function image(cells, offset, n) {
+  // The map of `n` tokens starting at `offset` in `cells` as an n × n canvas, a pixel a cell;
+  // `causal`: a decoder's, whose cells above the diagonal are grey (not part of the map).
+  function image(cells, offset, n, causal) {
     var canvas = document.createElement("canvas");
     canvas.width = canvas.height = n;
     var context = canvas.getContext("2d");
     var pixels = context.createImageData(n, n), data = pixels.data;
     for (var k = 0; k < n * n; k++) {
-      var v = 3 * cells[offset + k];
-      data[4 * k] = RAMP[v];
-      data[4 * k + 1] = RAMP[v + 1];
-      data[4 * k + 2] = RAMP[v + 2];
+      if (causal && k % n > Math.floor(k / n)) {
+        data[4 * k] = data[4 * k + 1] = data[4 * k + 2] = BLANK;
+      } else {
+        var v = 3 * cells[offset + k];
+        data[4 * k] = RAMP[v];
+        data[4 * k + 1] = RAMP[v + 1];
+        data[4 * k + 2] = RAMP[v + 2];
+      }
       data[4 * k + 3] = 255;
     }
     context.putImageData(pixels, 0, 0);
@@ -60,7 +68,8 @@
   // larger, and a strip beside the map marks their rows and columns. Where the cells are
   // smaller than a line of text, every k-th token is labelled (the strip still marks all).
   // Returns the geometry, kept on the canvas for cellAt.
-  function draw(canvas, cells, offset, tokens, kinds, width, maxCell) {
+  // `causal`: a decoder's map, its cells above the diagonal hatched grey.
+  function draw(canvas, cells, offset, tokens, kinds, width, maxCell, causal) {
     var n = tokens.length, context = canvas.getContext("2d");
     var widest = 0;
     tokens.forEach(function (token, i) {
@@ -79,7 +88,8 @@
     context.setTransform(ratio, 0, 0, ratio, 0, 0);
     context.clearRect(0, 0, side, side);
     context.imageSmoothingEnabled = false;
-    context.drawImage(image(cells, offset, n), margin, margin, size, size);
+    context.drawImage(image(cells, offset, n, causal), margin, margin, size, size);
+    if (causal && cell >= 3) hatch(context, margin, cell, n);
     context.strokeStyle = "#d0d7de";
     context.lineWidth = 1;
     context.strokeRect(margin - 0.5, margin - 0.5, size + 1, size + 1);
@@ -120,7 +130,26 @@
     canvas.setAttribute("data-strip", String(STRIP));
     canvas.setAttribute("data-font", String(FONT));
     canvas.setAttribute("data-label-step", String(step));
+    canvas.setAttribute("data-causal", String(Boolean(causal)));
     return geometry;
+  }
+
+  // Diagonal lines over the cells above the diagonal of an n × n map at (margin, margin).
+  function hatch(context, margin, cell, n) {
+    context.save();
+    context.beginPath();
+    for (var i = 0; i < n - 1; i++) context.rect(margin + (i + 1) * cell, margin + i * cell, (n - 1 - i) * cell, cell);
+    context.clip();
+    context.strokeStyle = HATCH;
+    context.lineWidth = 1;
+    context.beginPath();
+    var size = n * cell;
+    for (var d = -size; d < size; d += 7) {
+      context.moveTo(margin + d, margin + size);
+      context.lineTo(margin + d + size, margin);
+    }
+    context.stroke();
+    context.restore();
   }
 
   // The [query, key] cell under a mouse event on a canvas `draw` drew, or null.
@@ -133,5 +162,5 @@
     return i >= 0 && j >= 0 && i < g.n && j < g.n ? [i, j] : null;
   }
 
-  window.attnwhTokenMap = { decode: decode, image: image, draw: draw, cellAt: cellAt, colours: COLOURS };
+  window.attnwhTokenMap = { decode: decode, image: image, draw: draw, cellAt: cellAt, colours: COLOURS, blank: BLANK };
 })();
