@@ -217,3 +217,20 @@ def test_finetune_and_compare_commands_read_a_decoder(monkeypatch, capsys, tuned
         assert stats == (4 * 2 * 4, 0)
         cosines = con.execute("SELECT count(*), min(cosine), max(cosine) FROM attention_change").fetchone()
         assert cosines[0] == 4 * 2 * 4 and 0 < cosines[1] <= cosines[2] <= 1 + 1e-6
+
+
+def test_a_gguf_base_is_saved_as_a_plain_safetensors_folder(data, tmp_path):
+    """A decoder given as one GGUF file (dequantised on loading) is saved as an ordinary
+    folder: no GGUF quantizer in its config, the body it was read with (no step taken: the
+    weights of the model the file was written from), loadable by attnwh."""
+    from test_gguf import write_tiny_gguf
+
+    written = write_tiny_gguf(tmp_path / "tiny.gguf")
+    out = tmp_path / "tuned"
+    untrained = FinetuneOptions(**{**OPTIONS.__dict__, "epochs": 0, "max_length": 16})
+    finetune(str(tmp_path / "tiny.gguf"), data[0], data[1], out, untrained, "cpu")
+    assert (out / "model.safetensors").is_file() and "quantization_config" not in (out / "config.json").read_text()
+    loaded = load_encoder(str(out), device="cpu")
+    assert loaded.architecture == "LlamaForSequenceClassification" and loaded.lineage is not None
+    body, source = loaded.model.base_model.state_dict(), written.model.state_dict()
+    assert body.keys() == source.keys() and all(torch.equal(body[k], source[k]) for k in body)

@@ -111,16 +111,14 @@ def _for_training(source: str, config: Any, from_scratch: bool) -> Any:  # a Pre
 def _as_plain_weights(model: Any) -> None:
     """A model read from a GGUF file holds its weights dequantised to float32 (transformers'
     loader for these families converts every tensor) but keeps the GGUF quantizer's mark,
-    which refuses `save_pretrained`: the mark is dropped, so the tuned model is saved as an
-    ordinary safetensors folder. Weights left packed in GGUF blocks cannot be trained: refused."""
+    which refuses `save_pretrained` and `.float()`: the mark is dropped, so the tuned model is
+    saved as an ordinary safetensors folder. Weights left packed in GGUF blocks cannot be trained: refused."""
     if getattr(model, "hf_quantizer", None) is None:
         return
     packed = sorted({type(m).__name__ for m in model.modules() if type(m).__name__.startswith("Gguf")})
     if packed:
         raise ModelError(f"the GGUF file's weights stay packed ({', '.join(packed)}); they cannot be fine-tuned")
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
+    model.hf_quantizer.remove_quantization_config(model)  # what transformers does for dequantize=True
 
 
 def _labels(data: TaskData) -> np.ndarray:
