@@ -112,9 +112,10 @@ def _as_plain_weights(model: Any) -> None:
     """A model read from a GGUF file holds its weights dequantised to float32 (transformers'
     loader for these families converts every tensor) but keeps the GGUF quantizer's mark,
     which refuses `save_pretrained` and `.float()`: the mark is dropped, so the tuned model is
-    saved as an ordinary safetensors folder. Weights left packed in GGUF blocks cannot be trained: refused."""
+    saved as an ordinary safetensors folder. Weights left packed in GGUF blocks cannot be
+    trained: refused."""
     if getattr(model, "hf_quantizer", None) is None:
-        return
+        return  # from_scratch: built from the file's config, no weights read
     packed = sorted({type(m).__name__ for m in model.modules() if type(m).__name__.startswith("Gguf")})
     if packed:
         raise ModelError(f"the GGUF file's weights stay packed ({', '.join(packed)}); they cannot be fine-tuned")
@@ -169,7 +170,8 @@ def finetune(
         config.label2id = {name: i for i, name in enumerate(label_names)}
     _seed(options.seed)
     model = _for_training(source, config, options.from_scratch)
-    _as_plain_weights(model)
+    if gguf_file:
+        _as_plain_weights(model)
     model.to(base.device)
     max_length = min(options.max_length, base.max_length)
     train_encoded = encode_task(tokenizer, train, max_length)
