@@ -313,21 +313,17 @@ def test_refused_family_gives_one_line(monkeypatch, capsys, tmp_path):
     "args",
     [
         ["ingest", "--value-zeroing", "head"],
-        ["ingest", "compare", "--base"],
         ["ingest", "ablation"],
         ["ingest", "relations", "--conllu", "CONLLU"],
-        ["finetune", "--task", "sentiment", "--out", "OUT"],
-        ["study", "--tasks", "sentiment", "--out-dir", "OUT"],
     ],
-    ids=["value-zeroing", "compare", "ablation", "relations", "finetune", "study"],
+    ids=["value-zeroing", "ablation", "relations"],
 )
 def test_commands_that_do_not_read_decoders_refuse_them_in_one_line(monkeypatch, capsys, decoders, tmp_path, args):
     model = str(decoders["llama"])
     conllu = tmp_path / "t.conllu"
     conllu.write_text(CONLLU, encoding="utf-8")
     args = [{"OUT": str(tmp_path / "out"), "CONLLU": str(conllu)}.get(a, a) for a in args]
-    compare = args[:2] == ["ingest", "compare"]
-    args = [*args, model, "--tuned", model] if compare else [*args, "--model", model]
+    args = [*args, "--model", model]
     db = tmp_path / "w.duckdb"
     code, _, err = run(monkeypatch, capsys, *args, "--db", str(db))
     lines = [line for line in err.splitlines() if line.strip()]

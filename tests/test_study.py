@@ -543,3 +543,38 @@ def test_fine_tuning_bars_count_steps_not_examples():
     assert "step/s" in tuning and "ex/s" not in tuning and "loss 0.5000" in tuning, tuning
     ingesting = shown("ingest-base", lambda h, i: h.advance(4))
     assert "ex/s" in ingesting and "step/s" not in ingesting, ingesting
+
+
+def test_a_decoder_study_runs_every_stage_but_the_sweep(monkeypatch, capsys, tmp_path):
+    """`attnwh study --model <tiny llama>` on the sample sentiment task: the base and tuned
+    statistics, the fine-tuned classifier and the comparison are stored, the report is
+    written; the ablation sweep, which does not read decoders yet, is not run and says so in
+    one line; a rerun skips every stage that ran."""
+    from tiny_models import make_tiny_decoder
+
+    model = make_tiny_decoder("llama", tmp_path / "llama")
+    db, report = tmp_path / "w.duckdb", tmp_path / "report.html"
+    args = [
+        "study", "--model", str(model), "--max-train-examples", "16", "--epochs", "1", "--lr", "1e-3",
+        "--batch-size", "8", "--limit", "4", "--device", "cpu", "--db", str(db), "--report", str(report),
+        "--out-dir", str(tmp_path / "models"),
+    ]  # fmt: skip
+    code, out, err = run(monkeypatch, capsys, *args)
+    assert code == 0, err
+    text = " ".join(err.split())
+    assert "sentiment: not run: the ablation sweep does not read decoders yet" in text, err
+    assert "ablation not run" in text and "Traceback" not in err
+    assert "no ablation sweep" in out and "most changed layer" in out
+    assert sorted(r[1] for r in runs(db)) == ["compare", "finetune", "statistics", "statistics"]
+    assert all(r[3] == "complete" for r in runs(db))
+    with duckdb.connect(str(db), read_only=True) as con:
+        tuned = con.execute("SELECT architecture, causal FROM models WHERE finetuned_task = 'sentiment'").fetchall()
+        assert tuned == [("LlamaForSequenceClassification", True)]
+        assert con.execute("SELECT count(*), count(to_sep) FROM head_stats").fetchone() == (2 * 4 * 2 * 4, 0)
+        assert con.execute("SELECT count(*) FROM attention_change").fetchone() == (4 * 2 * 4,)
+    assert report.is_file()
+    code, _, err = run(monkeypatch, capsys, *args)
+    assert code == 0, err
+    for stage in ("ingest-base", "finetune", "ingest-tuned", "compare", "report"):
+        assert f"{stage} skipped" in err, (stage, err)
+    assert len(runs(db)) == 4

@@ -1,4 +1,4 @@
-"""`attnwh finetune`: fine-tune an encoder on a task and record it in the warehouse
+"""`attnwh finetune`: fine-tune an encoder or a decoder on a task and record it in the warehouse
 (attnwh.api.finetune); this module prints the scores and where the model went."""
 
 from __future__ import annotations

@@ -7,6 +7,13 @@ which gives exactly the cosine of the cropped maps without slicing per example. 
 al. compared maps padded to length 200: their padding rows are not zero, so they add the
 same values to both maps and inflate the similarity; attnwh does not.)
 
+Decoders (causal language models) compare the same way, a base model with its tuned
+``...ForSequenceClassification`` or with another checkpoint of the same configuration. The
+cells above the diagonal (keys a row cannot see) are 0 in both maps: they add nothing to the
+dot product or to either norm, so the cosine of the n × n maps is that of their n(n+1)/2
+visible cells. Causal tiles hold only the keys their rows see; the product is taken over the
+keys both tiles hold, everything else being 0.
+
 Both models run through attnwh's registered attention function. The base model's pass keeps
 each layer as its tiles (`capture.LayerTiles`): the whole maps where every layer's fit the
 attention memory budget together, otherwise only what rebuilds any tile of rows (the layer's
@@ -185,6 +192,12 @@ class ChangeCapture:
 
 def check_compatible(base: EncoderModel, tuned: EncoderModel) -> None:
     """Refuse a pair of models whose maps cannot be compared head by head."""
+    if base.causal != tuned.causal:
+        kinds = {True: "a decoder (causal)", False: "an encoder"}
+        raise ModelError(
+            f"cannot compare {base.name}, {kinds[base.causal]}, with {tuned.name}, {kinds[tuned.causal]}: "
+            "their maps are not of one kind"
+        )
     shape = (base.num_layers, base.num_heads)
     if (tuned.num_layers, tuned.num_heads) != shape:
         raise ModelError(

@@ -1,5 +1,12 @@
-"""Fine-tuning an encoder on a task, as in Kovaleva et al.: a classification (or STS-B
+"""Fine-tuning a model on a task, as in Kovaleva et al.: a classification (or STS-B
 regression) head on the pooled [CLS] output, AdamW with linear warm-up and decay.
+
+A decoder (causal language model, hub name, folder or GGUF file) is trained the same way as
+its ``...ForSequenceClassification``: the head reads the hidden state of the last real token,
+the only one that has seen the whole input. transformers finds it as the rightmost token that
+is not the padding token, so the config's ``pad_token_id`` is set to the tokenizer's padding
+token (its end-of-sequence token where it has none, as for ingest); attnwh right-pads every
+batch, so real tokens keep their positions whatever the tokenizer's padding side.
 
 The result is saved with `save_pretrained` (model and tokenizer) plus `attnwh_finetune.json`,
 which records the base checkpoint and the task, so every other attnwh command can load the
@@ -21,9 +28,10 @@ from typing import Any
 import numpy as np
 import torch
 import transformers
-from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoConfig, AutoModelForSequenceClassification
 
-from attnwh.errors import DataError
+from attnwh.errors import DataError, ModelError
+from attnwh.ingest.encoder import gguf
 from attnwh.ingest.encoder.encoding import collate, encode_task
 from attnwh.ingest.encoder.loading import (
     DEFAULT_MODEL_NAME,
@@ -78,19 +86,40 @@ LineageExtra = Callable[[FinetuneResult], dict[str, object]]
 
 
 def _for_training(source: str, config: Any, from_scratch: bool) -> Any:  # a PreTrainedModel
-    """The classifier to train, on PyTorch's fused attention (sdpa) where the family has it;
-    DeBERTa and MPNet compute their attention in the module and train on eager."""
-    for implementation in ("sdpa", "eager"):
+    """The classifier to train, in float32, on PyTorch's fused attention (sdpa) where the
+    family has it; DeBERTa and MPNet compute their attention in the module and train on
+    eager, and so does a model with attention logit soft-capping (Gemma 2), which sdpa would
+    leave out: the model trained is then the one attnwh measures. A GGUF file's weights are
+    dequantised."""
+    folder, gguf_file = gguf.pretrained_arguments(source)
+    capped = getattr(config, "attn_logit_softcapping", None) is not None
+    for implementation in ("eager",) if capped else ("sdpa", "eager"):
         try:
             if from_scratch:
-                return AutoModelForSequenceClassification.from_config(config, attn_implementation=implementation)
+                return AutoModelForSequenceClassification.from_config(
+                    config, attn_implementation=implementation, dtype=torch.float32
+                )
             return AutoModelForSequenceClassification.from_pretrained(
-                source, config=config, attn_implementation=implementation
+                folder, config=config, attn_implementation=implementation, dtype=torch.float32, **gguf_file
             )
         except ValueError as exc:
             if implementation != "sdpa" or "attention implementation" not in str(exc):
                 raise
     raise AssertionError("unreachable: eager is always supported")
+
+
+def _as_plain_weights(model: Any) -> None:
+    """A model read from a GGUF file holds its weights dequantised to float32 (transformers'
+    loader for these families converts every tensor) but keeps the GGUF quantizer's mark,
+    which refuses `save_pretrained` and `.float()`: the mark is dropped, so the tuned model is
+    saved as an ordinary safetensors folder. Weights left packed in GGUF blocks cannot be
+    trained: refused."""
+    if getattr(model, "hf_quantizer", None) is None:
+        return  # from_scratch: built from the file's config, no weights read
+    packed = sorted({type(m).__name__ for m in model.modules() if type(m).__name__.startswith("Gguf")})
+    if packed:
+        raise ModelError(f"the GGUF file's weights stay packed ({', '.join(packed)}); they cannot be fine-tuned")
+    model.hf_quantizer.remove_quantization_config(model)  # what transformers does for dequantize=True
 
 
 def _labels(data: TaskData) -> np.ndarray:
@@ -121,21 +150,29 @@ def finetune(
         raise DataError("fine-tuning needs a non-empty train and dev split")
     if train.labels != dev.labels:
         raise DataError(f"train and dev of {train.task} have different label sets")
-    base = load_encoder(model_name, device)  # checks the model is a supported encoder
-    base.require_encoder("attnwh finetune")
+    base = load_encoder(model_name, device)  # checks the model is a supported encoder or decoder
     source = str(bundled_model_path()) if model_name is None else model_name
     label_names = train.labels
     regression = label_names is None
     num_labels = 1 if label_names is None else len(label_names)
-    config = AutoConfig.from_pretrained(source, num_labels=num_labels)
+    folder, gguf_file = gguf.pretrained_arguments(source)
+    config = AutoConfig.from_pretrained(folder, num_labels=num_labels, **gguf_file)
+    # The tokenizer as attnwh prepared it (a decoder's: a padding token, no token type ids),
+    # saved with the model so the tuned folder pads the same way.
+    tokenizer = base.tokenizer
+    if base.causal:
+        # The classifier pools the rightmost token that is not padding: without the id it
+        # would refuse batches of more than one example.
+        config.pad_token_id = tokenizer.pad_token_id
     config.problem_type = "regression" if regression else "single_label_classification"
     if label_names is not None:
         config.id2label = dict(enumerate(label_names))
         config.label2id = {name: i for i, name in enumerate(label_names)}
     _seed(options.seed)
     model = _for_training(source, config, options.from_scratch)
+    if gguf_file:
+        _as_plain_weights(model)
     model.to(base.device)
-    tokenizer = AutoTokenizer.from_pretrained(source)
     max_length = min(options.max_length, base.max_length)
     train_encoded = encode_task(tokenizer, train, max_length)
     dev_encoded = encode_task(tokenizer, dev, max_length)
