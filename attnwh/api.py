@@ -1045,12 +1045,11 @@ def study(
     base = runner.base
     # Fine-tuned models are scored on the whole eval split; statistics and ablations on samples of it.
     scored = ", ".join(f"{t.name} {len(t.eval.examples)}" for t in runner.tasks)
-    sweep = " (the ablation sweep does not read decoders yet: not run)" if base.causal else ""
     console.print(
         f"[bold]{base.name}[/] ({base.family}, {base.num_layers} layers × {base.num_heads} heads) on {base.device}; "
         f"fine-tuning on ≤ {options.max_train_examples or 'all'} train examples × {options.epochs:g} epochs, "
         f"scored on every eval example ({scored}); statistics on up to {options.limit} and ablation on up to "
-        f"{options.ablation_limit} eval examples per task{sweep}; {len(STAGES)} stages → {db}",
+        f"{options.ablation_limit} eval examples per task; {len(STAGES)} stages → {db}",
         highlight=False,
     )
     with (

@@ -612,12 +612,6 @@ class Study:
         options = dataclasses.replace(self._ingest("ablation"), limit=self.options.ablation_limit)
         for task in self.tasks:
             tuned = self.tuned(task)
-            if tuned.causal:
-                # The sweep does not read decoders yet (`attnwh ingest ablation` refuses them in one
-                # line): the study goes on to the report without it, and says so.
-                result.outcome = "not run"
-                result.add(task.name, "not run: the ablation sweep does not read decoders yet", wrote=False)
-                continue
             check_classifier(tuned)
             per_pass = self.options.configs_per_pass or (8 if tuned.device.type == "cuda" else 1)
             for mode in self.options.modes:

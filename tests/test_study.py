@@ -12,6 +12,7 @@ import duckdb
 import pytest
 
 from helpers import SENTENCES, run
+from test_report_browser import _wait_for_charts, browser, open_offline  # noqa: F401
 
 TABLES = (
     "models",
@@ -166,28 +167,22 @@ def test_report_is_written_with_the_study_charts(studied):
     assert {"chart-ablation-heads", "chart-ablation-layers", "chart-ablation-curve", "chart-importance"} <= set(ids)
 
 
-def test_report_renders_in_chromium(studied):
-    from test_report_browser import _wait_for_charts, browser, open_offline  # noqa: F401
-
+def test_report_renders_in_chromium(studied, browser):  # noqa: F811
     _, _, tmp = studied
     from attnwh.reports.build import build_report
 
-    ids = tuple(c.id for c in build_report(tmp / "w.duckdb").charts())
-    pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    from playwright.sync_api import sync_playwright
+    assert_drawn(browser, tmp / "report.html", tuple(c.id for c in build_report(tmp / "w.duckdb").charts()))
 
-    from test_report_browser import CHROMIUM_ARGS, _chromium
 
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
-        try:
-            tab, log = open_offline(chromium, tmp / "report.html")
-            _wait_for_charts(tab, ids)
-            for chart_id in ids:
-                assert "could not be drawn" not in tab.locator(f"#{chart_id}").inner_text(), chart_id
-            assert log["errors"] == [] and log["requests"] == [] and log["dialogs"] == []
-        finally:
-            chromium.close()
+def assert_drawn(chromium, report: Path, ids: tuple[str, ...]):
+    """Open the report offline in Chromium: every chart drawn, no console error, no request;
+    returns the open tab (the caller closes its context)."""
+    tab, log = open_offline(chromium, report)
+    _wait_for_charts(tab, ids)
+    for chart_id in ids:
+        assert "could not be drawn" not in tab.locator(f"#{chart_id}").inner_text(), chart_id
+    assert log["errors"] == [] and log["requests"] == [] and log["dialogs"] == []
+    return tab
 
 
 def test_rerun_skips_every_stage(monkeypatch, capsys, studied):
@@ -545,11 +540,16 @@ def test_fine_tuning_bars_count_steps_not_examples():
     assert "ex/s" in ingesting and "step/s" not in ingesting, ingesting
 
 
-def test_a_decoder_study_runs_every_stage_but_the_sweep(monkeypatch, capsys, tmp_path):
+def test_a_decoder_study_runs_every_stage_and_its_report_draws_without_sep(
+    monkeypatch,
+    capsys,
+    tmp_path,
+    browser,  # noqa: F811
+):
     """`attnwh study --model <tiny llama>` on the sample sentiment task: the base and tuned
-    statistics, the fine-tuned classifier and the comparison are stored, the report is
-    written; the ablation sweep, which does not read decoders yet, is not run and says so in
-    one line; a rerun skips every stage that ran."""
+    statistics, the fine-tuned classifier, the comparison and the ablation sweep of the tuned
+    classifier are stored; the report, opened offline in Chromium, draws its charts with no
+    [SEP] panel and no console error; a rerun skips every stage."""
     from tiny_models import make_tiny_decoder
 
     model = make_tiny_decoder("llama", tmp_path / "llama")
@@ -557,24 +557,37 @@ def test_a_decoder_study_runs_every_stage_but_the_sweep(monkeypatch, capsys, tmp
     args = [
         "study", "--model", str(model), "--max-train-examples", "16", "--epochs", "1", "--lr", "1e-3",
         "--batch-size", "8", "--limit", "4", "--device", "cpu", "--db", str(db), "--report", str(report),
-        "--out-dir", str(tmp_path / "models"),
+        "--out-dir", str(tmp_path / "models"), "--resamples", "100",
     ]  # fmt: skip
     code, out, err = run(monkeypatch, capsys, *args)
     assert code == 0, err
-    text = " ".join(err.split())
-    assert "sentiment: not run: the ablation sweep does not read decoders yet" in text, err
-    assert "ablation not run" in text and "Traceback" not in err
-    assert "no ablation sweep" in out and "most changed layer" in out
-    assert sorted(r[1] for r in runs(db)) == ["compare", "finetune", "statistics", "statistics"]
+    assert "Traceback" not in err and "not run" not in err
+    kinds = sorted(r[1] for r in runs(db))
+    assert kinds == ["ablation", "compare", "finetune", "statistics", "statistics"], kinds
     assert all(r[3] == "complete" for r in runs(db))
     with duckdb.connect(str(db), read_only=True) as con:
         tuned = con.execute("SELECT architecture, causal FROM models WHERE finetuned_task = 'sentiment'").fetchall()
         assert tuned == [("LlamaForSequenceClassification", True)]
         assert con.execute("SELECT count(*), count(to_sep) FROM head_stats").fetchone() == (2 * 4 * 2 * 4, 0)
         assert con.execute("SELECT count(*) FROM attention_change").fetchone() == (4 * 2 * 4,)
-    assert report.is_file()
+        # The baseline, 2 × 4 heads and 2 layers, each on the 4 examples (and the combinations).
+        swept = con.execute(
+            "SELECT c.mode, count(DISTINCT c.config_id) FROM ablation_predictions p "
+            "JOIN ablation_configs c USING (run_id, config_id) WHERE c.kind IN ('baseline', 'head', 'layer') "
+            "GROUP BY c.mode ORDER BY c.mode"
+        ).fetchall()
+        assert swept == [("uniform", 11)], swept
+    from attnwh.reports.build import build_report
+
+    tab = assert_drawn(browser, report, tuple(c.id for c in build_report(db).charts()))
+    drawn = tab.locator("#chart-special-tokens-heads").inner_html()
+    # No [SEP] panel: every cell drawn is a share of the first token or punctuation (the grid's
+    # title says a decoder has no [SEP]).
+    assert "share: first token" in drawn and "share: [SEP]" not in drawn
+    tab.context.close()
+
     code, _, err = run(monkeypatch, capsys, *args)
     assert code == 0, err
-    for stage in ("ingest-base", "finetune", "ingest-tuned", "compare", "report"):
+    for stage in ("ingest-base", "finetune", "ingest-tuned", "compare", "ablation", "report"):
         assert f"{stage} skipped" in err, (stage, err)
-    assert len(runs(db)) == 4
+    assert len(runs(db)) == 5
