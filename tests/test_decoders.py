@@ -313,10 +313,9 @@ def test_refused_family_gives_one_line(monkeypatch, capsys, tmp_path):
     "args",
     [
         ["ingest", "--value-zeroing", "head"],
-        ["ingest", "ablation"],
         ["ingest", "relations", "--conllu", "CONLLU"],
     ],
-    ids=["value-zeroing", "ablation", "relations"],
+    ids=["value-zeroing", "relations"],
 )
 def test_commands_that_do_not_read_decoders_refuse_them_in_one_line(monkeypatch, capsys, decoders, tmp_path, args):
     model = str(decoders["llama"])
