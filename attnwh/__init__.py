@@ -1,6 +1,6 @@
-"""attnwh: an attention warehouse for transformer encoders.
+"""attnwh: an attention warehouse for transformers (encoders and causal language models).
 
-`attnwh.ingest` runs encoders and writes per-head attention statistics into DuckDB,
+`attnwh.ingest` runs encoders and decoders and writes per-head attention statistics into DuckDB,
 `attnwh.sql` holds the warehouse schema and the named queries, `attnwh.reports` turns a
 warehouse into HTML. Only `attnwh.ingest` imports torch, and only when a command needs it.
 """

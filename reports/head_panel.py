@@ -78,7 +78,7 @@ def head_panel_data(ctx: ReportContext, db: Path | None = None) -> dict[str, Any
     else:
         token_maps = {"examples": {}, "maps": {}, "notes": ["built without token maps"]}
     return {
-        "sections": {s.id: s.title for s in SECTIONS},
+        "sections": {s.id: s.title_for(ctx) for s in SECTIONS},
         "examples": listed,
         "tokenMaps": token_maps,
         "runs": _run_labels(ctx, profile),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 import altair as alt
@@ -94,6 +94,18 @@ class Section:
     tables: tuple[str, ...]
     produced_by: str
     build: Callable[[ReportContext], list[Block]]
+    # The title where the report covers decoders' runs: "decoders" when it covers only theirs,
+    # "both" beside encoders' (a decoder has no [CLS] or [SEP]); `title` where absent.
+    titles: dict[str, str] = field(default_factory=dict)
+
+    def title_for(self, ctx: ReportContext) -> str:
+        """The title for the runs `ctx` covers: encoders', decoders' or both."""
+        if not self.titles:
+            return self.title
+        causal = ctx.query("run_models")["causal"]
+        if not causal.any():
+            return self.title
+        return self.titles["decoders" if causal.all() else "both"]
 
 
 @dataclass(frozen=True)
@@ -581,6 +593,10 @@ SECTIONS: tuple[Section, ...] = (
         ("head_stats", "runs", "models"),
         "attnwh ingest",
         _special_tokens,
+        {
+            "decoders": "Attention to the first token and punctuation",
+            "both": "Attention to [CLS], [SEP], the first token and punctuation",
+        },
     ),
     Section("attention-sinks", "Attention sinks", ("head_stats", "runs", "models"), "attnwh ingest", _sinks),
     Section(
@@ -665,10 +681,12 @@ def tables_with_rows(con: duckdb.DuckDBPyConnection, names: set[str]) -> set[str
 
 
 def render_sections(ctx: ReportContext, sections: tuple[Section, ...] = SECTIONS) -> list[RenderedSection]:
-    """Build every section whose tables hold rows; the others get their note."""
+    """Build every section whose tables hold rows; the others get their note. Each section
+    carries the title that fits the runs the report covers (`Section.title_for`)."""
     available = tables_with_rows(ctx.con, {t for s in sections for t in s.tables})
     rendered = []
     for section in sections:
+        section = replace(section, title=section.title_for(ctx), titles={}) if section.titles else section
         missing = [t for t in section.tables if t not in available]
         if missing:
             note = f"No data for this section yet: run `{section.produced_by}` to add this section."

@@ -41,7 +41,7 @@ def cli_main(*args: str) -> None:
         try:
             cli.main()
         except SystemExit as exc:
-            assert exc.code == 0, f"attnwh {' '.join(args)} exited {exc.code}"
+            assert not exc.code, f"attnwh {' '.join(args)} exited {exc.code}"
 
 
 def write_pairs(path: Path, n: int = 24) -> Path:

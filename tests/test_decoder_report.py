@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import duckdb
@@ -24,25 +23,12 @@ from attnwh.api import Warehouse
 from attnwh.errors import UsageError
 from attnwh.ingest.runs.maps import example_maps
 from attnwh.ingest.sources.files import load_sample
-from helpers import ingest_args, run, write_pairs
+from helpers import cli_main, ingest_args, run, write_pairs
 from test_report_browser import browser, open_offline  # noqa: F401
 from tiny_models import make_tiny_decoder
 
 MAX_LENGTH = 24
 DECODER_RUN, ENCODER_RUN = 1, 2
-
-
-def _cli(*argv: str) -> None:
-    from attnwh import cli
-
-    mp = pytest.MonkeyPatch()
-    try:
-        mp.setattr(sys, "argv", ["attnwh", *argv])
-        cli.main()
-    except SystemExit as exc:
-        assert not exc.code, f"attnwh {argv[0]} failed with {exc.code}"
-    finally:
-        mp.undo()
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +41,9 @@ def warehouse(tmp_path_factory, tiny_model_dir, decoder) -> Path:
     """Run 1: the decoder on 6 prose windows of 24 tokens; run 2: BERT on 6 sentence pairs."""
     tmp = tmp_path_factory.mktemp("decoder-wh")
     db = tmp / "w.duckdb"
-    _cli("ingest", "--model", str(decoder), "--task", "prose", "--limit", "6", "--max-length", str(MAX_LENGTH),
+    cli_main("ingest", "--model", str(decoder), "--task", "prose", "--limit", "6", "--max-length", str(MAX_LENGTH),
          "--db", str(db))  # fmt: skip
-    _cli(*ingest_args(tiny_model_dir("bert"), write_pairs(tmp / "pairs.tsv", 6), db))
+    cli_main(*ingest_args(tiny_model_dir("bert"), write_pairs(tmp / "pairs.tsv", 6), db))
     return db
 
 
@@ -139,6 +125,22 @@ def test_report_draws_decoders_apart_with_the_first_token_and_no_sep(warehouse):
     assert len(notes) == 1 and "not validated" in notes[0]
 
 
+def test_the_special_tokens_title_names_what_the_covered_runs_have(warehouse):
+    """[CLS] and [SEP] are named only where an encoder's run is covered; a decoder's first
+    token only where a decoder's is: on the page, in its contents and in the head panel."""
+    wh = Warehouse(warehouse)
+    expected = {
+        None: "Attention to [CLS], [SEP], the first token and punctuation",
+        "prose": "Attention to the first token and punctuation",
+        "pairs": "Attention to [CLS], [SEP] and punctuation",
+    }
+    for task, title in expected.items():
+        built = wh.build_report(task=task)
+        titles = {s.section.id: s.section.title for s in built.sections}
+        assert titles["special-tokens"] == title, task
+        assert built.head_panel is None or built.head_panel["sections"]["special-tokens"] == title
+
+
 # ---------------------------------------------------------------- the API and the command
 
 
@@ -170,7 +172,7 @@ def test_chromium_draws_the_sink_chart_and_a_triangle(browser, warehouse, tmp_pa
     page's large map leaves its top-right cell grey (not part of a causal map), unlike the white
     of a weight of 0 or the blue of a share, while its bottom-left cell is coloured by share."""
     report = tmp_path / "report.html"
-    _cli("report", "--db", str(warehouse), "--out", str(report), "--no-token-maps")
+    cli_main("report", "--db", str(warehouse), "--out", str(report), "--no-token-maps")
     tab, log = open_offline(browser, report)
     tab.wait_for_selector("#chart-attention-sinks svg, #chart-attention-sinks canvas", timeout=20_000)
     sinks = tab.locator("#chart-attention-sinks").inner_html()

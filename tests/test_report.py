@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ingest_args, run, write_pairs
+from helpers import cli_main, ingest_args, run, write_pairs
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 GOLDEN = Path(__file__).parent / "golden"
@@ -37,27 +37,14 @@ ABSENT = {
 HOSTILE = "<script>alert(1)</script>"
 
 
-def _ingest(argv: list[str]) -> None:
-    from attnwh import cli
-
-    mp = pytest.MonkeyPatch()
-    try:
-        mp.setattr(sys, "argv", ["attnwh", *argv])
-        cli.main()
-    except SystemExit as exc:
-        assert not exc.code, f"ingest failed with {exc.code}"
-    finally:
-        mp.undo()
-
-
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory, tiny_model_dir) -> Path:
     """A warehouse from the real `attnwh ingest`: one tiny model on two tasks."""
     tmp = tmp_path_factory.mktemp("report-wh")
     db = tmp / "w.duckdb"
     model = tiny_model_dir("bert")
-    _ingest(ingest_args(model, write_pairs(tmp / "pairs.tsv", 10), db, "--task", "rte-like"))
-    _ingest(ingest_args(model, write_pairs(tmp / "more.tsv", 6), db, "--task", "mrpc-like"))
+    cli_main(*ingest_args(model, write_pairs(tmp / "pairs.tsv", 10), db, "--task", "rte-like"))
+    cli_main(*ingest_args(model, write_pairs(tmp / "more.tsv", 6), db, "--task", "mrpc-like"))
     return db
 
 
@@ -73,7 +60,7 @@ def hostile_warehouse(tmp_path_factory, tiny_model_dir) -> Path:
     lines[1] = f"{HOSTILE}\t{HOSTILE} & </p>\tyes"
     data.write_text("\n".join(lines) + "\n", encoding="utf-8")
     db = tmp / "w.duckdb"
-    _ingest(ingest_args(model, data, db, "--task", HOSTILE))
+    cli_main(*ingest_args(model, data, db, "--task", HOSTILE))
     return db
 
 

@@ -46,7 +46,7 @@ def _version(value: bool) -> None:
 app = typer.Typer(
     name="attnwh",
     cls=_RootGroup,
-    help="attnwh: an attention warehouse for transformer encoders. Ingest per-head attention "
+    help="attnwh: an attention warehouse for transformers, encoders and causal language models. Ingest per-head attention "
     "statistics into DuckDB, then query them with SQL.",
     pretty_exceptions_enable=False,
     add_completion=False,
