@@ -953,7 +953,13 @@ _GALLERY_SIDE = 112
 
 # Token kinds of massive activations, in the order of attnwh.ingest.measures.massive, with
 # the letter a cell shows for the kind that holds most of its entries.
-MASSIVE_KINDS: tuple[tuple[str, str], ...] = (("[CLS]", "C"), ("[SEP]", "S"), ("punctuation", "P"), ("other", "O"))
+MASSIVE_KINDS: tuple[tuple[str, str], ...] = (
+    ("[CLS]", "C"),
+    ("first token", "F"),  # a decoder's, in [CLS]'s place
+    ("[SEP]", "S"),
+    ("punctuation", "P"),
+    ("other", "O"),
+)
 
 
 def massive_cells(frame: pl.DataFrame) -> pl.DataFrame:

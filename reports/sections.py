@@ -547,7 +547,7 @@ def _massive(ctx: ReportContext) -> list[Block]:
             "dimensions that are ever massive get a column, and only layers that ever have one a row. The letter "
             "names the token kind holding most of the cell's entries (C [CLS], S [SEP], P punctuation, O other), the "
             "tooltip every kind; query massive_activations."
-            + (" On a decoder's run C names its first token, in [CLS]'s place." if has_decoders(ctx) else ""),
+            + (" On a decoder's run F names its first token, in [CLS]'s place." if has_decoders(ctx) else ""),
             frame,
             charts.massive_activations,
             "No massive activations found (Sun et al. 2024): none of the 8 largest hidden-state entries stored per "

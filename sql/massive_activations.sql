@@ -9,6 +9,8 @@
 -- example_share counts the examples with a massive entry in this layer and dimension on a
 -- token of this kind, dim_example_share those with one on any token, so the kinds of a
 -- dimension can overlap and dim_example_share is the dimension's share whatever the kind.
+-- A decoder's first token (BOS, or its first real token) is stored as '[CLS]', the kind in
+-- its place; the query names it 'first token' for a decoder's run (models.causal).
 WITH threshold AS (
     SELECT
         coalesce(CAST($min_magnitude AS DOUBLE), 100)  AS min_magnitude,
@@ -37,7 +39,8 @@ SELECT
     a.run_id,
     a.layer,
     a.dim,
-    a.token_kind,
+    CASE WHEN coalesce(m.causal, false) AND a.token_kind = '[CLS]' THEN 'first token' ELSE a.token_kind END
+                                                                 AS token_kind,
     t.min_magnitude,
     t.ratio,
     count(*)                                                     AS massive,
@@ -57,6 +60,6 @@ JOIN per_dim AS d ON d.run_id = a.run_id AND d.layer = a.layer AND d.dim = a.dim
 CROSS JOIN threshold AS t
 WHERE ($model IS NULL OR m.name = $model)
   AND ($task IS NULL OR r.task = $task)
-GROUP BY m.name, r.task, r.split, a.run_id, a.layer, a.dim, a.token_kind, t.min_magnitude, t.ratio, s.examples,
-    d.dim_examples
+GROUP BY m.name, m.causal, r.task, r.split, a.run_id, a.layer, a.dim, a.token_kind, t.min_magnitude, t.ratio,
+    s.examples, d.dim_examples
 ORDER BY model, r.task, a.run_id, a.layer, massive DESC, a.dim, a.token_kind;

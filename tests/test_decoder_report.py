@@ -125,6 +125,26 @@ def test_report_draws_decoders_apart_with_the_first_token_and_no_sep(warehouse):
     assert len(notes) == 1 and "not validated" in notes[0]
 
 
+def test_a_decoders_massive_activation_on_its_first_token_is_named_so(warehouse, tmp_path):
+    """massive_activations stores the token in [CLS]'s place as '[CLS]' for every model; the
+    query names it 'first token' on a decoder's run only, and the chart's letter is F."""
+    from attnwh.reports.charts import massive_cells
+
+    db = tmp_path / "w.duckdb"
+    shutil.copy(warehouse, db)
+    with duckdb.connect(str(db)) as con:
+        for run_id in (DECODER_RUN, ENCODER_RUN):
+            example_id = con.execute("SELECT min(example_id) FROM run_examples WHERE run_id = ?", [run_id]).fetchone()[
+                0
+            ]
+            con.execute(
+                "INSERT INTO massive_activations VALUES (?, ?, 1, 1, 5000.0, 3, 0, '[CLS]', 1.0)", [run_id, example_id]
+            )
+    frame = Warehouse(db).query("massive_activations")
+    assert dict(frame.select("run_id", "token_kind").rows()) == {DECODER_RUN: "first token", ENCODER_RUN: "[CLS]"}
+    assert dict(massive_cells(frame).select("run_id", "letter").rows()) == {DECODER_RUN: "F", ENCODER_RUN: "C"}
+
+
 def test_the_special_tokens_title_names_what_the_covered_runs_have(warehouse):
     """[CLS] and [SEP] are named only where an encoder's run is covered; a decoder's first
     token only where a decoder's is: on the page, in its contents and in the head panel."""
