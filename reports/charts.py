@@ -348,6 +348,12 @@ def special_tokens_layers(frame: pl.DataFrame) -> alt.FacetChart | alt.VConcatCh
     return _styled(grids[0] if len(grids) == 1 else alt.vconcat(*grids, spacing=28), view_stroke="#ddd")
 
 
+def _sparse_labels(layers: pl.Series) -> dict[str, Any]:
+    """Axis settings that label every 5th layer where more than 16 would crowd a 220 px panel
+    (a 30-layer decoder's labels ran together); every layer is labelled up to 16."""
+    return {"labelExpr": "datum.value % 5 === 0 ? datum.label : ''"} if layers.n_unique() > 16 else {}
+
+
 def _special_tokens_lines(
     frame: pl.DataFrame, shares: tuple[tuple[str, str, str], ...], heading: str | None
 ) -> alt.FacetChart:
@@ -366,7 +372,7 @@ def _special_tokens_lines(
         alt.Chart(data)
         .mark_line(point=alt.OverlayMarkDef(size=25))
         .encode(
-            x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0)),
+            x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0, **_sparse_labels(data["layer"]))),
             y=alt.Y("value:Q", title="mean share", scale=alt.Scale(zero=True, nice=True)),
             color=alt.Color("model_label:N", title="model", legend=_line_legend()),
             strokeDash=alt.StrokeDash(

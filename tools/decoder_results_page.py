@@ -1,0 +1,497 @@
+"""Write the results page of a causal language model read by attnwh (statistics on the tasks'
+examples and on plain text, a prompted ablation sweep) from its warehouse, so the page can be
+checked and regenerated: where the model's attention sinks sit (the first token by layer, the
+sink heads, massive activations), how well it answers a GLUE task through its prompt, and
+what disabling each head and each layer does to that score.
+
+Every number comes from a named query (the page names it under each table) or, for the
+parity check, from the model itself run again here. Usage::
+
+    python tools/decoder_results_page.py --db smol.duckdb --name SmolLM2-135M-Instruct \\
+        --model models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf --time-dir . \\
+        --out docs/results/smollm2-135m.md
+
+`--model` is the model's file or folder for the parity check (the stored statistics of ten
+examples against transformers' eager `output_attentions`, recomputed from the token ids the
+run stored); without it the page has no parity section. `--time-dir` is a folder of GNU
+`/usr/bin/time -v` outputs (`time-<what>.txt`) for the cost table. The charts (PNG, from the
+report's own chart builders) go into a folder named after the page, beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from results_page import TIME_RSS, TIME_WALL, query, source, stored_as, table, wall_seconds
+
+from attnwh.sql import warehouse
+
+EPS = 0.3  # Gu et al.'s sink threshold, as the report's
+# The report's charts the page shows, by their element id, and the sections that draw them.
+CHARTS = ("chart-special-tokens-layers", "chart-attention-sinks", "chart-ablation-heads", "chart-ablation-layers")
+CHART_SECTIONS = {"special-tokens", "attention-sinks", "ablation"}
+PARITY_EXAMPLES = 10
+PARITY_COLUMNS = ("to_cls", "to_self", "to_prev", "max_weight")
+
+
+def decoder_runs(con) -> pl.DataFrame:
+    """The decoder's runs (run_models joined with run_provenance): one model only."""
+    kinds = query(con, "run_models").filter(pl.col("causal"))
+    models = kinds["model"].unique().to_list()
+    if len(models) != 1:
+        raise SystemExit(f"error: expected the runs of one decoder, found {len(models)}: {models}")
+    provenance = query(con, "run_provenance").select(
+        "run_id", "n_examples", "mean_tokens", "max_length", "n_truncated", "seed", "source", "seconds"
+    )
+    return kinds.join(provenance, on="run_id").sort("run_id")
+
+
+def f3(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def setup(runs: pl.DataFrame, name: str, stored: str) -> list[str]:
+    first = runs.row(0, named=True)
+    stats = runs.filter(pl.col("kind") == "statistics")
+    read = "; ".join(
+        f"{r['task']}: {r['n_examples']} examples, {r['mean_tokens']:.1f} tokens on average (at most {r['max_length']}, "
+        f"{r['n_truncated']} cut)"
+        for r in stats.iter_rows(named=True)
+    )
+    return [
+        f"Model: `{name}` ({stored}): a {first['family']} decoder of {first['num_layers']} layers × "
+        f"{first['num_heads']} query heads on {first['num_key_value_heads']} key/value heads (grouped-query "
+        f"attention), {first['num_layers'] * first['num_heads']} heads in all. Statistics runs: {read}.",
+        "",
+    ]
+
+
+def first_token(con, runs: pl.DataFrame, figures: dict[str, str]) -> list[str]:
+    layers = query(con, "special_tokens_by_layer").filter(pl.col("run_id").is_in(runs["run_id"].to_list()))
+    tasks = layers["task"].unique(maintain_order=True).to_list()
+    by = {(r["task"], r["layer"]): r for r in layers.iter_rows(named=True)}
+    n_layers = int(layers["layer"].max()) + 1
+    rows = [
+        (layer, *(f"{f3(by[(t, layer)]['to_cls'])} · {f3(by[(t, layer)]['to_punct'])}" for t in tasks))
+        for layer in range(n_layers)
+    ]
+    lines = [
+        "## The first token by layer",
+        "",
+        "Mean share of each row's attention that goes to the first token, and to punctuation (first token · "
+        "punctuation), per layer (0 = first): the mean over the run's examples, the layer's heads and every real "
+        "row, row 0 included (its only key is the first token; [what the columns mean on a decoder]"
+        "(../metrics.md#decoders)). " + _which_first(con, runs),
+        "",
+        *table(("layer", *tasks), rows),
+        source("special_tokens_by_layer"),
+        "",
+    ]
+    for task in tasks:
+        shares = [by[(task, layer)]["to_cls"] for layer in range(n_layers)]
+        top = int(np.argmax(shares))
+        above = [layer for layer, s in enumerate(shares) if s > EPS]
+        lines += [
+            f"On {task}: the first token takes {min(shares):.3f} to {max(shares):.3f} of a layer's attention "
+            f"(largest in layer {top}); {len(above)} of {n_layers} layers give it more than {EPS:g} on average "
+            f"({_ranges(above)}).",
+            "",
+        ]
+    return lines + _figure(figures, "chart-special-tokens-layers")
+
+
+def _which_first(con, runs: pl.DataFrame) -> str:
+    """Whether one token (a BOS) heads every example of these runs, or the text's own first token."""
+    firsts = con.execute(
+        "SELECT DISTINCT token_ids[1] FROM run_examples WHERE list_contains(?, run_id)", [runs["run_id"].to_list()]
+    ).fetchall()
+    if len(firsts) == 1:
+        return (
+            f"Every example starts with the same token (id {firsts[0][0]}, the tokenizer's BOS): it is the first token."
+        )
+    return "The tokenizer adds no BOS, so the first token is each text's own first token."
+
+
+def _ranges(layers: list[int]) -> str:
+    """'3–9, 12–15' for a sorted list of layers ('none' when empty)."""
+    if not layers:
+        return "none"
+    spans, start = [], layers[0]
+    for prev, cur in zip(layers, [*layers[1:], None]):
+        if cur != prev + 1:
+            spans.append(f"{start}" if start == prev else f"{start}–{prev}")
+            start = cur
+    return ", ".join(spans)
+
+
+def sinks(con, runs: pl.DataFrame, figures: dict[str, str]) -> list[str]:
+    frame = query(con, "sink_heads", eps=EPS).filter(pl.col("run_id").is_in(runs["run_id"].to_list()))
+    tasks = frame["task"].unique(maintain_order=True).to_list()
+    heads = int(frame["heads"].max())
+    n_layers = int(frame["layer"].max()) + 1
+    lines = [
+        "## Sink heads",
+        "",
+        f"Sink heads (Gu et al. 2025): heads whose mean attention to the first token (or to punctuation) exceeds "
+        f"ε = {EPS:g}, per layer: how many of its {heads} heads and which.",
+        "",
+    ]
+    rows = []
+    counts: dict[tuple[str, str], int] = {}
+    for layer in range(n_layers):
+        cells = []
+        for task in tasks:
+            for token in ("first token", "punctuation"):
+                r = frame.filter((pl.col("task") == task) & (pl.col("layer") == layer) & (pl.col("token") == token))
+                n = int(r["sink_heads"].sum()) if r.height else 0
+                counts[(task, token)] = counts.get((task, token), 0) + n
+                cells.append(f"{n} ({r['which_heads'][0]})" if n else "0")
+        rows.append((layer, *cells))
+    lines += table(("layer", *(f"{t}: {k}" for t in tasks for k in ("first token", "punctuation"))), rows)
+    lines += [source("sink_heads"), ""]
+    total = n_layers * heads
+    for task in tasks:
+        first, punct = counts[(task, "first token")], counts[(task, "punctuation")]
+        lines += [
+            f"On {task}: {first} of {total} heads ({100 * first / total:.0f} %) are first-token sinks, "
+            f"{punct} punctuation sinks.",
+            "",
+        ]
+    return lines + _figure(figures, "chart-attention-sinks")
+
+
+def massive(con, runs: pl.DataFrame) -> list[str]:
+    frame = query(con, "massive_activations").filter(pl.col("run_id").is_in(runs["run_id"].to_list()))
+    lines = [
+        "## Massive activations",
+        "",
+        "Hidden-state entries with |h| > 100 and > 1000 × the median |h| of their layer's output (Sun et al. 2024), "
+        "per run and dimension: the layers where the dimension is massive, on which token kind, in what share of "
+        "the examples, and the largest magnitude.",
+        "",
+    ]
+    if not frame.height:
+        return [*lines, "None found.", "", source("massive_activations"), ""]
+    dims = (
+        frame.group_by("task", "dim", "token_kind")
+        .agg(
+            pl.col("layer").unique().sort().alias("layers"),
+            pl.col("example_share").max().alias("share"),
+            pl.col("max_magnitude").max().alias("largest"),
+        )
+        .sort("task", "largest", descending=[False, True])
+    )
+    rows = [
+        (
+            r["task"],
+            r["dim"],
+            r["token_kind"],
+            _ranges(r["layers"]),
+            f"{100 * r['share']:.0f} %",
+            f"{r['largest']:,.0f}",
+        )
+        for r in dims.iter_rows(named=True)
+    ]
+    return [
+        *lines,
+        *table(("task", "dimension", "token", "layers", "examples (most in a layer)", "largest |h|"), rows),
+        source("massive_activations"),
+        "",
+    ]
+
+
+def prompted(con, runs: pl.DataFrame) -> tuple[list[str], pl.DataFrame]:
+    """The prompted sweep's setting and baseline; returns the findings of its run(s)."""
+    sweep_runs = runs.filter(pl.col("kind") == "ablation")
+    findings = query(con, "findings_ablation").filter(pl.col("run_id").is_in(sweep_runs["run_id"].to_list()))
+    lines = ["## The task through a prompt", ""]
+    if not findings.height:
+        return [*lines, "No ablation run of this model in the warehouse.", ""], findings
+    for r in findings.iter_rows(named=True):
+        prompt = json.loads(con.execute("SELECT prompt FROM runs WHERE run_id = ?", [r["run_id"]]).fetchone()[0])
+        labels = con.execute(
+            "SELECT e.label_id, count(*) FROM run_examples AS x JOIN examples AS e USING (example_id) "
+            "WHERE x.run_id = ? GROUP BY ALL ORDER BY 1",
+            [r["run_id"]],
+        ).fetchall()
+        majority = max(n for _, n in labels) / sum(n for _, n in labels)
+        predicted = con.execute(
+            "SELECT p.prediction, count(*) FROM ablation_predictions AS p JOIN ablation_configs AS c "
+            "USING (run_id, config_id) WHERE p.run_id = ? AND c.kind = 'baseline' GROUP BY ALL ORDER BY 1",
+            [r["run_id"]],
+        ).fetchall()
+        words = prompt["label_words"]
+        counts = " / ".join(f"{n} `{words[int(p)].strip()}`" for p, n in predicted)
+        template = prompt["template"].replace("\n", "⏎")
+        shots = f"{prompt['shots']} shots (seed {prompt['seed']})" if prompt["shots"] else "zero-shot"
+        lines += [
+            f"{r['task']}: the template `{template}`, label words {', '.join(f'`{w}`' for w in words)} "
+            f"(token ids {', '.join(map(str, prompt.get('label_ids', [])))}), {shots}; the prediction is the label "
+            f"word with the larger logit at the last token ([prompts](../prompts.md)). On {r['n_examples']} dev "
+            f"examples (a seeded sample): **accuracy {r['baseline']:.3f}**, the majority class {majority:.3f}; "
+            f"predicted {counts}.",
+            "",
+        ]
+    return [*lines, source("findings_ablation"), ""], findings
+
+
+def ablation(con, findings: pl.DataFrame, figures: dict[str, str]) -> list[str]:
+    if not findings.height:
+        return []
+    lines = [
+        "## Disabling heads and layers",
+        "",
+        "Every head alone and every layer whole disabled (uniform attention over each row's visible keys, as "
+        "Kovaleva et al. did on BERT; [ablation](../ablation.md#decoders-fine-tuned-and-prompted-classifiers)), "
+        "scored on the same examples as the baseline: Δ = disabled − baseline, the exact McNemar test, "
+        "Benjamini–Hochberg across the run's heads and layers.",
+        "",
+    ]
+    for r in findings.iter_rows(named=True):
+        run = r["run_id"]
+        lines += [
+            f"{r['task']} ({r['mode']}): {r['heads_tested']} heads and {r['layers_tested']} layers tested; "
+            f"{r['heads_significant']} heads ({r['heads_raised']} raised the accuracy, {r['heads_lowered']} lowered "
+            f"it) and {r['layers_significant']} layers ({r['layers_raised']} raised, {r['layers_lowered']} lowered) "
+            f"changed it with adjusted p < 0.05. With {r['n_examples']} examples the smallest change that could be "
+            f"significant among {r['tests']} tests is {r['detect_k']} examples (Δ {r['detect_delta']:.3f}).",
+            "",
+        ]
+        heads = query(con, "ablation_effect").filter(pl.col("run_id") == run)
+        for label, order in (("lowered it most", False), ("raised it most", True)):
+            top = heads.sort("delta", descending=order).head(5)
+            lines += [
+                f"Heads whose disabling {label}:",
+                "",
+                *table(
+                    ("layer", "head", "Δ", "95 % interval", "p (adjusted)"),
+                    (
+                        (
+                            h["layer"],
+                            h["head"],
+                            f"{h['delta']:+.3f}",
+                            f"[{h['ci_low']:+.3f}, {h['ci_high']:+.3f}]",
+                            f"{h['p_adjusted']:.3g}",
+                        )
+                        for h in top.iter_rows(named=True)
+                    ),
+                ),
+            ]
+        layers = query(con, "layer_ablation").filter(pl.col("run_id") == run).sort("layer")
+        lines += [
+            "Whole layers disabled:",
+            "",
+            *table(
+                ("layer", "accuracy", "Δ", "95 % interval", "p (adjusted)"),
+                (
+                    (
+                        h["layer"],
+                        f"{h['value']:.3f}",
+                        f"{h['delta']:+.3f}",
+                        f"[{h['ci_low']:+.3f}, {h['ci_high']:+.3f}]",
+                        f"{h['p_adjusted']:.3g}",
+                    )
+                    for h in layers.iter_rows(named=True)
+                ),
+            ),
+            source("findings_ablation", "ablation_effect", "layer_ablation"),
+            "",
+        ]
+        lines += together(con, run)
+    return lines + _figure(figures, "chart-ablation-heads") + _figure(figures, "chart-ablation-layers")
+
+
+def together(con, run: int) -> list[str]:
+    """Sentences on the heads disabled together: sinks, the helpful heads, the top-k curve, and
+    whether gradient importance finds the heads that matter."""
+    lines = []
+    sink = query(con, "sink_vs_ablation", eps=EPS).filter(pl.col("run_id") == run)
+    if sink.height:
+        s = sink.row(0, named=True)
+        rho = "undefined" if s["spearman"] is None else f"{s['spearman']:.2f}"
+        if s["spearman_low"] is not None:
+            rho += f" (95 % bootstrap interval {s['spearman_low']:.2f} to {s['spearman_high']:.2f})"
+        lines.append(
+            f"Sink heads (score > {EPS:g} in statistics run {s['statistics_run']}, over the sweep's "
+            f"{s['examples']} examples): {s['sink_heads']} of {s['heads']}. Spearman ρ between a head's sink score "
+            f"and its Δ: {rho}."
+            + (
+                f" All {s['sinks_disabled']} disabled together: Δ {s['sinks_delta']:+.3f} "
+                f"[{s['sinks_ci_low']:+.3f}, {s['sinks_ci_high']:+.3f}], p {s['sinks_p_value']:.3g}."
+                if s["sinks_delta"] is not None
+                else ""
+            )
+        )
+    combos = query(con, "ablation_combinations").filter(pl.col("run_id") == run)
+    helpful = combos.filter(pl.col("kind") == "helpful")
+    if helpful.height:
+        h = helpful.row(0, named=True)
+        lines.append(
+            f"The {h['n_helpful']} heads whose own disabling raised the accuracy, disabled together: "
+            f"Δ {h['delta']:+.3f} [{h['ci_low']:+.3f}, {h['ci_high']:+.3f}], p {h['p_value']:.3g}."
+        )
+    curve = combos.filter(pl.col("kind") == "top_k").sort("k")
+    if curve.height:
+        lines.append(
+            "The top-k curve (the k heads that helped most, together): "
+            + ", ".join(f"k = {c['k']}: Δ {c['delta']:+.3f}" for c in curve.iter_rows(named=True))
+            + "."
+        )
+    importance = query(con, "importance_vs_ablation").filter(pl.col("run_id") == run)
+    if importance.height:
+        i = importance.row(0, named=True)
+        lines.append(
+            f"Gradient importance (Michel et al. 2019) against Δ over the {i['heads']} heads: Spearman ρ "
+            f"{i['spearman']:.2f}; {i['top10_overlap']} of the 10 most important heads are among the 10 whose "
+            "disabling lowered the accuracy most."
+        )
+    if not lines:
+        return []
+    return [" ".join(lines), "", source("sink_vs_ablation", "ablation_combinations", "importance_vs_ablation"), ""]
+
+
+def parity(con, runs: pl.DataFrame, model: Path) -> list[str]:
+    """The stored statistics of PARITY_EXAMPLES examples of the first statistics run against
+    transformers' eager output_attentions on the token ids the run stored, recomputed here."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    run = int(runs.filter(pl.col("kind") == "statistics")["run_id"][0])
+    examples = con.execute(
+        "SELECT example_id, token_ids FROM run_examples WHERE run_id = ? ORDER BY example_id LIMIT ?",
+        [run, PARITY_EXAMPLES],
+    ).fetchall()
+    kwargs = {"gguf_file": model.name} if model.suffix == ".gguf" else {}
+    folder = model.parent if model.suffix == ".gguf" else model
+    eager = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", **kwargs).eval()
+    worst = dict.fromkeys(PARITY_COLUMNS, 0.0)
+    for example_id, ids in examples:
+        with torch.no_grad():
+            maps = eager(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+        a = torch.stack([m[0] for m in maps]).double().numpy()  # (layers, heads, n, n)
+        n = a.shape[-1]
+        expected = {
+            "to_cls": a[..., :, 0].mean(-1),
+            "to_self": np.diagonal(a, axis1=-2, axis2=-1).mean(-1),
+            # A[i, i − 1], 0 on row 0, every row in the mean.
+            "to_prev": np.concatenate([np.zeros(a.shape[:2] + (1,)), np.diagonal(a, -1, -2, -1)], -1).mean(-1),
+            "max_weight": a.max(-1).mean(-1),
+        }
+        stored = con.execute(
+            f"SELECT layer, head, {', '.join(PARITY_COLUMNS)} FROM head_stats "
+            "WHERE run_id = ? AND example_id = ? ORDER BY layer, head",
+            [run, example_id],
+        ).fetchnumpy()
+        assert len(stored["layer"]) == a.shape[0] * a.shape[1] and n == len(ids)
+        for column in PARITY_COLUMNS:
+            got = np.asarray(stored[column], float).reshape(a.shape[:2])
+            worst[column] = max(worst[column], float(np.abs(got - expected[column]).max()))
+    return [
+        "## Parity with transformers",
+        "",
+        f"The stored statistics of {len(examples)} examples of run {run} against the same model loaded by "
+        "transformers alone with its eager attention (`output_attentions=True`), recomputed when this page was "
+        "generated from the token ids the run stored, one example at a time: the largest difference over every "
+        "layer and head, per column.",
+        "",
+        *table(PARITY_COLUMNS, [[f"{worst[c]:.1e}" for c in PARITY_COLUMNS]]),
+        "The test suite checks every column of ten sequences the same way "
+        "(`tests/test_decoders.py::test_smollm2_statistics_match_eager_output_attentions`).",
+        "",
+    ]
+
+
+def costs(time_dir: Path | None) -> list[str]:
+    rows = []
+    for path in sorted(time_dir.glob("time-*.txt")) if time_dir else []:
+        text = path.read_text(encoding="utf-8")
+        wall, rss = TIME_WALL.search(text), TIME_RSS.search(text)
+        if wall and rss:
+            rows.append((path.stem.removeprefix("time-"), wall_seconds(wall[1]), int(rss[1]) / 2**20))
+    if not rows:
+        return []
+    return [
+        "## What it cost",
+        "",
+        "Wall time and peak resident memory of each command on a 2-core CPU without a GPU, beside other work on "
+        "the same cores (`/usr/bin/time -v`).",
+        "",
+        *table(("command", "wall time", "peak memory"), ((w, f"{s / 60:.1f} min", f"{g:.2f} GiB") for w, s, g in rows)),
+    ]
+
+
+def _figure(figures: dict[str, str], chart_id: str) -> list[str]:
+    return [f"![{chart_id}]({figures[chart_id]})", ""] if chart_id in figures else []
+
+
+def write_figures(db: Path, out: Path) -> dict[str, str]:
+    """The report's own charts the page shows, as PNG in a folder named after the page."""
+    from attnwh.reports.build import build_report, write_images
+    from attnwh.reports.sections import SECTIONS
+
+    folder = out.parent / out.stem
+    written = write_images(
+        build_report(db, sections=tuple(s for s in SECTIONS if s.id in CHART_SECTIONS)), folder, "png"
+    )
+    figures = {}
+    for path in written:
+        if path.stem in CHARTS:
+            figures[path.stem] = f"{folder.name}/{path.name}"
+        else:
+            path.unlink()
+    return figures
+
+
+def build_page(db: Path, name: str | None, model: Path | None, time_dir: Path | None, figures: dict[str, str]) -> str:
+    con = warehouse.connect(db, read_only=True)
+    try:
+        runs = decoder_runs(con)
+        stored = runs["model"][0]
+        name = name or Path(stored).stem
+        stats = runs.filter(pl.col("kind") == "statistics")
+        prompt_lines, findings = prompted(con, runs)
+        parts = [
+            f"# {name}: attention sinks and heads through a prompt",
+            "",
+            "Generated by `tools/decoder_results_page.py` from the model's warehouse; every table names the query "
+            "it comes from. Rerun the script to regenerate the page.",
+            "",
+            *setup(runs, name, stored_as(stored, db)),
+            *(parity(con, stats, model) if model else []),
+            *first_token(con, stats, figures),
+            *sinks(con, stats, figures),
+            *massive(con, stats),
+            *prompt_lines,
+            *ablation(con, findings, figures),
+            *costs(time_dir),
+        ]
+    finally:
+        con.close()
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", type=Path, required=True)
+    parser.add_argument("--name", help="the model's name on the page (default: its file's or folder's name)")
+    parser.add_argument("--model", type=Path, help="the model's file or folder, for the parity check")
+    parser.add_argument("--time-dir", type=Path, help="folder of /usr/bin/time -v outputs time-<what>.txt")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--no-figures", action="store_true", help="write the page without its PNG charts")
+    args = parser.parse_args(argv)
+    if not args.db.is_file():
+        sys.exit(f"error: no warehouse at {args.db}")
+    figures = {} if args.no_figures else write_figures(args.db, args.out)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(build_page(args.db, args.name, args.model, args.time_dir, figures), encoding="utf-8")
+    print(f"wrote {args.out}" + (f" and {len(figures)} figures" if figures else ""))
+
+
+if __name__ == "__main__":
+    main()
