@@ -232,7 +232,7 @@ def prompted(con, runs: pl.DataFrame) -> tuple[list[str], pl.DataFrame]:
         shots = f"{prompt['shots']} shots (seed {prompt['seed']})" if prompt["shots"] else "zero-shot"
         lines += [
             f"{r['task']}: the template `{template}`, label words {', '.join(f'`{w}`' for w in words)} "
-            f"(token ids {', '.join(map(str, prompt.get('label_ids', [])))}), {shots}; the prediction is the label "
+            f"(token ids {', '.join(map(str, prompt['label_token_ids']))}), {shots}; the prediction is the label "
             f"word with the larger logit at the last token ([prompts](../prompts.md)). On {r['n_examples']} dev "
             f"examples (a seeded sample): **accuracy {r['baseline']:.3f}**, the majority class {majority:.3f}; "
             f"predicted {counts}.",
@@ -314,7 +314,7 @@ def together(con, run: int) -> list[str]:
     sink = query(con, "sink_vs_ablation", eps=EPS).filter(pl.col("run_id") == run)
     if sink.height:
         s = sink.row(0, named=True)
-        rho = "undefined" if s["spearman"] is None else f"{s['spearman']:.2f}"
+        rho = _rho(s["spearman"])
         if s["spearman_low"] is not None:
             rho += f" (95 % bootstrap interval {s['spearman_low']:.2f} to {s['spearman_high']:.2f})"
         lines.append(
@@ -348,12 +348,16 @@ def together(con, run: int) -> list[str]:
         i = importance.row(0, named=True)
         lines.append(
             f"Gradient importance (Michel et al. 2019) against Δ over the {i['heads']} heads: Spearman ρ "
-            f"{i['spearman']:.2f}; {i['top10_overlap']} of the 10 most important heads are among the 10 whose "
+            f"{_rho(i['spearman'])}; {i['top10_overlap']} of the 10 most important heads are among the 10 whose "
             "disabling lowered the accuracy most."
         )
     if not lines:
         return []
     return [" ".join(lines), "", source("sink_vs_ablation", "ablation_combinations", "importance_vs_ablation"), ""]
+
+
+def _rho(value: float | None) -> str:
+    return "undefined (every head has the same Δ)" if value is None else f"{value:.2f}"
 
 
 def parity(con, runs: pl.DataFrame, model: Path) -> list[str]:
