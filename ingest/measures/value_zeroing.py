@@ -94,19 +94,33 @@ class _Places:
 class _ZeroColumns:
     """Attention observer that zeroes, in row r of the batch, key column `token[r]` of every
     head (`head` None) or of head `head[r]` only; the weights are not renormalised, so the
-    layer computes exactly as if that token's value vector were zero."""
+    layer computes exactly as if that token's value vector were zero. Heads are query heads:
+    under grouped-query attention the maps arrive per query head (keys and values repeated
+    for each head of a group), so the per-head variant zeroes the value as one query head
+    reads it, not for the whole key/value group.
+
+    `touched` (rows, queries) says which query rows had a nonzero weight on the zeroed column:
+    only those can change. The others (later keys on a causal map, keys outside a sliding
+    window) get exactly C = 0, not the rounding noise of a recomputation in another batch
+    shape, which the row normalisation would magnify."""
 
     def __init__(self, token: torch.Tensor, head: torch.Tensor | None) -> None:
         self.token = token
         self.head = head
         self.calls = 0
+        self.touched: torch.Tensor | None = None
 
     def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         self.calls += 1
         rows, heads, _, keys = probs.shape
+        index = torch.arange(rows, device=probs.device)
+        column = probs[index, :, :, self.token]  # (rows, H, queries)
+        if self.head is not None:
+            column = column[index, self.head]  # (rows, queries): head[r]'s only
+        self.touched = (column != 0).any(1) if column.dim() == 3 else column != 0
         keep = probs.new_ones((rows, heads if self.head is not None else 1, 1, keys))
         head = self.head if self.head is not None else torch.zeros_like(self.token)
-        keep[torch.arange(rows, device=probs.device), head, 0, self.token] = 0
+        keep[index, head, 0, self.token] = 0
         return probs * keep
 
 
@@ -161,7 +175,8 @@ class ValueZeroing:
         hooks += [m.register_forward_hook(keep_output) for m in self._modules]
         hooks += [p.register_forward_hook(keep_projection) for ps in self._projections.values() for p in ps]
         try:
-            self.encoder.model(**inputs)
+            # A decoder without a cache: the recomputations would append to the reference's.
+            self.encoder.model(**inputs, **({"use_cache": False} if self.encoder.causal else {}))
         finally:
             for hook in hooks:
                 hook.remove()
@@ -224,7 +239,23 @@ class ValueZeroing:
     def matrices(self, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         """Per layer, the normalised matrix C in float32 on the model's device: (B, S, S) for
         "layer", (B, H, S, S) for "head"; rows are queries i, columns the zeroed tokens j.
-        Rows of padding queries and columns of padding keys are 0."""
+        Rows of padding queries and columns of padding keys are 0; on a decoder so is every
+        key a row cannot see (j > i, or outside a sliding window).
+
+        Each row's real tokens must be contiguous; padding may come after them (attnwh's
+        batches) or before them (left padding, as decoders' tokenizers often pad): a
+        left-padded row is computed with its real tokens moved to the front and its matrix
+        moved back, so every row gives what it gives alone, whatever the positions a model
+        would give padded tokens."""
+        key_mask = batch["attention_mask"].bool()
+        start = _first_real(key_mask)
+        if not bool(start.any()):
+            return self._matrices(batch)
+        rolled = {k: _roll(v, start) if v.shape[:2] == key_mask.shape else v for k, v in batch.items()}
+        return [_roll_matrix(c, start) for c in self._matrices(rolled)]
+
+    def _matrices(self, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """:meth:`matrices` of a batch whose real tokens come first in every row."""
         inputs = forward_inputs(self.encoder.model, batch)
         key_mask = batch["attention_mask"].bool()
         B, S = key_mask.shape
@@ -270,6 +301,8 @@ class ValueZeroing:
                         f"layer {depth}: the attention observer was called {zeroing.calls} times, not once"
                     )
                 distance = _cosine_distance(changed, call.output[ex, :m])  # (rows, m): one per query i
+                if zeroing.touched is not None:
+                    distance = distance * zeroing.touched
                 if hd is None:
                     c[ex, :m, tok] = distance
                 else:
@@ -317,6 +350,36 @@ def _shares(
         dim=-1,
     )  # (B, H', S, 6)
     return torch.einsum("bhsk,bs->bhk", per_row, row_weight)
+
+
+def _first_real(key_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) each row's first real position; raises ValueError where a row's real tokens are
+    not contiguous (padding inside a row cannot be moved out of the way)."""
+    start = key_mask.int().argmax(-1)
+    positions = torch.arange(key_mask.shape[1], device=key_mask.device)
+    offset = positions - start[:, None]
+    contiguous = (offset >= 0) & (offset < key_mask.sum(-1, keepdim=True))
+    if not torch.equal(contiguous, key_mask):
+        raise ValueError("value zeroing needs each row's real tokens side by side (padding before or after them)")
+    return start
+
+
+def _roll(t: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    """(B, S, …) with row b's positions moved `start[b]` to the left (cyclically)."""
+    S = t.shape[1]
+    index = (torch.arange(S, device=t.device) + start[:, None]) % S  # (B, S)
+    return t.gather(1, index.view(*index.shape, *(1,) * (t.dim() - 2)).expand_as(t))
+
+
+def _roll_matrix(c: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    """A matrix (B, [H,] S, S) of rolled rows back in the batch's positions."""
+    S = c.shape[-1]
+    index = (torch.arange(S, device=c.device) - start[:, None]) % S  # (B, S): rolled place of each position
+    b = torch.arange(c.shape[0], device=c.device)
+    if c.dim() == 3:
+        return c[b[:, None, None], index[:, :, None], index[:, None, :]]
+    h = torch.arange(c.shape[1], device=c.device)
+    return c[b[:, None, None, None], h[None, :, None, None], index[:, None, :, None], index[:, None, None, :]]
 
 
 def _hidden(output: object) -> torch.Tensor:
