@@ -265,6 +265,7 @@ def test_head_variant_zeroes_one_query_head_of_a_key_value_group(decoder, family
         )
     batch = batch_of(encoder, "left")
     matrices = ValueZeroing(encoder, "head", max_rows=11).matrices(batch)
+    layer = ValueZeroing(encoder, "layer")
     assert matrices[0].shape == (len(TEXTS), HEADS, *batch["input_ids"].shape[1:], batch["input_ids"].shape[1])
     for b in (1, 2):
         real = real_positions(batch, b)
@@ -275,6 +276,11 @@ def test_head_variant_zeroes_one_query_head_of_a_key_value_group(decoder, family
                 np.testing.assert_allclose(got, reference.matrix(ids, depth, h), atol=TOLERANCE, rtol=0)
     # Query heads 0 and 1 share a key/value head, yet their matrices differ.
     assert (matrices[1][:, 0] - matrices[1][:, 1]).abs().max() > 0.05
+    # A memory bound of one row per recomputation changes nothing.
+    for bounded, free in zip(
+        ValueZeroing(encoder, "layer", memory=1).matrices(batch), layer.matrices(batch), strict=True
+    ):
+        torch.testing.assert_close(bounded, free, atol=TOLERANCE, rtol=0)
 
 
 def test_ingest_stores_value_zeroing_of_a_decoder_with_null_sep_and_next(monkeypatch, capsys, decoder, tmp_path):

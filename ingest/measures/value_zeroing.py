@@ -133,9 +133,12 @@ class ValueZeroing:
     many zeroed variants one recomputation holds: memory grows with about
     max_rows × (heads × S² + S × intermediate size) values, besides what the reference pass
     keeps of the batch (each layer's input, output and query, key and value projections).
+    `memory` (bytes), when given, lowers that bound for long inputs so that one
+    recomputation's attention maps fit it (a decoder's inputs may run to thousands of
+    tokens); the results do not depend on it.
     """
 
-    def __init__(self, encoder: EncoderModel, variant: str, max_rows: int = 256) -> None:
+    def __init__(self, encoder: EncoderModel, variant: str, max_rows: int = 256, memory: int | None = None) -> None:
         if variant not in VARIANTS:
             raise ValueError(f"unknown value-zeroing variant {variant!r}; choose one of {', '.join(VARIANTS)}")
         if max_rows < 1:
@@ -149,6 +152,7 @@ class ValueZeroing:
         self.encoder = encoder
         self.variant = variant
         self.max_rows = max_rows
+        self.memory = memory
         self._modules = modules
         found = qkv_projections(nn.ModuleList(modules))
         self._projections = dict(zip(modules, found, strict=True)) if found is not None else {}
@@ -275,7 +279,11 @@ class ValueZeroing:
         if head is not None:
             head = head[order]
         row_lengths = lengths[example].tolist()  # ascending; read once, not once per chunk and layer
-        chunks = _chunks(row_lengths, self.max_rows)
+        size = self.max_rows
+        if self.memory is not None and row_lengths:
+            longest = row_lengths[-1]
+            size = max(1, min(size, self.memory // capture.map_bytes(1, H, longest, longest)))
+        chunks = _chunks(row_lengths, size)
         result = []
         for depth, call in enumerate(self._reference(inputs)):
             places = self._places[depth]

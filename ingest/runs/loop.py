@@ -421,7 +421,7 @@ class StatisticsCapture:
         if value_zeroing is not None:
             from attnwh.ingest.measures.value_zeroing import VZ_COLUMNS, ValueZeroing
 
-            self._zeroing = ValueZeroing(encoder, value_zeroing)
+            self._zeroing = ValueZeroing(encoder, value_zeroing, memory=self.budget)
             # A decoder has no [SEP] and no visible next token: NULL, as in head_stats.
             self._vz_null = [VZ_COLUMNS.index(c) for c in rows.CAUSAL_NULL_VZ_COLUMNS] if encoder.causal else []
         self._massive: dict[str, np.ndarray] | None = None  # the last batch's scan
