@@ -33,6 +33,25 @@ from the reference pass. On a GPU, batching also replaces thousands of small lau
 
 ALBERT calls one shared layer module at every depth; its calls are told apart by their order,
 so it is measured like the others.
+
+Decoders (causal language models) are measured the same way; what differs:
+
+- The reference pass runs without a key/value cache (each recomputation would append its
+  keys to it).
+- Each layer's own arguments are replayed as the probes found them: the causal mask (a 4-D
+  mask, another one on sliding-window layers), the rotary tables (Gemma's local and global
+  layers each get their own), GPT-2's positional mask argument, fused projections (Phi-3's
+  `qkv_proj`, GPT-2's `c_attn`).
+- A key the zeroed row cannot see (a later one, or one outside a sliding window) had weight
+  exactly 0 there, so zeroing it changes nothing: C is set to exactly 0 wherever no zeroed
+  head gave the key a nonzero weight, not left at the rounding noise of a recomputation in
+  another batch shape (true of encoders' padding and ModernBERT's windows too).
+- Grouped-query attention: the observer sees maps per query head, so "head" zeroes the value
+  as query head h reads it; "layer" zeroes it for every head, which is zeroing the value
+  projection's output at token j.
+- Left padding: a row's real tokens are moved to the front before anything is computed (and
+  its matrix moved back), so a model with absolute positions (GPT-2) gives each row what it
+  gives alone.
 """
 
 from __future__ import annotations
@@ -125,8 +144,8 @@ class _ZeroColumns:
 
 
 class ValueZeroing:
-    """Value-zeroing context-mixing matrices of an encoder, and their shares to the same
-    targets as the attention statistics (:data:`VZ_COLUMNS`), batch by batch.
+    """Value-zeroing context-mixing matrices of a model (encoder or decoder), and their shares
+    to the same targets as the attention statistics (:data:`VZ_COLUMNS`), batch by batch.
 
     `variant` "layer" zeroes a token's value in all heads at once (Mohebbi et al.); "head"
     zeroes it in one head at a time, which gives one matrix per head. `max_rows` bounds how
@@ -331,7 +350,9 @@ class ValueZeroing:
         """The :data:`VZ_COLUMNS` shares, (B, L, 1, 6) for "layer" and (B, L, H, 6) for "head",
         in float32: each the mean over the example's real query rows of a per-row share of C,
         as :class:`statistics.HeadStatistics` reduces attention weights, so the same head can be
-        read through its weights and through value zeroing with one query."""
+        read through its weights and through value zeroing with one query. On a decoder `cls`
+        marks the first token and `sep` nothing (vz_to_sep is then 0, as vz_to_next is: the
+        warehouse stores both as NULL, `loop.StatisticsCapture`)."""
         layers = [m if m.dim() == 4 else m[:, None] for m in self.matrices(batch)]  # (B, H', S, S)
         return torch.stack([_shares(m, key_mask, cls, sep, punct) for m in layers], dim=1).cpu().numpy()
 
