@@ -186,7 +186,10 @@ class ValueZeroing:
         projected: dict[nn.Module, list[torch.Tensor]] = {}
 
         def keep_inputs(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            calls.append((module, args, dict(kwargs)))
+            # Inside a caller's `capture.attention_memory` block the mask may be a RowMask,
+            # built for tiles of the whole batch; the recomputation needs it as a tensor.
+            args = tuple(_whole(a) for a in args)
+            calls.append((module, args, {k: _whole(v) for k, v in kwargs.items()}))
 
         def keep_output(module: nn.Module, args: tuple[Any, ...], output: object) -> None:
             outputs.append(_hidden(output))
@@ -379,6 +382,11 @@ def _shares(
         dim=-1,
     )  # (B, H', S, 6)
     return torch.einsum("bhsk,bs->bhk", per_row, row_weight)
+
+
+def _whole(arg: object) -> object:
+    """A layer argument, a :class:`capture.RowMask` as the whole mask it stands for."""
+    return arg.whole() if isinstance(arg, capture.RowMask) else arg
 
 
 def _first_real(key_mask: torch.Tensor) -> torch.Tensor:
