@@ -312,10 +312,9 @@ def test_refused_family_gives_one_line(monkeypatch, capsys, tmp_path):
 @pytest.mark.parametrize(
     "args",
     [
-        ["ingest", "--value-zeroing", "head"],
         ["ingest", "relations", "--conllu", "CONLLU"],
     ],
-    ids=["value-zeroing", "relations"],
+    ids=["relations"],
 )
 def test_commands_that_do_not_read_decoders_refuse_them_in_one_line(monkeypatch, capsys, decoders, tmp_path, args):
     model = str(decoders["llama"])

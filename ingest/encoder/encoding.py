@@ -97,15 +97,24 @@ class TokenKinds:
             self._punct[token_id] = known
         return known
 
-    def masks(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Boolean masks of [CLS], [SEP] and punctuation positions, shaped like `input_ids`."""
+    def masks(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Boolean masks of [CLS], [SEP] and punctuation positions, shaped like `input_ids`.
+        A decoder's first token is at position 0, or, given `attention_mask`, at each row's
+        first real position (a left-padded batch)."""
         ids = input_ids.cpu()
         unique = ids.unique().tolist()
         punct_ids = torch.tensor([i for i in unique if self._is_punct(i)], dtype=ids.dtype)
         punct = torch.isin(ids, punct_ids)
         if self.causal:
             cls = torch.zeros_like(ids, dtype=torch.bool)
-            cls[:, 0] = True
+            first = (
+                attention_mask.cpu().int().argmax(-1)
+                if attention_mask is not None
+                else torch.zeros(len(ids), dtype=torch.long)
+            )
+            cls[torch.arange(len(ids)), first] = True
             sep = torch.zeros_like(cls)
         else:
             cls = ids == self._tokenizer.cls_token_id

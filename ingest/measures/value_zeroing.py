@@ -33,6 +33,25 @@ from the reference pass. On a GPU, batching also replaces thousands of small lau
 
 ALBERT calls one shared layer module at every depth; its calls are told apart by their order,
 so it is measured like the others.
+
+Decoders (causal language models) are measured the same way; what differs:
+
+- The reference pass runs without a key/value cache (each recomputation would append its
+  keys to it).
+- Each layer's own arguments are replayed as the probes found them: the causal mask (a 4-D
+  mask, another one on sliding-window layers), the rotary tables (Gemma's local and global
+  layers each get their own), GPT-2's positional mask argument, fused projections (Phi-3's
+  `qkv_proj`, GPT-2's `c_attn`).
+- A key the zeroed row cannot see (a later one, or one outside a sliding window) had weight
+  exactly 0 there, so zeroing it changes nothing: C is set to exactly 0 wherever no zeroed
+  head gave the key a nonzero weight, not left at the rounding noise of a recomputation in
+  another batch shape (true of encoders' padding and ModernBERT's windows too).
+- Grouped-query attention: the observer sees maps per query head, so "head" zeroes the value
+  as query head h reads it; "layer" zeroes it for every head, which is zeroing the value
+  projection's output at token j.
+- Left padding: a row's real tokens are moved to the front before anything is computed (and
+  its matrix moved back), so a model with absolute positions (GPT-2) gives each row what it
+  gives alone.
 """
 
 from __future__ import annotations
@@ -94,34 +113,51 @@ class _Places:
 class _ZeroColumns:
     """Attention observer that zeroes, in row r of the batch, key column `token[r]` of every
     head (`head` None) or of head `head[r]` only; the weights are not renormalised, so the
-    layer computes exactly as if that token's value vector were zero."""
+    layer computes exactly as if that token's value vector were zero. Heads are query heads:
+    under grouped-query attention the maps arrive per query head (keys and values repeated
+    for each head of a group), so the per-head variant zeroes the value as one query head
+    reads it, not for the whole key/value group.
+
+    `touched` (rows, queries) says which query rows had a nonzero weight on the zeroed column:
+    only those can change. The others (later keys on a causal map, keys outside a sliding
+    window) get exactly C = 0, not the rounding noise of a recomputation in another batch
+    shape, which the row normalisation would magnify."""
 
     def __init__(self, token: torch.Tensor, head: torch.Tensor | None) -> None:
         self.token = token
         self.head = head
         self.calls = 0
+        self.touched: torch.Tensor | None = None
 
     def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         self.calls += 1
         rows, heads, _, keys = probs.shape
+        index = torch.arange(rows, device=probs.device)
+        column = probs[index, :, :, self.token]  # (rows, H, queries)
+        if self.head is not None:
+            column = column[index, self.head]  # (rows, queries): head[r]'s only
+        self.touched = (column != 0).any(1) if column.dim() == 3 else column != 0
         keep = probs.new_ones((rows, heads if self.head is not None else 1, 1, keys))
         head = self.head if self.head is not None else torch.zeros_like(self.token)
-        keep[torch.arange(rows, device=probs.device), head, 0, self.token] = 0
+        keep[index, head, 0, self.token] = 0
         return probs * keep
 
 
 class ValueZeroing:
-    """Value-zeroing context-mixing matrices of an encoder, and their shares to the same
-    targets as the attention statistics (:data:`VZ_COLUMNS`), batch by batch.
+    """Value-zeroing context-mixing matrices of a model (encoder or decoder), and their shares
+    to the same targets as the attention statistics (:data:`VZ_COLUMNS`), batch by batch.
 
     `variant` "layer" zeroes a token's value in all heads at once (Mohebbi et al.); "head"
     zeroes it in one head at a time, which gives one matrix per head. `max_rows` bounds how
     many zeroed variants one recomputation holds: memory grows with about
     max_rows × (heads × S² + S × intermediate size) values, besides what the reference pass
     keeps of the batch (each layer's input, output and query, key and value projections).
+    `memory` (bytes), when given, lowers that bound for long inputs so that one
+    recomputation's attention maps fit it (a decoder's inputs may run to thousands of
+    tokens); the results do not depend on it.
     """
 
-    def __init__(self, encoder: EncoderModel, variant: str, max_rows: int = 256) -> None:
+    def __init__(self, encoder: EncoderModel, variant: str, max_rows: int = 256, memory: int | None = None) -> None:
         if variant not in VARIANTS:
             raise ValueError(f"unknown value-zeroing variant {variant!r}; choose one of {', '.join(VARIANTS)}")
         if max_rows < 1:
@@ -135,6 +171,7 @@ class ValueZeroing:
         self.encoder = encoder
         self.variant = variant
         self.max_rows = max_rows
+        self.memory = memory
         self._modules = modules
         found = qkv_projections(nn.ModuleList(modules))
         self._projections = dict(zip(modules, found, strict=True)) if found is not None else {}
@@ -149,7 +186,10 @@ class ValueZeroing:
         projected: dict[nn.Module, list[torch.Tensor]] = {}
 
         def keep_inputs(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            calls.append((module, args, dict(kwargs)))
+            # Inside a caller's `capture.attention_memory` block the mask may be a RowMask,
+            # built for tiles of the whole batch; the recomputation needs it as a tensor.
+            args = tuple(_whole(a) for a in args)
+            calls.append((module, args, {k: _whole(v) for k, v in kwargs.items()}))
 
         def keep_output(module: nn.Module, args: tuple[Any, ...], output: object) -> None:
             outputs.append(_hidden(output))
@@ -161,7 +201,8 @@ class ValueZeroing:
         hooks += [m.register_forward_hook(keep_output) for m in self._modules]
         hooks += [p.register_forward_hook(keep_projection) for ps in self._projections.values() for p in ps]
         try:
-            self.encoder.model(**inputs)
+            # A decoder without a cache: the recomputations would append to the reference's.
+            self.encoder.model(**inputs, **({"use_cache": False} if self.encoder.causal else {}))
         finally:
             for hook in hooks:
                 hook.remove()
@@ -224,7 +265,23 @@ class ValueZeroing:
     def matrices(self, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         """Per layer, the normalised matrix C in float32 on the model's device: (B, S, S) for
         "layer", (B, H, S, S) for "head"; rows are queries i, columns the zeroed tokens j.
-        Rows of padding queries and columns of padding keys are 0."""
+        Rows of padding queries and columns of padding keys are 0; on a decoder so is every
+        key a row cannot see (j > i, or outside a sliding window).
+
+        Each row's real tokens must be contiguous; padding may come after them (attnwh's
+        batches) or before them (left padding, as decoders' tokenizers often pad): a
+        left-padded row is computed with its real tokens moved to the front and its matrix
+        moved back, so every row gives what it gives alone, whatever the positions a model
+        would give padded tokens."""
+        key_mask = batch["attention_mask"].bool()
+        start = _first_real(key_mask)
+        if not bool(start.any()):
+            return self._matrices(batch)
+        rolled = {k: _roll(v, start) if v.shape[:2] == key_mask.shape else v for k, v in batch.items()}
+        return [_roll_matrix(c, start) for c in self._matrices(rolled)]
+
+    def _matrices(self, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """:meth:`matrices` of a batch whose real tokens come first in every row."""
         inputs = forward_inputs(self.encoder.model, batch)
         key_mask = batch["attention_mask"].bool()
         B, S = key_mask.shape
@@ -244,7 +301,11 @@ class ValueZeroing:
         if head is not None:
             head = head[order]
         row_lengths = lengths[example].tolist()  # ascending; read once, not once per chunk and layer
-        chunks = _chunks(row_lengths, self.max_rows)
+        size = self.max_rows
+        if self.memory is not None and row_lengths:
+            longest = row_lengths[-1]
+            size = max(1, min(size, self.memory // capture.map_bytes(1, H, longest, longest)))
+        chunks = _chunks(row_lengths, size)
         result = []
         for depth, call in enumerate(self._reference(inputs)):
             places = self._places[depth]
@@ -270,6 +331,8 @@ class ValueZeroing:
                         f"layer {depth}: the attention observer was called {zeroing.calls} times, not once"
                     )
                 distance = _cosine_distance(changed, call.output[ex, :m])  # (rows, m): one per query i
+                if zeroing.touched is not None:
+                    distance = distance * zeroing.touched
                 if hd is None:
                     c[ex, :m, tok] = distance
                 else:
@@ -290,7 +353,9 @@ class ValueZeroing:
         """The :data:`VZ_COLUMNS` shares, (B, L, 1, 6) for "layer" and (B, L, H, 6) for "head",
         in float32: each the mean over the example's real query rows of a per-row share of C,
         as :class:`statistics.HeadStatistics` reduces attention weights, so the same head can be
-        read through its weights and through value zeroing with one query."""
+        read through its weights and through value zeroing with one query. On a decoder `cls`
+        marks the first token and `sep` nothing (vz_to_sep is then 0, as vz_to_next is: the
+        warehouse stores both as NULL, `loop.StatisticsCapture`)."""
         layers = [m if m.dim() == 4 else m[:, None] for m in self.matrices(batch)]  # (B, H', S, S)
         return torch.stack([_shares(m, key_mask, cls, sep, punct) for m in layers], dim=1).cpu().numpy()
 
@@ -317,6 +382,41 @@ def _shares(
         dim=-1,
     )  # (B, H', S, 6)
     return torch.einsum("bhsk,bs->bhk", per_row, row_weight)
+
+
+def _whole(arg: object) -> object:
+    """A layer argument, a :class:`capture.RowMask` as the whole mask it stands for."""
+    return arg.whole() if isinstance(arg, capture.RowMask) else arg
+
+
+def _first_real(key_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) each row's first real position; raises ValueError where a row's real tokens are
+    not contiguous (padding inside a row cannot be moved out of the way)."""
+    start = key_mask.int().argmax(-1)
+    positions = torch.arange(key_mask.shape[1], device=key_mask.device)
+    offset = positions - start[:, None]
+    contiguous = (offset >= 0) & (offset < key_mask.sum(-1, keepdim=True))
+    if not torch.equal(contiguous, key_mask):
+        raise ValueError("value zeroing needs each row's real tokens side by side (padding before or after them)")
+    return start
+
+
+def _roll(t: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    """(B, S, …) with row b's positions moved `start[b]` to the left (cyclically)."""
+    S = t.shape[1]
+    index = (torch.arange(S, device=t.device) + start[:, None]) % S  # (B, S)
+    return t.gather(1, index.view(*index.shape, *(1,) * (t.dim() - 2)).expand_as(t))
+
+
+def _roll_matrix(c: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    """A matrix (B, [H,] S, S) of rolled rows back in the batch's positions."""
+    S = c.shape[-1]
+    index = (torch.arange(S, device=c.device) - start[:, None]) % S  # (B, S): rolled place of each position
+    b = torch.arange(c.shape[0], device=c.device)
+    if c.dim() == 3:
+        return c[b[:, None, None], index[:, :, None], index[:, None, :]]
+    h = torch.arange(c.shape[1], device=c.device)
+    return c[b[:, None, None, None], h[None, :, None, None], index[:, None, :, None], index[:, None, None, :]]
 
 
 def _hidden(output: object) -> torch.Tensor:

@@ -417,11 +417,13 @@ class StatisticsCapture:
         self.massive = massive
         self.value_zeroing = value_zeroing
         self._zeroing = None
+        self._vz_null: list[int] = []
         if value_zeroing is not None:
-            encoder.require_encoder("value zeroing (--value-zeroing)")
-            from attnwh.ingest.measures.value_zeroing import ValueZeroing
+            from attnwh.ingest.measures.value_zeroing import VZ_COLUMNS, ValueZeroing
 
-            self._zeroing = ValueZeroing(encoder, value_zeroing)
+            self._zeroing = ValueZeroing(encoder, value_zeroing, memory=self.budget)
+            # A decoder has no [SEP] and no visible next token: NULL, as in head_stats.
+            self._vz_null = [VZ_COLUMNS.index(c) for c in rows.CAUSAL_NULL_VZ_COLUMNS] if encoder.causal else []
         self._massive: dict[str, np.ndarray] | None = None  # the last batch's scan
         self._tokens: dict[int, list[str]] = {}  # the last batch's real tokens, by row
         self._zeroed: np.ndarray | None = None  # the last batch's value-zeroing shares
@@ -473,6 +475,8 @@ class StatisticsCapture:
             out = self.encoder.model(**forward_inputs(self.encoder.model, batch), output_hidden_states=self.massive)
         self._massive = scan(out.hidden_states[1:], key_mask, *masks) if self.massive else None
         self._zeroed = self._zeroing.run(batch, key_mask, *masks) if self._zeroing is not None else None
+        if self._zeroed is not None:
+            self._zeroed[..., self._vz_null] = np.nan
         values = self.observer.collect()
         if self.encoder.causal:  # no [SEP] and no attendable next token: NULL in head_stats
             values[..., [OBSERVED_COLUMNS.index(c) for c in rows.CAUSAL_NULL_COLUMNS]] = np.nan

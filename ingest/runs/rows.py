@@ -77,6 +77,8 @@ def example_rows(data: TaskData, indices: Sequence[int], ids: Sequence[int]) -> 
 # head_stats columns that have no meaning on a causal map (no [SEP]; the next token cannot be
 # attended): a decoder's statistics hold NaN there, stored as SQL NULL (docs/metrics.md#decoders).
 CAUSAL_NULL_COLUMNS = ("to_sep", "to_next", "norm_to_sep")
+# Likewise value zeroing's columns in head_mixing and layer_mixing.
+CAUSAL_NULL_VZ_COLUMNS = ("vz_to_sep", "vz_to_next")
 
 
 def grid_rows(example_ids: np.ndarray, values: np.ndarray, columns: Sequence[str]) -> pa.Table:
@@ -95,8 +97,9 @@ def grid_rows(example_ids: np.ndarray, values: np.ndarray, columns: Sequence[str
 
 
 def _nullable(name: str, values: np.ndarray) -> np.ndarray | pa.Array:
-    """A column's values, with NaN as NULL in :data:`CAUSAL_NULL_COLUMNS`."""
-    if name not in CAUSAL_NULL_COLUMNS or not np.isnan(values).any():
+    """A column's values, with NaN as NULL in :data:`CAUSAL_NULL_COLUMNS` and
+    :data:`CAUSAL_NULL_VZ_COLUMNS`."""
+    if name not in CAUSAL_NULL_COLUMNS + CAUSAL_NULL_VZ_COLUMNS or not np.isnan(values).any():
         return values
     return pa.array(values, mask=np.isnan(values))
 
