@@ -269,7 +269,9 @@ def _sinks(rows: list[dict], href: str | None) -> Iterable[tuple[tuple[str, str]
         seen.add(r["run_id"])
         metric = _metric(r["metric"])
         s = _Sentence(href).number(f"{r['sink_heads']:,}").text(" of ").count(r["heads"], "head")
-        s.text(" are sink heads (mean attention to [CLS], [SEP] or punctuation above ").number(f"{r['eps']:g}")
+        # A decoder's run has no [SEP]: its sink candidates are its first token and punctuation.
+        targets = "the first token or punctuation" if r["to_sep"] is None else "[CLS], [SEP] or punctuation"
+        s.text(f" are sink heads (mean attention to {targets} above ").number(f"{r['eps']:g}")
         s.text(" on the ablation's examples, statistics run ").number(str(r["statistics_run"])).text("). ")
         if r["spearman"] is None:
             s.text(f"Sink score and the change in {metric} when a head is disabled cannot be correlated: every ")

@@ -6,7 +6,8 @@
 -- whose run_examples hold every example of the ablation run (view ablation_sink_scores: the
 -- ablation run's max_length first, then a complete run, then the latest), averaged over
 -- exactly the ablation run's examples: to_cls, to_sep, to_punct, sink_score = the largest of
--- the three, sink_kind = which (ties: [CLS], then [SEP]), sink = sink_score > eps (default
+-- the three, sink_kind = which (ties: [CLS], then [SEP]; 'first token' for a decoder's run,
+-- whose to_cls is its first token's and to_sep NULL), sink = sink_score > eps (default
 -- 0.3). Beside them, the head's own ablation effect on `metric` (default: the run's main
 -- metric, the one its combinations were chosen by: mcc, else f1, else pearson, else
 -- accuracy, of those the run scored): delta (disabled minus baseline), its 95 % interval, p
@@ -140,7 +141,9 @@ together AS (
 SELECT
     h.model, h.task, h.split, h.run_id, h.mode, h.metric, h.statistics_run, h.examples,
     h.layer, h.head,
-    h.to_cls, h.to_sep, h.to_punct, h.sink_score, h.sink_kind, h.eps, h.sink,
+    h.to_cls, h.to_sep, h.to_punct, h.sink_score,
+    CASE WHEN coalesce(m.causal, false) AND h.sink_kind = '[CLS]' THEN 'first token' ELSE h.sink_kind END AS sink_kind,
+    h.eps, h.sink,
     h.baseline, h.value, h.delta, h.ci_low, h.ci_high, h.p_value, h.p_adjusted, h.significant,
     r.heads, r.sink_heads, r.spearman, i.spearman_low, i.spearman_high, i.boot_rho,
     g.n_disabled AS sinks_disabled,
@@ -152,4 +155,6 @@ FROM ranked AS h
 JOIN per_run AS r USING (run_id)
 LEFT JOIN intervals AS i USING (run_id)
 LEFT JOIN together AS g USING (run_id)
+JOIN runs AS a ON a.run_id = h.run_id
+JOIN models AS m ON m.model_id = a.model_id
 ORDER BY h.model, h.task, h.split, h.run_id, h.layer, h.head;

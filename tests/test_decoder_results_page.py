@@ -115,3 +115,14 @@ def test_prompted_accuracy_and_ablation_counts_are_the_warehouses(page):
         "USING (run_id, config_id) WHERE c.kind = 'layer' GROUP BY c.layer ORDER BY c.layer LIMIT 1",
     )
     assert f"| {worst_layer} | {worst:.3f} | {worst - accuracy:+.3f} |" in sweep
+
+
+def test_sink_scores_of_a_decoders_sweep_name_its_first_token(page):
+    """sink_vs_ablation pairs the sweep with the statistics run on its examples; a decoder's
+    largest share is its first token's or punctuation's, never [CLS] or [SEP]."""
+    from attnwh.api import Warehouse
+
+    db, _ = page
+    frame = Warehouse(db).query("sink_vs_ablation")
+    assert frame.height == LAYERS * HEADS and frame["to_sep"].is_null().all()
+    assert set(frame["sink_kind"]) <= {"first token", "punctuation"} and "first token" in set(frame["sink_kind"])

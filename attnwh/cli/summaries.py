@@ -223,7 +223,7 @@ def print_ablation(summaries: Sequence[Any], db: Path, seconds: float) -> None:
             out.print(f"{s.task} · {s.mode}: {s.sinks_note}", highlight=False, soft_wrap=True)
     out.print(
         f"Δ: score with it disabled minus baseline; signif.: adjusted p < 0.05 (Benjamini–Hochberg over the "
-        f"run's heads and layers); sink heads: mean attention to [CLS], [SEP] or punctuation > 0.3, disabled "
+        f"run's heads and layers); sink heads: mean attention to [CLS], [SEP] (a decoder's first token) or punctuation > 0.3, disabled "
         f"together (Δ, unadjusted p). Done in {seconds:.1f} s → {db.resolve()}",
         highlight=False,
     )
