@@ -313,9 +313,8 @@ def test_refused_family_gives_one_line(monkeypatch, capsys, tmp_path):
     "args",
     [
         ["ingest", "--value-zeroing", "head"],
-        ["ingest", "relations", "--conllu", "CONLLU"],
     ],
-    ids=["value-zeroing", "relations"],
+    ids=["value-zeroing"],
 )
 def test_commands_that_do_not_read_decoders_refuse_them_in_one_line(monkeypatch, capsys, decoders, tmp_path, args):
     model = str(decoders["llama"])

@@ -149,24 +149,23 @@ def _dependency_tables(out: Console, con: Any, run_id: int) -> int:
         best.setdefault(row["relation"], {})[row["direction"]] = row
     # Per direction: the dependencies it saw (all of them on an encoder; on a decoder those
     # whose target comes first, and a direction that saw none has no row: "-").
-    table = Table(
-        "relation", "dep→head", "best", "acc", "offset", "acc", "head→dep", "best", "acc", "offset", "acc", box=None
-    )
+    table = Table("relation", "direction", "pairs", "best head", "acc", "baseline", "acc", box=None)
     for relation, by_direction in best.items():
-        cells = []
-        for direction in ("dep_to_head", "head_to_dep"):
+        for direction, label in (("dep_to_head", "dep→head"), ("head_to_dep", "head→dep")):
             row = by_direction.get(direction)
+            name = relation if direction == "dep_to_head" else ""
             if row is None:
-                cells += ["0", "-", "-", "-", "-"]
+                table.add_row(name, label, "0", "-", "-", "-", "-")
                 continue
-            cells += [
+            table.add_row(
+                name,
+                label,
                 str(row["dependencies"]),
                 f"{row['layer']}-{row['head']}",
                 f"{row['accuracy']:.3f}",
                 f"{row['baseline_offset']:+d}",
                 f"{row['baseline_accuracy']:.3f}",
-            ]
-        table.add_row(relation, *cells)
+            )
     out.print(table)
 
     features: dict[str, list[dict[str, Any]]] = {}
