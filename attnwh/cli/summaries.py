@@ -152,19 +152,19 @@ def _dependency_tables(out: Console, con: Any, run_id: int) -> int:
     table = Table("relation", "direction", "pairs", "best head", "acc", "baseline", "acc", box=None)
     for relation, by_direction in best.items():
         for direction, label in (("dep_to_head", "dep→head"), ("head_to_dep", "head→dep")):
-            row = by_direction.get(direction)
+            found = by_direction.get(direction)
             name = relation if direction == "dep_to_head" else ""
-            if row is None:
+            if found is None:
                 table.add_row(name, label, "0", "-", "-", "-", "-")
                 continue
             table.add_row(
                 name,
                 label,
-                str(row["dependencies"]),
-                f"{row['layer']}-{row['head']}",
-                f"{row['accuracy']:.3f}",
-                f"{row['baseline_offset']:+d}",
-                f"{row['baseline_accuracy']:.3f}",
+                str(found["dependencies"]),
+                f"{found['layer']}-{found['head']}",
+                f"{found['accuracy']:.3f}",
+                f"{found['baseline_offset']:+d}",
+                f"{found['baseline_accuracy']:.3f}",
             )
     out.print(table)
 
