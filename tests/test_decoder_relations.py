@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnwh.ingest.measures import dependencies as rel
 from attnwh.ingest.measures import wordlevel
 from helpers import run
 from test_frames import framebert_text
@@ -293,3 +294,20 @@ def test_a_causal_word_picks_only_earlier_words():
     assert wordlevel.most_attended(maps, present).tolist() == [3, 0, 3, 2]
     assert wordlevel.without_sink_word([0, 0, 1, None], [1, 1, 1, 0]) == [None, None, 1, None]
     assert wordlevel.without_sink_word([None, 0, 1], [1, 1, 1]) == [None, 0, 1]  # a BOS: no word to drop
+
+
+def test_sentences_longer_than_a_sliding_window_are_skipped_and_counted(tmp_path):
+    """A tiny Mistral's window is 5 keys: a sentence of more tokens would have rows that do not
+    see their whole prefix, so it is skipped like an over-long one; a short one is measured."""
+    from attnwh.ingest.encoder.loading import load_encoder
+    from tiny_models import DECODER_WINDOW, make_tiny_decoder
+
+    encoder = load_encoder(str(make_tiny_decoder("mistral", tmp_path / "mistral")), "cpu")
+    assert wordlevel.token_limit(encoder) == DECODER_WINDOW < encoder.max_length
+    short = rel.Sentence(("The", "dog"), (1, -1), ("det", "root"))
+    treebank = tmp_path / "t.conllu"
+    treebank.write_text(CONLLU, encoding="utf-8")
+    result = rel.measure(encoder, [short, *rel.read_conllu(treebank)])
+    assert (result.n_sentences, result.n_skipped) == (4, 3)
+    # BOS, "The", "Ġdog": measured; the determiner precedes its noun, so only head→dep sees it
+    assert result.counts.total == {"det": 1} and result.counts.visible["det"].tolist() == [0, 1]
