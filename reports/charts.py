@@ -555,13 +555,19 @@ def relations_label(frame: pl.DataFrame) -> pl.Expr:
     )
 
 
-_DEP_MEASURES = ("best head: dependent → head", "best head: head → dependent", "best fixed offset")
+_DEP_MEASURES = (
+    "best head: dependent → head",
+    "best head: head → dependent",
+    "best fixed offset: dependent → head",
+    "best fixed offset: head → dependent",
+)
 
 
 def dependency_heads(frame: pl.DataFrame, relations: int = 15) -> alt.FacetChart:
     """Per relation (the `relations` most frequent of each run), the accuracy of the best head
-    in each direction next to the best fixed-offset baseline (Clark et al. Table 2), one panel
-    per run. `frame` is the `dependency_heads` query."""
+    in each direction next to that direction's best fixed-offset baseline (Clark et al. Table
+    2), one panel per run. On an encoder the two baselines coincide; on a decoder each direction
+    counts only the dependencies it can see. `frame` is the `dependency_heads` query."""
     frame = frame.with_columns(panel=relations_label(frame))
     top = (
         frame.group_by("panel", "relation")
@@ -571,21 +577,20 @@ def dependency_heads(frame: pl.DataFrame, relations: int = 15) -> alt.FacetChart
         .head(relations)
     )
     frame = frame.join(top.select("panel", "relation"), on=["panel", "relation"])
+    forward = pl.col("direction") == "dep_to_head"
     heads = frame.select(
         "panel",
         "relation",
         "dependencies",
-        measure=pl.when(pl.col("direction") == "dep_to_head")
-        .then(pl.lit(_DEP_MEASURES[0]))
-        .otherwise(pl.lit(_DEP_MEASURES[1])),
+        measure=pl.when(forward).then(pl.lit(_DEP_MEASURES[0])).otherwise(pl.lit(_DEP_MEASURES[1])),
         value="accuracy",
         detail=pl.format("head {}-{}", pl.col("layer"), pl.col("head")),
     )
-    baseline = frame.filter(pl.col("direction") == "dep_to_head").select(
+    baseline = frame.select(
         "panel",
         "relation",
         "dependencies",
-        measure=pl.lit(_DEP_MEASURES[2]),
+        measure=pl.when(forward).then(pl.lit(_DEP_MEASURES[2])).otherwise(pl.lit(_DEP_MEASURES[3])),
         value="baseline_accuracy",
         detail=pl.format("offset {}", pl.col("baseline_offset")),
     )
@@ -601,12 +606,12 @@ def dependency_heads(frame: pl.DataFrame, relations: int = 15) -> alt.FacetChart
             color=alt.Color(
                 "measure:N",
                 title=None,
-                scale=alt.Scale(domain=list(_DEP_MEASURES), range=["#4c78a8", "#f58518", "#333333"]),
+                scale=alt.Scale(domain=list(_DEP_MEASURES), range=["#4c78a8", "#f58518", "#1f3b5c", "#8a4a0c"]),
                 legend=alt.Legend(orient="bottom", direction="vertical"),
             ),
             shape=alt.Shape(
                 "measure:N",
-                scale=alt.Scale(domain=list(_DEP_MEASURES), range=["circle", "circle", "diamond"]),
+                scale=alt.Scale(domain=list(_DEP_MEASURES), range=["circle", "circle", "diamond", "diamond"]),
                 legend=None,
             ),
             tooltip=[

@@ -426,9 +426,10 @@ def _relations_dependencies(ctx: ReportContext) -> list[Block]:
             "chart-relations-dependencies",
             "Heads that track dependency relations (Clark et al. Table 2): per relation (the most frequent 15 of "
             "each run, most frequent on top), the accuracy of the single best head at pointing from the dependent to "
-            "its head (blue) and from the head to the dependent (orange), next to the best fixed-offset baseline "
-            "(black diamond: the head is always k words away); word-level attention, [CLS]/[SEP] excluded; query "
-            "dependency_heads.",
+            "its head (blue) and from the head to the dependent (orange), next to each direction's best fixed-offset "
+            "baseline (dark diamonds: the other end is always k words away); word-level attention, [CLS]/[SEP] "
+            "excluded. On a decoder a word sees only earlier words: each direction counts only the dependencies "
+            "whose other end comes first, and the first token, the sink, is no word; query dependency_heads.",
             charts.dependency_heads(ctx.query("dependency_heads")),
         )
     ]

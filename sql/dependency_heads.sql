@@ -3,9 +3,11 @@
 -- params: model, relation, run
 -- One row per relations run, dependency relation and direction (Clark et al. 2019 Table 2):
 -- the head whose most-attended word is most often the dependency's head (dep_to_head) or
--- dependent (head_to_dep), its accuracy, and the relation's best-offset baseline. model is a
--- model name as stored; relation a deprel without subtype (nsubj, det, ...); run a run_id;
--- NULL = all.
+-- dependent (head_to_dep), its accuracy, and that direction's best-offset baseline;
+-- dependencies: how many the direction saw. On a decoder a direction sees only the
+-- dependencies whose target precedes the attending word (the two directions' counts add up to
+-- the relation's), and a direction that saw none of a relation has no row. model is a model
+-- name as stored; relation a deprel without subtype (nsubj, det, ...); run a run_id; NULL = all.
 WITH best AS (
     SELECT
         m.name        AS model,
@@ -24,6 +26,7 @@ WITH best AS (
       AND ($model IS NULL OR m.name = $model)
       AND ($relation IS NULL OR h.relation = $relation)
       AND ($run IS NULL OR h.run_id = $run)
+      AND h.total > 0
     QUALIFY row_number() OVER (
         PARTITION BY h.run_id, h.relation, h.direction ORDER BY h.accuracy DESC, h.layer, h.head
     ) = 1
@@ -42,5 +45,5 @@ SELECT
     round(best.accuracy - b.accuracy, 4)   AS gain,
     best.total                             AS dependencies
 FROM best
-JOIN dependency_baselines AS b USING (run_id, relation)
+JOIN dependency_baselines AS b USING (run_id, relation, direction)
 ORDER BY best.model, best.dataset, best.run_id, dependencies DESC, best.relation, best.direction;

@@ -58,7 +58,8 @@ dependencies AS (
                                    d.direction) AS rank
     FROM dependency_heads AS d
     JOIN named_runs AS r USING (run_id)
-    WHERE ($layer IS NULL OR d.layer = $layer)
+    WHERE d.total > 0  -- a decoder's direction that saw no dependency of the relation: no accuracy
+      AND ($layer IS NULL OR d.layer = $layer)
       AND ($head IS NULL OR d.head = $head)
 ),
 profile AS (

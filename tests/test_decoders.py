@@ -33,7 +33,6 @@ from attnwh.ingest.runs.loop import StatisticsCapture
 from attnwh.ingest.runs.rows import CAUSAL_NULL_COLUMNS
 from attnwh.ingest.sources.files import load_sample
 from helpers import run
-from test_relations import CONLLU
 from test_statistics import assert_matches_reference, layer_rows, task
 from tiny_models import BOS_FAMILIES, CORPUS, DECODER_FAMILIES, DECODER_WINDOW, make_tiny_decoder
 
@@ -307,27 +306,6 @@ def test_refused_family_gives_one_line(monkeypatch, capsys, tmp_path):
     lines = [line for line in err.splitlines() if line.strip()]
     assert code != 0 and len(lines) == 1 and "'gpt_oss' model, which attnwh cannot read" in lines[0], err
     assert not (tmp_path / "w.duckdb").exists()
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        ["ingest", "relations", "--conllu", "CONLLU"],
-    ],
-    ids=["relations"],
-)
-def test_commands_that_do_not_read_decoders_refuse_them_in_one_line(monkeypatch, capsys, decoders, tmp_path, args):
-    model = str(decoders["llama"])
-    conllu = tmp_path / "t.conllu"
-    conllu.write_text(CONLLU, encoding="utf-8")
-    args = [{"OUT": str(tmp_path / "out"), "CONLLU": str(conllu)}.get(a, a) for a in args]
-    args = [*args, "--model", model]
-    db = tmp_path / "w.duckdb"
-    code, _, err = run(monkeypatch, capsys, *args, "--db", str(db))
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code != 0 and len(lines) == 1 and "does not read decoders yet" in lines[0], err
-    assert "Traceback" not in err
-    assert not (tmp_path / "out").exists()
 
 
 def test_coverage_check_refuses_maps_that_are_not_per_query_head(decoders, monkeypatch):

@@ -73,7 +73,11 @@ ROWS: dict[int, list[str]] = {
     17: [],  # runs.prompt (0017_prompts.sql): no new table
     18: [],  # run_examples.token_ids (0018_run_token_ids.sql): no new table
     19: [],  # comments on value zeroing's columns (0019_decoder_value_zeroing.sql): no new table
+    20: [],  # dependency_baselines per direction (0020_decoder_relations.sql): no new table
 }
+# Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
+# (dep_to_head) into head_to_dep.
+ROWS_AFTER = {"dependency_baselines": 2}
 
 
 def _table(sql: str) -> str:
@@ -158,7 +162,8 @@ def test_a_file_of_an_earlier_version_upgrades_with_its_rows(tmp_path, version):
                 list(range(1, latest + 1))
             )
             for table in written:
-                assert con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] == 1, table
+                expected = ROWS_AFTER.get(table, 1) if version < 20 else 1
+                assert con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] == expected, table
             if run_id is not None:
                 assert con.execute("SELECT kind, status, seconds, base_model_id FROM runs").fetchall() == [
                     ("statistics", "complete", 1.0, None)
@@ -167,6 +172,30 @@ def test_a_file_of_an_earlier_version_upgrades_with_its_rows(tmp_path, version):
             assert con.execute("SELECT count(*) FROM pattern_types").fetchall()[0][0] == 5
         finally:
             con.close()
+
+
+def test_a_stored_offset_baseline_is_mirrored_into_head_to_dep(tmp_path):
+    """Before migration 20 a relations run had one baseline per relation, the dep_to_head
+    guess; on an encoder the head_to_dep one has the same counts and the negated offset."""
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    try:
+        con.execute(
+            "CREATE TABLE schema_migrations "
+            "(version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
+        )
+        for v, name, sql in warehouse.migrations()[:19]:
+            con.execute(sql)
+            con.execute("INSERT INTO schema_migrations VALUES (?, ?, current_timestamp)", [v, name])
+        con.execute(ROWS[3][1].format(run=1))
+    finally:
+        con.close()
+    con = warehouse.connect(path)
+    try:
+        rows = con.execute("SELECT * FROM dependency_baselines ORDER BY direction").fetchall()
+        assert rows == [(1, "det", "dep_to_head", 1, 3, 4, 0.75), (1, "det", "head_to_dep", -1, 3, 4, 0.75)]
+    finally:
+        con.close()
 
 
 def test_the_old_mixing_ratio_moves_to_mixing_share(tmp_path):

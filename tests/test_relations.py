@@ -116,11 +116,11 @@ def test_accuracy_when_attention_points_to_the_head_or_the_previous_word(treeban
     for relation, total in EXPECTED_TOTALS.items():
         assert to_head.correct[relation][0, 0, 0] == total  # head 0 always finds the head
     # head 1 looks at the previous word: its dep->head accuracy is the offset -1 count
-    prev = {r: int(to_head.offsets[r][rel.OFFSETS.index(-1)]) for r in EXPECTED_TOTALS}
+    prev = {r: int(to_head.offsets[r][0, rel.OFFSETS.index(-1)]) for r in EXPECTED_TOTALS}
     assert prev == {"det": 0, "amod": 0, "nsubj": 0, "obj": 0, "punct": 1}
     assert {r: int(to_head.correct[r][0, 0, 1]) for r in EXPECTED_TOTALS} == prev
     # head->dep with the previous word: right exactly when the dependent sits just before its head
-    nxt = {r: int(to_head.offsets[r][rel.OFFSETS.index(1)]) for r in EXPECTED_TOTALS}
+    nxt = {r: int(to_head.offsets[r][1, rel.OFFSETS.index(1)]) for r in EXPECTED_TOTALS}
     assert nxt == {"det": 2, "amod": 2, "nsubj": 3, "obj": 0, "punct": 0}
     assert {r: int(to_head.correct[r][1, 0, 1]) for r in EXPECTED_TOTALS} == nxt
     rows = to_head.head_rows()
@@ -133,8 +133,10 @@ def test_baseline_picks_the_offset_of_the_next_word():
         s = rel.Sentence(tuple("w" * n), tuple(list(range(1, n)) + [-1]), tuple(["compound"] * (n - 1) + ["root"]))
         counts.add(s, np.zeros((1, 1, n), dtype=np.int64))
     assert counts.baseline("compound") == (1, 2 + 4 + 7)
+    assert counts.baseline("compound", 1) == (-1, 2 + 4 + 7)  # the dependent is one word before its head
     rows = counts.baseline_rows()
-    assert rows["best_offset"] == [1] and rows["accuracy"] == [1.0] and rows["total"] == [13]
+    assert rows["direction"] == ["dep_to_head", "head_to_dep"]
+    assert rows["best_offset"] == [1, -1] and rows["accuracy"] == [1.0, 1.0] and rows["total"] == [13, 13]
 
 
 def test_relations_command_end_to_end(monkeypatch, capsys, tiny_model_dir, treebank, tmp_path):
@@ -158,7 +160,9 @@ def test_relations_command_end_to_end(monkeypatch, capsys, tiny_model_dir, treeb
         totals = dict(con.execute("SELECT relation, max(total) FROM dependency_heads GROUP BY relation").fetchall())
         assert totals == EXPECTED_TOTALS
         assert con.execute("SELECT count(*) FROM dependency_heads").fetchall()[0][0] == len(EXPECTED_TOTALS) * 2 * 2 * 4
-        base = dict(con.execute("SELECT relation, total FROM dependency_baselines").fetchall())
+        base = dict(
+            con.execute("SELECT relation, total FROM dependency_baselines WHERE direction = 'dep_to_head'").fetchall()
+        )
         assert base == EXPECTED_TOTALS
         runs = con.execute("SELECT kind, dataset, task, split, status, n_examples, n_truncated FROM runs").fetchall()
         assert runs == [("relations", "tiny-ud-dev.conllu", "dependencies", "tiny-ud-dev", "complete", 3, 0)]
@@ -314,7 +318,7 @@ def test_stored_accuracies_baselines_and_feature_attention_match_eager_attention
         baselines = {
             r: rest
             for r, *rest in con.execute(
-                "SELECT relation, best_offset, correct, total, accuracy FROM dependency_baselines"
+                "SELECT relation, best_offset, correct, total, accuracy FROM dependency_baselines WHERE direction = 'dep_to_head'"
             ).fetchall()
         }
         features = {

@@ -584,7 +584,8 @@ def relations(con, study: Study, figures: dict[str, str]) -> list[str]:
         deps = deps.sort("dependencies", descending=True).head(10)
         lines += [
             "Dependency relations (Clark et al. 2019) on UD English EWT dev: per relation and direction, the head "
-            "whose most-attended word is most often the relation's other end, beside the best fixed offset. The ten "
+            "whose most-attended word is most often the relation's other end, beside that direction's best fixed offset "
+            "(the other end's position from the attending word). The ten "
             "most frequent relation–direction pairs:",
             "",
             *table(

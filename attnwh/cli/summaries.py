@@ -97,7 +97,7 @@ def print_relations(summary: Any, db: Path) -> None:
         if summary.task == "frames":
             _frame_tables(out, con, summary.run_id)
         else:
-            n_dependencies = _dependency_tables(out, con, summary.run_id)
+            n_relations = _dependency_tables(out, con, summary.run_id)
     finally:
         con.close()
     r = summary.result
@@ -112,7 +112,7 @@ def print_relations(summary: Any, db: Path) -> None:
         rate = f"{(r.n_sentences - r.n_skipped) / r.seconds:.1f} sent/s" if r.seconds > 0 else ""
         out.print(
             f"run {summary.run_id} {summary.outcome}: {r.n_sentences} sentences ({r.n_skipped} skipped as too long), "
-            f"{n_dependencies} dependencies, {rate}, in {r.seconds:.1f} s → {db.resolve()}"
+            f"{sum(r.counts.total.values())} dependencies of {n_relations} relations, {rate}, in {r.seconds:.1f} s → {db.resolve()}"
         )
 
 
@@ -140,26 +140,32 @@ def _frame_tables(out: Console, con: Any, run_id: int) -> None:
 
 
 def _dependency_tables(out: Console, con: Any, run_id: int) -> int:
-    """Print the best head per relation and the feature words' heads; returns the dependencies."""
+    """Print the best head per relation and direction and the feature words' heads; returns
+    the number of relations."""
     from attnwh.ingest.measures.features import FEATURES
 
     best: dict[str, dict[str, dict[str, Any]]] = {}  # relation → direction → row, most frequent first
     for row in _rows(con, "dependency_heads", run_id):
         best.setdefault(row["relation"], {})[row["direction"]] = row
-    table = Table("relation", "deps", "best dep→head", "acc", "best head→dep", "acc", "baseline", "acc", box=None)
+    # Per direction: the dependencies it saw (all of them on an encoder; on a decoder those
+    # whose target comes first, and a direction that saw none has no row: "-").
+    table = Table("relation", "direction", "pairs", "best head", "acc", "baseline", "acc", box=None)
     for relation, by_direction in best.items():
-        first = by_direction["dep_to_head"]
-        cells = []
-        for direction in ("dep_to_head", "head_to_dep"):
-            row = by_direction[direction]
-            cells += [f"{row['layer']}-{row['head']}", f"{row['accuracy']:.3f}"]
-        table.add_row(
-            relation,
-            str(first["dependencies"]),
-            *cells,
-            f"{first['baseline_offset']:+d}",
-            f"{first['baseline_accuracy']:.3f}",
-        )
+        for direction, label in (("dep_to_head", "dep→head"), ("head_to_dep", "head→dep")):
+            found = by_direction.get(direction)
+            name = relation if direction == "dep_to_head" else ""
+            if found is None:
+                table.add_row(name, label, "0", "-", "-", "-", "-")
+                continue
+            table.add_row(
+                name,
+                label,
+                str(found["dependencies"]),
+                f"{found['layer']}-{found['head']}",
+                f"{found['accuracy']:.3f}",
+                f"{found['baseline_offset']:+d}",
+                f"{found['baseline_accuracy']:.3f}",
+            )
     out.print(table)
 
     features: dict[str, list[dict[str, Any]]] = {}
@@ -184,7 +190,7 @@ def _dependency_tables(out: Console, con: Any, run_id: int) -> int:
                 layer_means,
             )
         out.print(table)
-    return sum(by_direction["dep_to_head"]["dependencies"] for by_direction in best.values())
+    return len(best)
 
 
 def print_ablation(summaries: Sequence[Any], db: Path, seconds: float) -> None:

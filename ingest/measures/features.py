@@ -19,6 +19,11 @@ sentences without the feature are left out; `mean_attention` is the mean over th
 sentences. `per_word_attention` is the mean over every feature word instead. The
 `uniform_*` columns are the same scores for a head that spreads its attention evenly over all
 real tokens ([CLS]/[SEP] included): word w then receives pieces(w) / tokens.
+
+On a decoder word w is seen only by itself and the words after it, so the attention it
+receives is the mean of A[i, w] over the words i >= w, and the uniform head spreads each
+token's row evenly over the tokens that row sees (the first token included): the reference is
+computed through the same word-level pooling (docs/metrics.md#relations-on-decoders).
 """
 
 from __future__ import annotations
@@ -147,10 +152,20 @@ class FeatureCounts:
         return rows
 
 
-def received_attention(maps, present, n_tokens, piece_counts):
+def received_attention(maps, present, n_tokens, piece_counts, uniform_maps=None):
     """Per sentence of a batch: (B, layers, heads, W) mean over its words of the word-level
-    attention each word receives, and (B, W) the same for an even head. Torch in, numpy out."""
-    n_words = present.sum(-1).clamp(min=1).float()  # (B,)
-    received = maps.sum(-2) / n_words[:, None, None, None]
-    uniform = piece_counts / n_tokens[:, None]
+    attention each word receives, and (B, W) the same for an even head. Torch in, numpy out.
+
+    `uniform_maps` (B, W, W), a decoder's: word w is seen only by the words i >= w, so it
+    receives the mean over those words of A[i, w], and the even head is the causal one of
+    `wordlevel.WordBatch.uniform_maps` (each token's row spread over the tokens it sees)."""
+    if uniform_maps is None:
+        n_words = present.sum(-1).clamp(min=1).float()  # (B,)
+        received = maps.sum(-2) / n_words[:, None, None, None]
+        uniform = piece_counts / n_tokens[:, None]
+        return received.cpu().numpy(), uniform.cpu().numpy()
+    # seeing[b, w]: the present words i >= w (w itself included, as on an encoder).
+    seeing = present.flip(-1).float().cumsum(-1).flip(-1).clamp(min=1)
+    received = maps.sum(-2) / seeing[:, None, None, :]
+    uniform = uniform_maps.sum(-2) / seeing
     return received.cpu().numpy(), uniform.cpu().numpy()

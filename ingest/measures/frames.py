@@ -27,6 +27,12 @@ word (`target_to_element`), the reverse (`element_to_target`), and the larger of
 head: the mean over annotations. Percentile: the share of all layers × heads whose mean is
 less than or equal to the head's own (`scipy.stats.percentileofscore(kind="weak")`), so the
 best head has 100 and "above the 99th percentile" picks the top 1 % of heads.
+
+On a decoder a word sees only earlier words, so each direction takes only the link pairs
+whose attended word comes first: target_to_element the elements before the target,
+element_to_target those after it. An annotation without such a pair is left out of that
+direction's mean (`n_annotations` is per direction), and a direction no annotation could
+see is not written. `either` is unchanged: each pair is visible in exactly one direction.
 """
 
 from __future__ import annotations
@@ -198,11 +204,14 @@ def percentiles(scores: np.ndarray) -> np.ndarray:
 class FrameCounts:
     layers: int
     heads: int
+    causal: bool = False  # a decoder: only pairs whose attended word comes first count
     total: np.ndarray = field(init=False)  # (directions, layers, heads): sum of per-annotation maxima
+    counted: np.ndarray = field(init=False)  # (directions,): annotations in each direction's mean
     n: int = 0
 
     def __post_init__(self) -> None:
         self.total = np.zeros((len(DIRECTIONS), self.layers, self.heads))
+        self.counted = np.zeros(len(DIRECTIONS), dtype=np.int64)
 
     def add(self, maps, links: FrameLinks, present) -> bool:
         """One annotation against its sentence's word-level maps (layers, heads, W, W)
@@ -210,21 +219,43 @@ class FrameCounts:
         pairs = [(t, e) for span in links.elements for t in links.targets for e in span if present[t] and present[e]]
         if not pairs:
             return False
-        rows, cols = [p[0] for p in pairs], [p[1] for p in pairs]
-        forward, backward = (_to_numpy(maps[:, :, r, c]).max(-1) for r, c in ((rows, cols), (cols, rows)))
-        self.total += np.stack([forward, backward, np.maximum(forward, backward)])
+        maxima = []
+        for rows, cols in (
+            ([t for t, _ in pairs], [e for _, e in pairs]),
+            ([e for _, e in pairs], [t for t, _ in pairs]),
+        ):
+            seen = [(r, c) for r, c in zip(rows, cols) if not self.causal or c < r]
+            if seen:
+                r, c = [p[0] for p in seen], [p[1] for p in seen]
+                maxima.append(_to_numpy(maps[:, :, r, c]).max(-1))
+            else:
+                maxima.append(None)
+        forward, backward = maxima
+        either = (
+            np.maximum(*maxima)
+            if forward is not None and backward is not None
+            else forward
+            if forward is not None
+            else backward
+        )
+        for d, value in enumerate((forward, backward, either)):
+            if value is not None:
+                self.total[d] += value
+                self.counted[d] += 1
         self.n += 1
         return True
 
     def means(self) -> np.ndarray:
         """(directions, layers, heads): the mean over annotations of their largest link weight."""
-        return self.total / max(self.n, 1)
+        return self.total / np.maximum(self.counted, 1)[:, None, None]
 
     def rows(self) -> dict[str, list]:
         keys = ("direction", "layer", "head", "n_annotations", "mean_max_attention", "percentile", "rank")
         rows: dict[str, list] = {k: [] for k in keys}
         means = self.means()
         for d, direction in enumerate(DIRECTIONS):
+            if not self.counted[d]:
+                continue  # a decoder's direction that no annotation could see
             pct = percentiles(means[d])
             order = np.argsort(-means[d].ravel(), kind="stable")
             rank = np.empty(order.size, dtype=np.int64)
@@ -236,7 +267,7 @@ class FrameCounts:
                         direction,
                         layer,
                         head,
-                        self.n,
+                        int(self.counted[d]),
                         float(means[d, layer, head]),
                         float(pct[layer, head]),
                         int(rank[layer, head]),
@@ -276,7 +307,7 @@ def measure_frames(
         by_sentence.setdefault(link.sentence, []).append(link)
     wanted = sorted(by_sentence)
     order, _ = fitting(encoder, [data.sentences[i] for i in wanted])
-    counts = FrameCounts(encoder.num_layers, encoder.num_heads)
+    counts = FrameCounts(encoder.num_layers, encoder.num_heads, encoder.causal)
     measured = processed = 0
     for batch in word_batches(encoder, [data.sentences[i] for i in wanted], order, batch_size):
         present = batch.present.cpu().numpy()

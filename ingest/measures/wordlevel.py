@@ -8,6 +8,15 @@ its pieces, attention FROM a split word is the mean over its pieces; special tok
 [SEP], padding) belong to no word, so they are never candidates, and a word-level row sums to
 1 minus the row's attention to special tokens. The analyses (dependencies, frame links,
 feature words) all read the `WordBatch`es of :func:`word_batches`.
+
+On a decoder (causal language model) word i's row holds weight only on words 0..i: every piece
+of an earlier word precedes every piece of word i, so the word-level map is lower-triangular
+and the analyses count only what a row can see (docs/metrics.md#relations-on-decoders). The
+first token is the sink candidate in [CLS]'s place (DESIGN §12) and belongs to no word: a BOS
+token is no word anyway, and where the tokenizer adds none (GPT-2, Qwen, OLMo 2) the first word,
+which holds the first token, is dropped as a word (no candidate, its relations not counted),
+because its attention cannot be told from the sink's. A sentence longer than a sliding window
+is skipped like an over-long one, so every row sees its whole prefix on every layer.
 """
 
 from __future__ import annotations
@@ -72,6 +81,17 @@ def encode_words(
     return enc, word_ids
 
 
+def without_sink_word(word_ids: Sequence[int | None], attention_mask: Sequence[int]) -> list[int | None]:
+    """A decoder's pieces with the first real token's word (if it has one) made no word: the
+    first token is the sink candidate, and a word that holds it cannot be told from it."""
+    ids = list(word_ids)
+    first = next((s for s, m in enumerate(attention_mask) if m), None)
+    if first is not None and ids[first] is not None:
+        sink = ids[first]
+        ids = [None if w == sink else w for w in ids]
+    return ids
+
+
 def piece_matrix(word_ids: Sequence[int | None], n_words: int, length: int | None = None) -> torch.Tensor:
     """(length, n_words) indicator: 1 where piece s belongs to word w; special tokens
     (word id None) and padding have no word."""
@@ -91,13 +111,20 @@ def word_attention(piece_attention: torch.Tensor, pieces: torch.Tensor) -> torch
     return mean.transpose(-1, -2) @ piece_attention @ pieces
 
 
-def most_attended(words_attention: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+def most_attended(words_attention: torch.Tensor, present: torch.Tensor, causal: bool = False) -> torch.Tensor:
     """Index of the most-attended other word per row of (..., W, W) word-level maps; words
-    with no pieces (`present` False, shape (..., W)) and the word itself are never chosen."""
+    with no pieces (`present` False, shape (..., W)) and the word itself are never chosen.
+    `causal`: only earlier words are candidates (a decoder's row sees nothing later), and a
+    row without any candidate gets -1."""
     n = words_attention.size(-1)
-    scores = words_attention.masked_fill(torch.eye(n, dtype=torch.bool, device=words_attention.device), float("-inf"))
-    scores = scores.masked_fill(~present[..., None, :].to(scores.device), float("-inf"))
-    return scores.argmax(-1)
+    device = words_attention.device
+    excluded = torch.eye(n, dtype=torch.bool, device=device)
+    if causal:
+        excluded = torch.ones(n, n, dtype=torch.bool, device=device).triu()
+    scores = words_attention.masked_fill(excluded, float("-inf"))
+    scores = scores.masked_fill(~present[..., None, :].to(device), float("-inf"))
+    best = scores.argmax(-1)
+    return best.masked_fill(torch.isinf(scores).all(-1), -1) if causal else best
 
 
 @dataclass(frozen=True)
@@ -111,15 +138,28 @@ class WordBatch:
     present: torch.Tensor  # (B, W) bool: the word has at least one piece
     piece_counts: torch.Tensor  # (B, W) float32: pieces per word
     n_tokens: torch.Tensor  # (B,) float32: real tokens, special tokens included
+    causal: bool = False  # a decoder's maps: row i holds weight only on words 0..i
+    # Decoders: the word-level maps (B, W, W) of a head that spreads each token's row evenly
+    # over the tokens it sees (itself and every earlier real token), the features' reference.
+    uniform_maps: torch.Tensor | None = None
+
+
+def token_limit(encoder: EncoderModel) -> int:
+    """The longest sentence measured, in tokens: the model's limit, and on a decoder with
+    sliding-window layers also the window, so that every row sees its whole prefix."""
+    if encoder.causal and encoder.sliding_layers and encoder.sliding_window:
+        return min(encoder.max_length, encoder.sliding_window)
+    return encoder.max_length
 
 
 def fitting(encoder: EncoderModel, sentences: Sequence[Sequence[str]]) -> tuple[list[int], int]:
-    """Indices of the sentences that fit the model's limit, shortest first (similar lengths
-    batch together: less padding), and how many do not."""
+    """Indices of the sentences that fit the model's limit (:func:`token_limit`), shortest
+    first (similar lengths batch together: less padding), and how many do not."""
     if not sentences:
         return [], 0
     lengths = [len(ids) for ids in encode_words(encoder.tokenizer, sentences)[0]["input_ids"]]
-    fits = [i for i, n in enumerate(lengths) if n <= encoder.max_length]
+    limit = token_limit(encoder)
+    fits = [i for i, n in enumerate(lengths) if n <= limit]
     fits.sort(key=lambda i: lengths[i])
     return fits, len(sentences) - len(fits)
 
@@ -136,6 +176,8 @@ def word_batches(
 @torch.inference_mode()
 def _word_batch(encoder: EncoderModel, batch: list[list[str]], indices: list[int]) -> WordBatch:
     enc, word_ids = encode_words(encoder.tokenizer, batch, truncation=False, padding=True, return_tensors="pt")
+    if encoder.causal:
+        word_ids = [without_sink_word(ids, mask) for ids, mask in zip(word_ids, enc["attention_mask"].tolist())]
     length = enc["input_ids"].shape[1]
     n_words = max(len(words) for words in batch)
     pieces = torch.stack([piece_matrix(word_ids[b], n_words, length) for b in range(len(batch))])  # (B, S, W)
@@ -149,10 +191,17 @@ def _word_batch(encoder: EncoderModel, batch: list[list[str]], indices: list[int
     maps = torch.stack([word_attention(probs.float(), pieces[:, None]) for probs in kept], 1)
     observer.maps.clear()
     counts = pieces.sum(1)
+    uniform = None
+    if encoder.causal:
+        # Right-padded (load_encoder): a sentence's real tokens are 0..n-1, row s sees 0..s.
+        visible = torch.ones(length, length, device=encoder.device).tril()
+        uniform = word_attention(visible / visible.sum(-1, keepdim=True), pieces)
     return WordBatch(
         indices=indices,
         maps=maps,
         present=counts > 0,
         piece_counts=counts,
         n_tokens=enc["attention_mask"].sum(1).float().to(encoder.device),
+        causal=encoder.causal,
+        uniform_maps=uniform,
     )

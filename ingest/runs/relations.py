@@ -170,7 +170,7 @@ def _ingest_run(
                     "seed": options.seed,
                     "max_length": encoder.max_length,
                     "n_examples": measured.n_examples,
-                    "n_truncated": measured.n_skipped,  # skipped as longer than max_length (or unusable)
+                    "n_truncated": measured.n_skipped,  # skipped: longer than max_length or a decoder's sliding window (or unusable)
                     "device": str(encoder.device),
                     "dtype": str(encoder.dtype).removeprefix("torch."),
                     "batch_size": options.batch_size,
