@@ -168,6 +168,15 @@ def test_a_rerun_resumes_by_its_prompt_and_another_prompt_is_another_run(
     words = fetch(db, "SELECT prompt->>'label_words' FROM runs WHERE task = 'sentiment' ORDER BY run_id")
     assert words == [('[" the"," dog"]',), ('[" a"," dog"]',), (None,)]
     assert fetch(db, "SELECT count(*) FROM prompt_predictions WHERE run_id = 4") == [(0,)]
+    # A sweep through the first prompt takes its sink heads from the statistics of that prompt,
+    # not from the later runs of the bare sentences or of another prompt.
+    sweep = ["ingest", "ablation", "--model", str(lm), "--db", str(db), "--task", "sentiment", *PROMPT, *COMMON[:6]]
+    code, out, err = run(monkeypatch, capsys, *sweep, "--resamples", "100", "--top-k", "1", "--no-importance")
+    assert code == 0, err
+    [(sweep_run,)] = fetch(db, "SELECT run_id FROM runs WHERE kind = 'ablation'")
+    assert {
+        s for (s,) in fetch(db, f"SELECT statistics_run FROM ablation_sink_scores WHERE ablation_run = {sweep_run}")
+    } == {1}
 
 
 @pytest.mark.parametrize(
@@ -244,3 +253,30 @@ def test_prompted_runs_in_static_shards_merge_to_the_single_process_rows(lm, tmp
     answers = "SELECT example_id, prediction, correct FROM prompt_predictions ORDER BY ALL"
     assert len(fetch(single, answers)) == LIMIT and fetch(single, answers) == fetch(merged, answers)
     assert fetch(single, "SELECT metric, value FROM scores") == fetch(merged, "SELECT metric, value FROM scores")
+
+
+def test_a_worker_built_from_the_spec_reads_the_prompts_answers_as_the_driver(lm):
+    """What a Ray worker of a prompted statistics run builds from its WorkerSpec: the model
+    with its language-model head and each run's label words, giving the driver's rows."""
+    from attnwh.ingest.encoder.loading import load_encoder
+    from attnwh.ingest.runs.engine import build_worker, capture_spec
+    from attnwh.ingest.runs.loop import IngestOptions, StatisticsCapture, _plan, prepare_tasks
+    from attnwh.ingest.runs.prompted import prompted_task
+    from attnwh.ingest.runs.units import CaptureWorker
+
+    encoder = load_encoder(str(lm), "cpu", language_model=True)
+    options = IngestOptions(limit=3, thumbnails=0)
+    data = load_sample("sentiment", "dev")
+    [task] = prepare_tasks(encoder, [data], options)
+    task = prompted_task(encoder, task, make_prompt(task.data, 0, None, 42, [" the", " dog"]), options)
+    capture = StatisticsCapture.for_options(encoder, options, [task])
+    spec = capture_spec(capture)
+    assert spec.language_model and spec.settings["label_ids"] == {
+        task.run_key: task.identity["prompt"]["label_token_ids"]
+    }
+    worker = build_worker(spec, "cpu")
+    [unit] = _plan(task, options, frozenset())
+    here, there = CaptureWorker(capture).compute(unit), worker.compute(unit)
+    assert here.tables["prompt_predictions"].num_rows == 3
+    assert here.tables["prompt_predictions"].equals(there.tables["prompt_predictions"])
+    assert here.tables["head_stats"].equals(there.tables["head_stats"])
