@@ -18,7 +18,7 @@ ROWS: dict[int, list[str]] = {
         "INSERT INTO models (model_id, name, weights_hash, family, architecture, num_layers, num_heads, hidden_size,"
         " max_length) VALUES (1, 'tiny/bert', 'ab', 'bert', 'BertModel', 2, 4, 32, 64)",
         "INSERT INTO examples VALUES (7, 'd', 't', 'dev', 0, NULL, 'A sentence.', NULL, 'yes', 1)",
-        "INSERT INTO run_examples VALUES ({run}, 7, 5, 5, false)",
+        "INSERT INTO run_examples (run_id, example_id, n_tokens, n_tokens_full, truncated) VALUES ({run}, 7, 5, 5, false)",
         "INSERT INTO head_stats (run_id, example_id, layer, head, to_cls, to_sep, to_punct, to_self, to_prev, to_next,"
         " entropy, max_weight, norm_to_cls, norm_to_sep, norm_to_punct)"
         " VALUES ({run}, 7, 0, 0, 0.1, 0.2, 0.3, 0.1, 0.1, 0.1, 1.0, 0.5, 0.1, 0.2, 0.3)",
@@ -72,6 +72,7 @@ ROWS: dict[int, list[str]] = {
     16: [],  # models' decoder columns and the head_groups view (0016_decoders.sql): no new table
     17: [],  # runs.prompt (0017_prompts.sql): no new table
     18: [],  # run_examples.token_ids (0018_run_token_ids.sql): no new table
+    19: ["INSERT INTO prompt_predictions VALUES ({run}, 7, 1, true, [0.1, 0.7]::REAL[])"],
 }
 
 

@@ -172,10 +172,10 @@ class ChangeCapture:
     def _forward(self, encoder: EncoderModel, batch: dict[str, torch.Tensor]) -> None:
         encoder.model(**forward_inputs(encoder.model, {k: v.to(encoder.device) for k, v in batch.items()}))
 
-    @torch.inference_mode()
     def begin_unit(self, unit: WorkUnit) -> None:
         """Every unit is read alike: nothing to note."""
 
+    @torch.inference_mode()
     def run(self, batch: dict[str, torch.Tensor], thumbnail_rows: Sequence[int] = ()) -> np.ndarray:
         """Cosines of one collated batch (see `encoding.collate`); a comparison keeps no
         thumbnails."""
