@@ -216,10 +216,10 @@ def test_ingest_refuses_what_cannot_be_read_through_a_prompt_in_one_line(
     assert not db.exists()
 
 
-def test_prompted_runs_in_static_shards_merge_to_the_single_process_rows(lm, tmp_path, monkeypatch, capsys):
+def test_a_prompted_sweep_in_static_shards_merges_to_the_single_process_rows(lm, tmp_path, monkeypatch, capsys):
     """Two `--shard` processes each render the prompts (the same shots, seed 3), load the
     language-model head and write their units; merged, the sweep's predictions and, once
-    finished, its scores are the single process's, and so are prompted statistics."""
+    finished, its scores are the single process's."""
     args = ["ingest", "ablation", "--model", str(lm), "--task", "sentiment", *PROMPT, "--device", "cpu"]
     args += ["--limit", "6", "--batch-size", "3", "--resamples", "100", "--top-k", "2", "--no-importance"]
     single, merged, shard_dir = tmp_path / "single.duckdb", tmp_path / "merged.duckdb", tmp_path / "shards"
@@ -242,6 +242,9 @@ def test_prompted_runs_in_static_shards_merge_to_the_single_process_rows(lm, tmp
         assert x[:2] == y[:2]
         np.testing.assert_allclose(np.array(x[2:], float), np.array(y[2:], float), atol=1e-12, equal_nan=True)
 
+
+def test_prompted_statistics_in_static_shards_merge_to_the_single_process_rows(lm, tmp_path, monkeypatch, capsys):
+    """The statistics and the prompt's answers of two shards merged, with the accuracy in scores."""
     stats = ["ingest", "--model", str(lm), "--task", "sentiment", *PROMPT, *COMMON]
     single, merged, shard_dir = tmp_path / "s1.duckdb", tmp_path / "m1.duckdb", tmp_path / "shards1"
     code, _, err = run(monkeypatch, capsys, *stats, "--db", str(single))
