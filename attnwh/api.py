@@ -330,6 +330,47 @@ def show(
     return write_page(maps, out or Path(f"show-{run}-{example}.html"), layer, lens)
 
 
+PromptOpt = Annotated[
+    bool,
+    typer.Option(
+        "--prompt",
+        help="Read a causal language model through the task's prompt (docs/prompts.md): each example is its "
+        "rendered prompt, and the prediction is the label word with the largest logit at the last token; the "
+        "prompt is recorded in runs.prompt and is part of the run key.",
+    ),
+]
+ShotsOpt = Annotated[
+    int, typer.Option(min=0, help="With --prompt: solved train examples heading every prompt (few-shot).")
+]
+ShotSeedOpt = Annotated[int, typer.Option(help="With --prompt --shots: the seed the shots are drawn with.")]
+LabelWordsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="With --prompt: one label word per class in label-id order, replacing the template's (repeat or "
+        "separate with commas; each is read after a space, as ' positive' after 'Sentiment:')."
+    ),
+]
+
+
+def _label_words(prompt: bool, shots: int, shot_seed: int, label_words: list[str] | None) -> list[str] | None:
+    """--label-words as label words (each read after a space); the prompt options without
+    --prompt are refused."""
+    if not prompt and (shots or shot_seed != 42 or label_words):
+        raise UsageError("--shots, --shot-seed and --label-words go with --prompt")
+    return [" " + w.strip() for given in label_words or [] for w in given.split(",")] or None
+
+
+def _task_prompts(
+    source: DataSource, loaded: list[TaskData], shots: int, shot_seed: int, words: list[str] | None
+) -> list[Any]:
+    """One prompt per loaded task; the shots come from the train split of the same source
+    (never an evaluated example), drawn with `shot_seed`: every process of a run draws the same."""
+    from attnwh.ingest.sources.prompts import make_prompt
+
+    train = dataclasses.replace(source, split="train").load([t.task for t in loaded]) if shots else None
+    return [make_prompt(data, shots, train[i] if train else None, shot_seed, words) for i, data in enumerate(loaded)]
+
+
 @python_arguments
 @with_option_groups
 def ingest(
@@ -370,6 +411,10 @@ def ingest(
     massive: MassiveOpt = True,
     value_zeroing: ValueZeroingOpt = None,
     attention_memory: AttentionMemoryOpt = None,
+    prompt: PromptOpt = False,
+    shots: ShotsOpt = 0,
+    shot_seed: ShotSeedOpt = 42,
+    label_words: LabelWordsOpt = None,
     compute: Engine,
 ) -> Done:
     """Run an encoder over a dataset and write per-example, per-layer, per-head attention statistics into the DuckDB warehouse.
@@ -379,12 +424,21 @@ def ingest(
     console = Console(stderr=True)
     run_on = compute.options(device.value)
     model = gguf_model_path(model, gguf_file)
+    words = _label_words(prompt, shots, shot_seed, label_words)
+    if prompt and source.text is not None:
+        raise UsageError("--prompt reads a GLUE task through its template; --text is plain text with no labels")
     with loading(console, None if run_on.shard else db, source, models=[model]):
         loaded = source.load()  # data errors before torch is imported
+        prompts = _task_prompts(source, loaded, shots, shot_seed, words) if prompt else None
         from attnwh.ingest.encoder.loading import load_encoder
         from attnwh.ingest.runs.loop import StatisticsCapture, check_fits, ingest_runs, prepare_tasks, shard_runs
 
-        encoder = load_encoder(model, device.value, dtype.value)
+        # Read through a prompt, a decoder loads with its language-model head: the answer is read too.
+        encoder = load_encoder(model, device.value, dtype.value, language_model=prompt)
+        if prompt:
+            from attnwh.ingest.runs.prompted import check_language_model
+
+            check_language_model(encoder, "")
         options = dataclasses.replace(
             reading.ingest_options(replace),
             thumbnails=thumbnails,
@@ -395,7 +449,11 @@ def ingest(
             massive=massive,
         )
         prepared = prepare_tasks(encoder, loaded, options)
-        capture = StatisticsCapture.for_options(encoder, options)
+        if prompts is not None:
+            from attnwh.ingest.runs.prompted import prompted_task
+
+            prepared = [prompted_task(encoder, task, p, options) for task, p in zip(prepared, prompts, strict=True)]
+        capture = StatisticsCapture.for_options(encoder, options, prepared)
         check_fits(capture, prepared)
 
     console.print(f"{describe(encoder)}, {options.max_length or encoder.max_length} tokens max", highlight=False)
@@ -619,42 +677,23 @@ def ablation(
     prefix_cache: Annotated[
         bool, typer.Option(help="Reuse the layers below the first disabled one (exact; off only to check it).")
     ] = True,
-    prompt: Annotated[
-        bool,
-        typer.Option(
-            "--prompt",
-            help="Read a causal language model through the task's prompt: the prediction is the label word with "
-            "the largest logit at the last token (docs/prompts.md); recorded in runs.prompt.",
-        ),
-    ] = False,
-    shots: Annotated[
-        int, typer.Option(min=0, help="With --prompt: solved train examples heading every prompt (few-shot).")
-    ] = 0,
-    shot_seed: Annotated[int, typer.Option(help="With --prompt --shots: the seed the shots are drawn with.")] = 42,
-    label_words: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="With --prompt: one label word per class in label-id order, replacing the template's (repeat or "
-            "separate with commas; each is read after a space, as ' positive' after 'Sentiment:')."
-        ),
-    ] = None,
+    prompt: PromptOpt = False,
+    shots: ShotsOpt = 0,
+    shot_seed: ShotSeedOpt = 42,
+    label_words: LabelWordsOpt = None,
     device: DeviceOpt = Device.auto,
     db: DbOpt = DEFAULT_DB,
     replace: ReplaceOpt = False,
     compute: Engine,
 ) -> Done:
-    """Disable each head (L×H configurations) and each whole layer (L) of a fine-tuned classifier, score every configuration with the task's metric, and store the scores with every per-example prediction in ablation_configs, ablation_predictions and ablations.
+    """Disable each head (L×H configurations) and each whole layer (L) of a fine-tuned classifier, or of a causal language model read through the task's prompt (--prompt), score every configuration with the task's metric, and store the scores with every per-example prediction in ablation_configs, ablation_predictions and ablations.
 
-    Each configuration is compared with the baseline on the same examples: exact McNemar test (accuracy) or paired permutation test (F1, MCC, correlations), a paired bootstrap interval of the delta, and Benjamini–Hochberg adjustment across the sweep. Then all individually helpful heads are disabled together, a top-k curve is scored, every sink head is disabled together (mean attention to [CLS], [SEP] or punctuation above 0.3, read from a statistics run of the same model that holds these examples: run `attnwh ingest` on them first), and gradient importance per head goes into head_importance. Rerunning resumes an interrupted run and skips a complete one (--replace redoes it).
+    Each configuration is compared with the baseline on the same examples: exact McNemar test (accuracy) or paired permutation test (F1, MCC, correlations), a paired bootstrap interval of the delta, and Benjamini–Hochberg adjustment across the sweep. Then all individually helpful heads are disabled together, a top-k curve is scored, every sink head is disabled together (mean attention to [CLS], [SEP] — a decoder's first token — or punctuation above 0.3, read from a statistics run of the same model that holds these examples: run `attnwh ingest` on them first), and gradient importance per head goes into head_importance. Rerunning resumes an interrupted run and skips a complete one (--replace redoes it).
     """
     console = Console(stderr=True)
     modes = list(dict.fromkeys(m.value for m in mode or [Mode.uniform]))
     run_on = compute.options(device.value)
-    if not prompt and (shots or shot_seed != 42 or label_words):
-        raise UsageError("--shots, --shot-seed and --label-words go with --prompt")
-    words = [" " + w.strip() for given in label_words or [] for w in given.split(",")] or None
-    if prompt and (run_on.shard or run_on.engine == "ray"):
-        raise UsageError("--prompt sweeps in one process for now: drop --shard and --engine ray")
+    words = _label_words(prompt, shots, shot_seed, label_words)
     with loading(console, None if run_on.shard else db, source, models=[model]):
         # Data errors before torch is imported; only a sweep of the bundled sample without
         # --task waits for the model, whose fine-tuning task it is swept on.
@@ -677,15 +716,8 @@ def ablation(
             # On the bundled sample, a model made by `attnwh finetune` is swept on its own task.
             tuned_on = (encoder.lineage or {}).get("task")
             loaded = source.load([tuned_on] if tuned_on in SAMPLE_TASKS else None)
-        prompts = None
-        if prompt:
-            from attnwh.ingest.sources.prompts import make_prompt
-
-            # Shots come from the train split of the same source (never an evaluated example).
-            train = dataclasses.replace(source, split="train").load([t.task for t in loaded]) if shots else None
-            prompts = [
-                make_prompt(data, shots, train[i] if train else None, shot_seed, words) for i, data in enumerate(loaded)
-            ]
+        # Every process of a sharded sweep renders the same prompts (same train split, same seed).
+        prompts = _task_prompts(source, loaded, shots, shot_seed, words) if prompt else None
         options = reading.ingest_options(replace)
         per_pass = configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
         settings = [

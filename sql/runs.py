@@ -195,3 +195,13 @@ def upsert_model(con: duckdb.DuckDBPyConnection, facts: Mapping[str, object]) ->
         f"INSERT INTO models ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}) RETURNING model_id",
         [facts[c] for c in columns],
     )[0]
+
+
+def store_prompt_scores(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    """The accuracy of a run's prompt answers (prompt_predictions: a statistics run read
+    through a prompt) in scores, over its labelled examples; nothing for any other run."""
+    con.execute(
+        "INSERT OR REPLACE INTO scores SELECT run_id, 'accuracy', avg(correct::INTEGER), count(correct) "
+        "FROM prompt_predictions WHERE run_id = ? AND correct IS NOT NULL GROUP BY run_id",
+        [run_id],
+    )

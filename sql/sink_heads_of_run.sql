@@ -5,8 +5,10 @@
 -- 2025; docs/metrics.md#attention-sinks). run is the ablation run's run_id. The statistics
 -- come from a statistics run (runs.kind = 'statistics') of a model with the same weights
 -- (models.weights_hash) whose run_examples hold every example of the ablation run; of
--- several, the one with the ablation run's max_length (truncation changes the maps), then a
--- complete one, then the latest. Per head of that model: the mean to_cls, to_sep and to_punct
+-- several, one read through the ablation run's own prompt (runs.prompt: a prompted sweep's
+-- sinks are those of the prompts' maps, `attnwh ingest --prompt`; a run without a prompt
+-- prefers one without), then the one with the ablation run's max_length (truncation changes
+-- the maps), then a complete one, then the latest. Per head of that model: the mean to_cls, to_sep and to_punct
 -- over exactly the ablation run's examples (the statistics run may hold more: samples are
 -- nested), the sink score (the largest of the three) and its kind (ties: [CLS], then [SEP]),
 -- and sink = sink score > eps (default 0.3): the head is a sink head for some token kind.

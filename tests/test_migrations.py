@@ -74,10 +74,18 @@ ROWS: dict[int, list[str]] = {
     18: [],  # run_examples.token_ids (0018_run_token_ids.sql): no new table
     19: [],  # comments on value zeroing's columns (0019_decoder_value_zeroing.sql): no new table
     20: [],  # dependency_baselines per direction (0020_decoder_relations.sql): no new table
+    21: ["INSERT INTO prompt_predictions VALUES ({run}, 7, 1, true, [0.1, 0.7]::REAL[])"],
 }
 # Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
 # (dep_to_head) into head_to_dep.
 ROWS_AFTER = {"dependency_baselines": 2}
+
+
+def _as_of(sql: str, version: int) -> str:
+    """`sql` as attnwh at `version` writes it: from migration 20 on, a baseline has a direction."""
+    if version >= 20 and _table(sql) == "dependency_baselines":
+        return sql.replace("'det', ", "'det', 'dep_to_head', ")
+    return sql
 
 
 def _table(sql: str) -> str:
@@ -148,7 +156,7 @@ def test_a_file_of_an_earlier_version_upgrades_with_its_rows(tmp_path, version):
                 if v == 1 and sql in ROWS[1][:2]:
                     written.append(_table(sql))
                     continue
-                con.execute(sql.format(run=run_id))
+                con.execute(_as_of(sql, version).format(run=run_id))
                 written.append(_table(sql))
         assert warehouse.schema_version(con) == version
     finally:

@@ -111,6 +111,28 @@ def test_ray_ablation_equals_the_single_process(monkeypatch, capsys, tmp_path_fa
     assert fetch(on_ray, "SELECT status FROM runs") == [("complete",)]
 
 
+def test_ray_prompted_sweep_equals_the_single_process(monkeypatch, capsys, tmp_path_factory, tmp_path):
+    """A tiny Llama read through the sentiment prompt (one shot, seed 3): Ray workers load its
+    language-model head and score the label words; predictions and scores are the single
+    process's. (Prompted statistics' workers: tests/test_prompt_runs.py.)"""
+    from test_decoder_ablation import make_causal_lm
+
+    lm = make_causal_lm("llama", tmp_path_factory.mktemp("lm"), positions=512)
+    args = ["ingest", "ablation", "--model", str(lm), "--task", "sentiment", "--prompt", "--label-words", "the,dog"]
+    args += ["--shots", "1", "--shot-seed", "3", "--limit", "6", "--batch-size", "3"]
+    args += ["--resamples", "100", "--top-k", "2", "--no-importance"]
+    single, on_ray = single_and_ray(monkeypatch, capsys, args, tmp_path)
+    predictions = "SELECT config_id, example_id, prediction, correct FROM ablation_predictions ORDER BY ALL"
+    assert len(fetch(single, predictions)) >= 6 * 11 and fetch(single, predictions) == fetch(on_ray, predictions)
+    scores = "SELECT config_id, metric, value, delta, ci_low, ci_high, p_value FROM ablations ORDER BY ALL"
+    a, b = fetch(single, scores), fetch(on_ray, scores)
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b):
+        assert x[:2] == y[:2]
+        np.testing.assert_allclose(np.array(x[2:], float), np.array(y[2:], float), atol=1e-12, equal_nan=True)
+    assert fetch(on_ray, "SELECT status, prompt IS NOT NULL FROM runs") == [("complete", True)]
+
+
 def _map_workers() -> list[int]:
     """Process ids of the Ray Data actors (their process title names MapWorker)."""
     found = []

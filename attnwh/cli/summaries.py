@@ -25,10 +25,14 @@ def describe(encoder: Any) -> str:
 
 def print_runs(summaries: Sequence[Any], db: Path, seconds: float, rows_name: str = "head-statistics") -> None:
     """One line per run of `attnwh ingest` / `ingest compare` (`RunSummary`), then the total."""
-    table = Table("task", "run", "outcome", "examples", "written", "truncated", "rows", "ex/s", box=None)
+    # Runs read through a prompt (`ingest --prompt`) also say how often the prompt's answer was right.
+    prompted = any(getattr(s, "accuracy", None) is not None for s in summaries)
+    columns = ["task", "run", "outcome", "examples", "written", "truncated", "rows", "ex/s"]
+    table = Table(*columns, *(["prompt accuracy"] if prompted else []), box=None)
     for s in summaries:
         rate = f"{s.n_written / s.seconds:.1f}" if s.seconds > 0 else "–"
-        table.add_row(
+        accuracy = getattr(s, "accuracy", None)
+        cells = [
             s.task,
             str(s.run_id),
             s.outcome,
@@ -37,7 +41,8 @@ def print_runs(summaries: Sequence[Any], db: Path, seconds: float, rows_name: st
             str(s.n_truncated),
             f"{s.rows_written:,}",
             rate,
-        )
+        ]
+        table.add_row(*cells, *([f"{accuracy:.3f}" if accuracy is not None else "–"] if prompted else []))
     out = Console()
     out.print(table)
     out.print(

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +41,9 @@ from attnwh.ingest.encoder.encoding import encode_task
 from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, model_identity, prepare_tasks
 from attnwh.ingest.sources.examples import TaskData
+
+if TYPE_CHECKING:
+    from attnwh.ingest.runs.units import WorkUnit
 
 CHANGE_COLUMNS: tuple[str, ...] = ("cosine",)
 
@@ -168,6 +171,9 @@ class ChangeCapture:
 
     def _forward(self, encoder: EncoderModel, batch: dict[str, torch.Tensor]) -> None:
         encoder.model(**forward_inputs(encoder.model, {k: v.to(encoder.device) for k, v in batch.items()}))
+
+    def begin_unit(self, unit: WorkUnit) -> None:
+        """Every unit is read alike: nothing to note."""
 
     @torch.inference_mode()
     def run(self, batch: dict[str, torch.Tensor], thumbnail_rows: Sequence[int] = ()) -> np.ndarray:

@@ -42,6 +42,7 @@ __all__ = [
     "PromptedClassifier",
     "label_logits",
     "label_scores",
+    "forward_label_scores",
     "label_token_ids",
     "last_positions",
     "leading_special_ids",
@@ -110,16 +111,29 @@ def label_scores(model: nn.Module, inputs: dict[str, Any], label_ids: Sequence[i
     vocabulary projection runs only at the positions read (one per distinct last position,
     `logits_to_keep`), not at every position of every row. Differentiable (gradient
     importance reads it with gradients on)."""
+    return forward_label_scores(model, inputs, label_ids)[0]
+
+
+def forward_label_scores(
+    model: nn.Module, inputs: dict[str, Any], label_ids: Sequence[int], **options: Any
+) -> tuple[torch.Tensor, Any]:
+    """:func:`label_scores` and the model's whole output, from one forward pass with the
+    model's other `options` (`output_hidden_states`: a statistics pass reads the label words
+    on the way)."""
     mask = inputs["attention_mask"]
     last = last_positions(mask)
     if _takes_logits_to_keep(type(model).forward):
         keep = torch.unique(last)
-        out = model(**inputs, logits_to_keep=keep).logits
-        picked = out[torch.arange(out.shape[0], device=out.device), torch.searchsorted(keep, last).to(out.device)]
+        out = model(**inputs, **options, logits_to_keep=keep)
+        logits = out.logits
+        picked = logits[
+            torch.arange(logits.shape[0], device=logits.device), torch.searchsorted(keep, last).to(logits.device)
+        ]
     else:
-        out = model(**inputs).logits
-        picked = out[torch.arange(out.shape[0], device=out.device), last.to(out.device)]
-    return picked[:, torch.as_tensor(list(label_ids), device=picked.device)]
+        out = model(**inputs, **options)
+        logits = out.logits
+        picked = logits[torch.arange(logits.shape[0], device=logits.device), last.to(logits.device)]
+    return picked[:, torch.as_tensor(list(label_ids), device=picked.device)], out
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ sinks combination, and the summary says why (`AblationSummary.sinks_note`).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 import time
@@ -43,7 +42,7 @@ import torch
 
 from attnwh.errors import DataError, ModelError, UsageError
 from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.encoding import EncodedTask, collate, length_buckets
+from attnwh.ingest.encoder.encoding import collate, length_buckets
 from attnwh.ingest.encoder.loading import EncoderModel
 from attnwh.ingest.measures.ablation import (
     AblationSweep,
@@ -56,7 +55,7 @@ from attnwh.ingest.measures.ablation import (
     sweep_configurations,
 )
 from attnwh.ingest.measures.metrics import metrics_for
-from attnwh.ingest.measures.prompting import PromptedClassifier, label_scores
+from attnwh.ingest.measures.prompting import label_scores
 from attnwh.ingest.measures.significance import PairedResult, benjamini_hochberg, compare_to_baseline
 from attnwh.ingest.runs import rows
 from attnwh.ingest.runs.loop import (
@@ -69,6 +68,7 @@ from attnwh.ingest.runs.loop import (
     prepare_tasks,
     store_stream,
 )
+from attnwh.ingest.runs.prompted import check_language_model, label_ids_of, prompted_task, task_template
 from attnwh.ingest.runs.shards import Part
 from attnwh.ingest.runs.units import WorkUnit, plan_units
 from attnwh.ingest.sources import prompts
@@ -132,7 +132,8 @@ NO_STATISTICS = (
     "no statistics run of this model holds these examples: run `attnwh ingest` on them first for the sinks combination"
 )
 NO_SINKS = (
-    f"no head's mean attention to [CLS], [SEP] or punctuation exceeds {SINK_EPS} on these examples: "
+    f"no head's mean attention to [CLS], [SEP] (a decoder's first token) or punctuation exceeds {SINK_EPS} on "
+    "these examples: "
     "no sinks combination"
 )
 SINKS_LATER = (
@@ -156,19 +157,10 @@ def check_classifier(encoder: EncoderModel, prompted: bool = False) -> None:
     """Ablation scores a task classifier, fine-tuned (an encoder's or a decoder's
     *ForSequenceClassification) or, with `prompted`, a causal language model read through a
     prompt: refuse anything else in one line before anything is written."""
-    classifier = encoder.architecture.endswith("ForSequenceClassification")
-    if prompted and not encoder.causal:
-        raise ModelError(
-            f"--prompt reads a causal language model through its label words; {encoder.name} is an encoder "
-            f"({encoder.family}): drop --prompt and sweep a fine-tuned classifier"
-        )
-    if prompted and classifier:
-        raise ModelError(
-            f"--prompt reads a language model's label words; {encoder.name} is a fine-tuned classifier "
-            f"({encoder.architecture}) with a head of its own: drop --prompt"
-        )
     if prompted:
+        check_language_model(encoder, " and sweep a fine-tuned classifier")
         return
+    classifier = encoder.architecture.endswith("ForSequenceClassification")
     if encoder.causal and not classifier:
         raise ModelError(f"{encoder.name} ({encoder.architecture}): {NO_HEAD}")
     if not classifier:
@@ -235,41 +227,6 @@ def prepare_ablation(
     return prepared
 
 
-def prompted_task(encoder: EncoderModel, task: PreparedTask, prompt: Prompt, options: IngestOptions) -> PreparedTask:
-    """`task` read through `prompt`: its examples become the prompts' token ids (the shots'
-    prefix, the example, the cue; `PromptedClassifier.encode`) and the prompt's description,
-    with the label words' token ids, joins the run's identity (runs.prompt records it)."""
-    classifier = PromptedClassifier(encoder.model, encoder.tokenizer, prompt, task.max_length)
-    encoded = [classifier.encode(e) for e in task.data.examples]
-    if not options.truncate and any(e.truncated for e in encoded):
-        first = next(i for i, e in enumerate(encoded) if e.truncated)
-        raise DataError(
-            f"{sum(e.truncated for e in encoded)} prompt(s) of {task.data.task} are longer than {task.max_length} "
-            f"tokens (first: row {task.data.examples[first].position}, {encoded[first].n_tokens_full} tokens); "
-            "drop --no-truncate to cut the start of their text"
-        )
-    tokens = EncodedTask(
-        input_ids=tuple(np.asarray(e.ids, dtype=np.int64) for e in encoded),
-        token_type_ids=None,
-        n_tokens_full=np.array([e.n_tokens_full for e in encoded], dtype=np.int64),
-    )
-    return dataclasses.replace(task, encoded=tokens, identity={**task.identity, "prompt": classifier.describe()})
-
-
-def task_template(task: PreparedTask) -> Template | None:
-    """The template of the prompt `task` is read through (None: a fine-tuned classifier)."""
-    described = task.identity.get("prompt")
-    if not isinstance(described, dict):
-        return None
-    return prompts.prompt_template(str(described["task"]), described["label_words"])
-
-
-def label_ids_of(task: PreparedTask) -> list[int] | None:
-    """The label words' token ids of the prompt `task` is read through (None: a classifier)."""
-    described = task.identity.get("prompt")
-    return list(described["label_token_ids"]) if isinstance(described, dict) else None
-
-
 def scorer_for(label_ids: Sequence[int] | None) -> Scorer:
     """What a configuration's scores are: a classifier's logits, or, with the label words'
     token ids, a prompted LM's logits of those words at each row's last real token."""
@@ -320,7 +277,7 @@ def ingest_ablation(
         raise ValueError("a static shard writes no warehouse: use shard_ablation")
     golds = _check_tasks(encoder, tasks, ablation)
     worker = sweep_worker(encoder, _settings(ablation, tasks))
-    executor = executor_for(engine, _spec(encoder, ablation), worker, db_path)
+    executor = executor_for(engine, _spec(encoder, ablation, tasks), worker, db_path)
     # Ray workers take a batch's configurations in groups that share a first disabled layer.
     groups = sweep_groups(encoder.num_layers, encoder.num_heads) if engine.engine == "ray" else None
     con = warehouse.connect(db_path)
@@ -424,7 +381,7 @@ def _settings(ablation: AblationOptions, tasks: Sequence[PreparedTask]) -> dict[
     return ablation.worker_settings() | {"label_ids": {task.run_key: label_ids_of(task) for task in tasks}}
 
 
-def _spec(encoder: EncoderModel, ablation: AblationOptions) -> WorkerSpec:
+def _spec(encoder: EncoderModel, ablation: AblationOptions, tasks: Sequence[PreparedTask]) -> WorkerSpec:
     from attnwh.ingest.runs.engine import WorkerSpec
 
     return WorkerSpec(
@@ -432,7 +389,9 @@ def _spec(encoder: EncoderModel, ablation: AblationOptions) -> WorkerSpec:
         models={"model_id": encoder.source},
         weights={"model_id": encoder.weights_hash},
         dtype=str(encoder.dtype).removeprefix("torch."),
-        settings=ablation.worker_settings(),
+        settings=_settings(ablation, tasks),
+        # A prompted sweep reads the label words' logits: its workers load the language-model head.
+        language_model=any(task_template(task) is not None for task in tasks),
     )
 
 

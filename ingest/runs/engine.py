@@ -126,6 +126,7 @@ class WorkerSpec:
     settings: Mapping[str, Any] = field(
         default_factory=dict
     )  # the capture's settings(); ablation: mode, prefix_cache, …
+    language_model: bool = False  # load a decoder with its language-model head (runs read through a prompt)
 
 
 def capture_spec(capture: BatchCapture) -> WorkerSpec:
@@ -136,6 +137,8 @@ def capture_spec(capture: BatchCapture) -> WorkerSpec:
         weights={column: e.weights_hash for column, e in models.items()},
         dtype=str(capture.encoder.dtype).removeprefix("torch."),
         settings=capture.settings(),
+        # A statistics run read through a prompt reads its answers: the language-model head.
+        language_model=bool(capture.settings().get("label_ids")),
     )
 
 
@@ -146,7 +149,7 @@ def build_worker(spec: WorkerSpec, device: str) -> Worker:
 
     encoders: dict[str, EncoderModel] = {}
     for column, name in spec.models.items():
-        encoder = load_encoder(name, device, spec.dtype)
+        encoder = load_encoder(name, device, spec.dtype, language_model=spec.language_model)
         if encoder.weights_hash != spec.weights[column]:
             raise ModelError(
                 f"{encoder.name} loaded on a worker has other weights than on the driver; "

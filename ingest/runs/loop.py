@@ -30,6 +30,7 @@ from attnwh.ingest.encoder.loading import EncoderModel, attention_outputs, forwa
 from attnwh.ingest.measures.massive import scan
 from attnwh.ingest.measures.mixing import HEAD_COLUMNS, LAYER_COLUMNS, ContextMixing
 from attnwh.ingest.measures.patterns import MAP_MAX_TOKENS
+from attnwh.ingest.measures.prompting import forward_label_scores
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, HeadStatistics, value_norm_grams
 from attnwh.ingest.runs import rows
 from attnwh.ingest.runs.units import CaptureWorker, WorkUnit, plan_units
@@ -67,6 +68,7 @@ class RunSummary:
     n_truncated: int
     rows_written: int
     seconds: float
+    accuracy: float | None = None  # a run read through a prompt: its answers' accuracy (scores)
 
 
 # Called after each batch with the number of examples it held.
@@ -177,6 +179,10 @@ class BatchCapture(Protocol):
         """What a worker needs besides the models to build the same capture (JSON-able)."""
         ...
 
+    def begin_unit(self, unit: WorkUnit) -> None:
+        """The unit (or piece of one) whose batch `run` reads next: its run and gold labels."""
+        ...
+
     def run(self, batch: dict[str, torch.Tensor], thumbnail_rows: Sequence[int] = ()) -> np.ndarray:
         """Values (batch, layer, head, len(columns)) of one collated batch; batch rows in
         `thumbnail_rows` are the run's thumbnail sample (a capture may ignore them)."""
@@ -230,7 +236,7 @@ def ingest_statistics(
     shard of them (see :mod:`attnwh.ingest.runs.engine`); by default, here.
     """
     return ingest_runs(
-        db_path, StatisticsCapture.for_options(encoder, options), tasks, options, on_start, on_batch, engine
+        db_path, StatisticsCapture.for_options(encoder, options, tasks), tasks, options, on_start, on_batch, engine
     )
 
 
@@ -266,14 +272,31 @@ def ingest_runs(
         for task, state in zip(tasks, states):
             data = task.data
             n_truncated = int(task.encoded.truncated.sum())
+            accuracy = warehouse.first_row(
+                con, "SELECT value FROM scores WHERE run_id = ? AND metric = 'accuracy'", [state.run_id]
+            )
             if state.status == "complete":
                 summaries.append(
-                    RunSummary(data.task, state.run_id, "already complete", len(data.examples), 0, n_truncated, 0, 0.0)
+                    RunSummary(
+                        data.task,
+                        state.run_id,
+                        "already complete",
+                        len(data.examples),
+                        0,
+                        n_truncated,
+                        0,
+                        0.0,
+                        accuracy[0] if accuracy else None,
+                    )
                 )
                 continue
             run = next(o for o in opened if o.run_id == state.run_id)
             with runs.marking_failure(con, state.run_id):
                 runs.finish_run(con, state.run_id, check_whole(con, state.run_id, len(data.examples)))
+                runs.store_prompt_scores(con, state.run_id)  # a run read through a prompt: its accuracy
+            accuracy = warehouse.first_row(
+                con, "SELECT value FROM scores WHERE run_id = ? AND metric = 'accuracy'", [state.run_id]
+            )
             summaries.append(
                 RunSummary(
                     data.task,
@@ -284,6 +307,7 @@ def ingest_runs(
                     n_truncated,
                     run.n_rows,
                     run.seconds,
+                    accuracy[0] if accuracy else None,
                 )
             )
         return summaries
@@ -374,9 +398,19 @@ def shard_runs(
 
 
 def _plan(task: PreparedTask, options: IngestOptions, done: frozenset[int] | dict) -> list[WorkUnit]:
+    from attnwh.ingest.runs.prompted import prompt_labels
+
     thumbnails = rows.thumbnail_sample(task.example_ids, options.thumbnails, options.seed)
     finished = done if isinstance(done, dict) else {None: done}
-    return plan_units(task.run_key, task.encoded, task.example_ids, options.batch_size, finished, thumbnails=thumbnails)
+    return plan_units(
+        task.run_key,
+        task.encoded,
+        task.example_ids,
+        options.batch_size,
+        finished,
+        thumbnails=thumbnails,
+        labels=prompt_labels(task),  # a prompt's gold labels, for the correctness of its answers
+    )
 
 
 class StatisticsCapture:
@@ -391,7 +425,9 @@ class StatisticsCapture:
     `--no-massive`). `attention_memory` (bytes; default: sized from the device,
     `capture.default_budget`) bounds the maps alive at once: long layers are observed in
     tiles and batches of long inputs split (:meth:`max_rows`). Thumbnail rows of at most
-    `map_tokens` real tokens also keep their whole maps (`--map-tokens`)."""
+    `map_tokens` real tokens also keep their whole maps (`--map-tokens`). `label_ids` (run key:
+    the label words' token ids) reads the answer of the runs read through a prompt in the same
+    pass (`prompt_predictions`; the model must be loaded with its language-model head)."""
 
     kind = "statistics"
     table = "head_stats"
@@ -405,8 +441,12 @@ class StatisticsCapture:
         massive: bool = True,
         attention_memory: int | None = None,
         map_tokens: int = MAP_MAX_TOKENS,
+        label_ids: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         self.encoder = encoder
+        self.label_ids = {key: tuple(ids) for key, ids in (label_ids or {}).items()}
+        self._unit: WorkUnit | None = None  # the unit being read (`begin_unit`)
+        self._answers: np.ndarray | None = None  # the last batch's label-word logits (prompted runs)
         self.attention_memory = attention_memory
         self.budget = attention_memory or capture.default_budget(encoder.device)
         outputs = attention_outputs(encoder.model)
@@ -429,8 +469,13 @@ class StatisticsCapture:
         self._zeroed: np.ndarray | None = None  # the last batch's value-zeroing shares
 
     @classmethod
-    def for_options(cls, encoder: EncoderModel, options: IngestOptions) -> StatisticsCapture:
-        """The capture of a statistics run with `options`' lenses and budget."""
+    def for_options(
+        cls, encoder: EncoderModel, options: IngestOptions, tasks: Sequence[PreparedTask] = ()
+    ) -> StatisticsCapture:
+        """The capture of a statistics run with `options`' lenses and budget; `tasks` read
+        through a prompt have their answers read too."""
+        from attnwh.ingest.runs.prompted import label_ids_by_run
+
         return cls(
             encoder,
             value_zeroing=options.value_zeroing,
@@ -438,6 +483,7 @@ class StatisticsCapture:
             massive=options.massive,
             attention_memory=options.attention_memory,
             map_tokens=options.map_tokens,
+            label_ids=label_ids_by_run(tasks),
         )
 
     def models(self) -> dict[str, EncoderModel]:
@@ -450,7 +496,11 @@ class StatisticsCapture:
             "massive": self.massive,
             "attention_memory": self.attention_memory,
             "map_tokens": self.observer.map_tokens,
+            "label_ids": {key: list(ids) for key, ids in self.label_ids.items()},
         }
+
+    def begin_unit(self, unit: WorkUnit) -> None:
+        self._unit = unit
 
     def max_rows(self, length: int) -> int:
         return capture.batch_rows(self.budget, self.encoder.num_heads, length, self.observer, self.encoder.tiles)
@@ -467,12 +517,21 @@ class StatisticsCapture:
             for r in self.observer.map_rows
         }
         mixing = self.observer.mixing
+        label_ids = self.label_ids.get(self._unit.run_key) if self._unit is not None else None
+        inputs = forward_inputs(self.encoder.model, batch)
+        self._answers = None
         with (
             capture.attention_memory(self.budget),
             capture.observing(self.observer),
             mixing.hooks() if mixing else contextlib.nullcontext(),
         ):
-            out = self.encoder.model(**forward_inputs(self.encoder.model, batch), output_hidden_states=self.massive)
+            if label_ids is None:
+                out = self.encoder.model(**inputs, output_hidden_states=self.massive)
+            else:  # the prompt's answer from the same pass, projected to the vocabulary at the last tokens only
+                scores, out = forward_label_scores(
+                    self.encoder.model, inputs, label_ids, output_hidden_states=self.massive
+                )
+                self._answers = scores.float().cpu().numpy()
         self._massive = scan(out.hidden_states[1:], key_mask, *masks) if self.massive else None
         self._zeroed = self._zeroing.run(batch, key_mask, *masks) if self._zeroing is not None else None
         if self._zeroed is not None:
@@ -508,6 +567,14 @@ class StatisticsCapture:
         if whole:
             out["pattern_maps"] = rows.map_rows(example_ids[whole], maps)
             out["example_tokens"] = rows.token_rows(example_ids[whole], [self._tokens[r] for r in whole])
+        if self._answers is not None:
+            from attnwh.ingest.runs.prompted import prediction_rows
+
+            unit = self._unit
+            labels = unit.labels if unit is not None and unit.labels is not None else None
+            if labels is None:
+                labels = np.full(len(example_ids), -1, dtype=np.int64)
+            out["prompt_predictions"] = prediction_rows(example_ids, self._answers, labels)
         return out
 
 

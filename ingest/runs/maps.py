@@ -175,7 +175,8 @@ def stored_token_ids(con, run_id: int, example_ids: Sequence[int]) -> dict[int, 
     """The token ids run `run_id` read of each of `example_ids` (run_examples.token_ids; None
     for rows written before migration 18 and for examples of two segments, whose token
     types the ids alone do not give: those are tokenized from their text again, as the
-    ingest did)."""
+    ingest did). A run read through a prompt (runs.prompt) read one segment, the rendered
+    prompt, whatever the example: its stored ids are always used, never the bare text."""
     has_column = warehouse.first_row(
         con,
         "SELECT 1 FROM duckdb_columns() WHERE table_name = 'run_examples' AND column_name = 'token_ids'",
@@ -183,8 +184,8 @@ def stored_token_ids(con, run_id: int, example_ids: Sequence[int]) -> dict[int, 
     if has_column is None:  # a read-only warehouse of an older attnwh
         return {int(e): None for e in example_ids}
     rows = con.execute(
-        "SELECT x.example_id, CASE WHEN e.text_b IS NULL THEN x.token_ids END "
-        "FROM run_examples AS x JOIN examples AS e USING (example_id) "
+        "SELECT x.example_id, CASE WHEN e.text_b IS NULL OR r.prompt IS NOT NULL THEN x.token_ids END "
+        "FROM run_examples AS x JOIN examples AS e USING (example_id) JOIN runs AS r USING (run_id) "
         "WHERE x.run_id = ? AND list_contains(?, x.example_id)",
         [run_id, [int(e) for e in example_ids]],
     ).fetchall()

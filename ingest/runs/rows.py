@@ -199,7 +199,16 @@ def store_part(con: duckdb.DuckDBPyConnection, run_id: int, part: Part) -> int:
 # Tables of run rows keyed by (run_id, example_id, …): a row already there is skipped.
 # head_stats and attention_change have no key (it would slow every insert); their rows are
 # dropped for examples the run already holds instead.
-_KEYED = frozenset({"pattern_thumbnails", "pattern_maps", "example_tokens", "ablation_configs", "ablation_predictions"})
+_KEYED = frozenset(
+    {
+        "pattern_thumbnails",
+        "pattern_maps",
+        "example_tokens",
+        "ablation_configs",
+        "ablation_predictions",
+        "prompt_predictions",
+    }
+)
 
 
 def with_run_id(rows: pa.Table, run_id: int) -> pa.Table:

@@ -63,6 +63,7 @@ PART_TABLES = frozenset(
         "attention_change",
         "ablation_configs",
         "ablation_predictions",
+        "prompt_predictions",
     }
 )
 
@@ -386,6 +387,8 @@ def _merge_run(con: duckdb.DuckDBPyConnection, run: ShardRun, on_part: Callable[
     else:
         status = "complete" if whole else "partial"
     runs.finish_run(con, state.run_id, status)
+    if status == "complete":
+        runs.store_prompt_scores(con, state.run_id)  # a statistics run read through a prompt: its accuracy
     return MergeSummary(state.run_id, kind, task, len(run.parts), n_examples, n_done, status, finish)
 
 

@@ -162,6 +162,7 @@ class CaptureWorker:
         pieces = []
         for piece in unit.split(max(1, capture.max_rows(int(unit.n_tokens.max())))):
             batch = piece.collate(encoder.tokenizer.pad_token_id, encoder.device)
+            capture.begin_unit(piece)
             values = capture.run(batch, piece.thumbnail_rows)
             pieces.append(
                 {
