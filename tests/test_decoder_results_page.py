@@ -39,6 +39,19 @@ def page(tmp_path_factory) -> tuple[Path, str]:
     db = tmp / "w.duckdb"
     common = ["--model", str(lm), "--task", "sentiment", "--db", str(db)]
     cli_main("ingest", *common, "--limit", "6", "--batch-size", "4", "--device", "cpu")
+    cli_main(
+        "ingest",
+        *common,
+        "--limit",
+        "6",
+        "--batch-size",
+        "4",
+        "--device",
+        "cpu",
+        "--prompt",
+        "--label-words",
+        "the,dog",
+    )
     cli_main("ingest", "ablation", *common, "--prompt", "--label-words", "the,dog", *SWEEP)
     out = tmp / "results" / "tiny.md"
     load_tool().main(["--db", str(db), "--name", "tiny-llama", "--model", str(lm), "--out", str(out)])
@@ -84,7 +97,7 @@ def test_first_token_shares_and_sinks_are_the_warehouses(page):
     per_layer = sql(
         db,
         "SELECT layer, avg(to_cls) FROM head_stats JOIN runs USING (run_id) WHERE kind = 'statistics' "
-        "GROUP BY layer ORDER BY layer",
+        "AND prompt IS NULL GROUP BY layer ORDER BY layer",
     )
     body = section(text, "The first token by layer")
     for layer, share in per_layer:
@@ -92,9 +105,10 @@ def test_first_token_shares_and_sinks_are_the_warehouses(page):
     [(sinks,)] = sql(
         db,
         "SELECT count(*) FROM (SELECT layer, head FROM head_stats JOIN runs USING (run_id) "
-        "WHERE kind = 'statistics' GROUP BY layer, head HAVING avg(to_cls) > 0.3)",
+        "WHERE kind = 'statistics' AND prompt IS NULL GROUP BY layer, head HAVING avg(to_cls) > 0.3)",
     )
-    assert f"{sinks} of {LAYERS * HEADS} heads" in section(text, "Sink heads")
+    assert f"On sentiment: {sinks} of {LAYERS * HEADS} heads" in section(text, "Sink heads")
+    assert "| layer | sentiment | sentiment prompts |" in body
 
 
 def test_prompted_accuracy_and_ablation_counts_are_the_warehouses(page):
@@ -107,6 +121,10 @@ def test_prompted_accuracy_and_ablation_counts_are_the_warehouses(page):
     prompt = section(text, "The task through a prompt")
     assert f"On {n} dev examples" in prompt and f"**accuracy {accuracy:.3f}**" in prompt
     assert "`Review: {text_a}⏎Sentiment:`, label words ` the`, ` dog`" in prompt
+    # The prompted statistics run read the same answers in its own pass.
+    [(run, read)] = sql(db, "SELECT run_id, avg(correct::INT) FROM prompt_predictions GROUP BY run_id")
+    assert read == pytest.approx(accuracy) and f"statistics run {run} through the same prompt" in prompt
+    assert f"accuracy {read:.3f} on its {n} examples" in prompt
     sweep = section(text, "Disabling heads and layers")
     assert f"{LAYERS * HEADS} heads and {LAYERS} layers tested" in sweep
     [(worst_layer, worst)] = sql(

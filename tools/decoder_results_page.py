@@ -49,7 +49,17 @@ def decoder_runs(con) -> pl.DataFrame:
     provenance = query(con, "run_provenance").select(
         "run_id", "n_examples", "mean_tokens", "max_length", "n_truncated", "seed", "source", "seconds"
     )
-    return kinds.join(provenance, on="run_id").sort("run_id")
+    prompted = {r for (r,) in con.execute("SELECT run_id FROM runs WHERE prompt IS NOT NULL").fetchall()}
+    return (
+        kinds.join(provenance, on="run_id")
+        .sort("run_id")
+        .with_columns(
+            # A statistics run's name on the page: its task, and whether it read the task's prompt.
+            label=pl.when(pl.col("run_id").is_in(list(prompted)))
+            .then(pl.format("{} prompts", pl.col("task")))
+            .otherwise(pl.col("task"))
+        )
+    )
 
 
 def f3(value: float | None) -> str:
@@ -60,7 +70,7 @@ def setup(runs: pl.DataFrame, name: str, stored: str) -> list[str]:
     first = runs.row(0, named=True)
     stats = runs.filter(pl.col("kind") == "statistics")
     read = "; ".join(
-        f"{r['task']}: {r['n_examples']} examples, {r['mean_tokens']:.1f} tokens on average (at most {r['max_length']}, "
+        f"{r['label']}: {r['n_examples']} examples, {r['mean_tokens']:.1f} tokens on average (at most {r['max_length']}, "
         f"{r['n_truncated']} cut)"
         for r in stats.iter_rows(named=True)
     )
@@ -73,9 +83,9 @@ def setup(runs: pl.DataFrame, name: str, stored: str) -> list[str]:
 
 
 def first_token(con, runs: pl.DataFrame, figures: dict[str, str]) -> list[str]:
-    layers = query(con, "special_tokens_by_layer").filter(pl.col("run_id").is_in(runs["run_id"].to_list()))
-    tasks = layers["task"].unique(maintain_order=True).to_list()
-    by = {(r["task"], r["layer"]): r for r in layers.iter_rows(named=True)}
+    layers = query(con, "special_tokens_by_layer").join(runs.select("run_id", "label"), on="run_id")
+    tasks = runs["label"].to_list()
+    by = {(r["label"], r["layer"]): r for r in layers.iter_rows(named=True)}
     n_layers = int(layers["layer"].max()) + 1
     rows = [
         (layer, *(f"{f3(by[(t, layer)]['to_cls'])} · {f3(by[(t, layer)]['to_punct'])}" for t in tasks))
@@ -131,8 +141,8 @@ def _ranges(layers: list[int]) -> str:
 
 
 def sinks(con, runs: pl.DataFrame, figures: dict[str, str]) -> list[str]:
-    frame = query(con, "sink_heads", eps=EPS).filter(pl.col("run_id").is_in(runs["run_id"].to_list()))
-    tasks = frame["task"].unique(maintain_order=True).to_list()
+    frame = query(con, "sink_heads", eps=EPS).join(runs.select("run_id", "label"), on="run_id")
+    tasks = runs["label"].to_list()
     heads = int(frame["heads"].max())
     n_layers = int(frame["layer"].max()) + 1
     lines = [
@@ -148,7 +158,7 @@ def sinks(con, runs: pl.DataFrame, figures: dict[str, str]) -> list[str]:
         cells = []
         for task in tasks:
             for token in ("first token", "punctuation"):
-                r = frame.filter((pl.col("task") == task) & (pl.col("layer") == layer) & (pl.col("token") == token))
+                r = frame.filter((pl.col("label") == task) & (pl.col("layer") == layer) & (pl.col("token") == token))
                 n = int(r["sink_heads"].sum()) if r.height else 0
                 counts[(task, token)] = counts.get((task, token), 0) + n
                 cells.append(f"{n} ({r['which_heads'][0]})" if n else "0")
@@ -167,7 +177,7 @@ def sinks(con, runs: pl.DataFrame, figures: dict[str, str]) -> list[str]:
 
 
 def massive(con, runs: pl.DataFrame) -> list[str]:
-    frame = query(con, "massive_activations").filter(pl.col("run_id").is_in(runs["run_id"].to_list()))
+    frame = query(con, "massive_activations").join(runs.select("run_id", "label"), on="run_id")
     lines = [
         "## Massive activations",
         "",
@@ -179,17 +189,17 @@ def massive(con, runs: pl.DataFrame) -> list[str]:
     if not frame.height:
         return [*lines, "None found.", "", source("massive_activations"), ""]
     dims = (
-        frame.group_by("task", "dim", "token_kind")
+        frame.group_by("label", "dim", "token_kind")
         .agg(
             pl.col("layer").unique().sort().alias("layers"),
             pl.col("example_share").max().alias("share"),
             pl.col("max_magnitude").max().alias("largest"),
         )
-        .sort("task", "largest", descending=[False, True])
+        .sort("label", "largest", descending=[False, True])
     )
     rows = [
         (
-            r["task"],
+            r["label"],
             r["dim"],
             r["token_kind"],
             _ranges(r["layers"]),
@@ -200,7 +210,7 @@ def massive(con, runs: pl.DataFrame) -> list[str]:
     ]
     return [
         *lines,
-        *table(("task", "dimension", "token", "layers", "examples (most in a layer)", "largest |h|"), rows),
+        *table(("run", "dimension", "token", "layers", "examples (most in a layer)", "largest |h|"), rows),
         source("massive_activations"),
         "",
     ]
@@ -230,12 +240,26 @@ def prompted(con, runs: pl.DataFrame) -> tuple[list[str], pl.DataFrame]:
         counts = " / ".join(f"{n} `{words[int(p)].strip()}`" for p, n in predicted)
         template = prompt["template"].replace("\n", "⏎")
         shots = f"{prompt['shots']} shots (seed {prompt['seed']})" if prompt["shots"] else "zero-shot"
+        same = ("task", "template", "label_token_ids", "shots", "seed")
+        read = [
+            (run, n, accuracy)
+            for run, text, n, accuracy in con.execute(
+                "SELECT p.run_id, s.prompt, count(*), avg(p.correct::INT) FROM prompt_predictions AS p "
+                "JOIN runs AS s USING (run_id) GROUP BY ALL ORDER BY 1"
+            ).fetchall()
+            if all(json.loads(text).get(k) == prompt.get(k) for k in same)
+        ]
+        also = "".join(
+            f" The statistics run {run} through the same prompt read the answer in its own pass: accuracy "
+            f"{accuracy:.3f} on its {n} examples (`prompt_predictions`)."
+            for run, n, accuracy in read
+        )
         lines += [
             f"{r['task']}: the template `{template}`, label words {', '.join(f'`{w}`' for w in words)} "
             f"(token ids {', '.join(map(str, prompt['label_token_ids']))}), {shots}; the prediction is the label "
             f"word with the larger logit at the last token ([prompts](../prompts.md)). On {r['n_examples']} dev "
             f"examples (a seeded sample): **accuracy {r['baseline']:.3f}**, the majority class {majority:.3f}; "
-            f"predicted {counts}.",
+            f"predicted {counts}.{also}",
             "",
         ]
     return [*lines, source("findings_ablation"), ""], findings
@@ -322,7 +346,8 @@ def together(con, run: int) -> list[str]:
             f"{s['examples']} examples): {s['sink_heads']} of {s['heads']}. Spearman ρ between a head's sink score "
             f"and its Δ: {rho}."
             + (
-                f" All {s['sinks_disabled']} disabled together: Δ {s['sinks_delta']:+.3f} "
+                f" The sweep's own sinks combination (the {s['sinks_disabled']} sink heads of the statistics run it "
+                f"found when it ran) disabled together: Δ {s['sinks_delta']:+.3f} "
                 f"[{s['sinks_ci_low']:+.3f}, {s['sinks_ci_high']:+.3f}], p {s['sinks_p_value']:.3g}."
                 if s["sinks_delta"] is not None
                 else ""
