@@ -96,12 +96,12 @@ def test_macro_f1_matches_sklearn():
 
 @pytest.fixture(scope="module")
 def ingested(tmp_path_factory, tiny_model_dir) -> tuple[Path, Path]:
-    from test_report import _ingest
+    from helpers import cli_main
 
     tmp = tmp_path_factory.mktemp("patterns")
     db = tmp / "w.duckdb"
     model = tiny_model_dir("bert")
-    _ingest(ingest_args(model, write_pairs(tmp / "pairs.tsv", 12), db, "--thumbnails", "3"))
+    cli_main(*ingest_args(model, write_pairs(tmp / "pairs.tsv", 12), db, "--thumbnails", "3"))
     return db, model
 
 

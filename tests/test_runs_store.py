@@ -34,12 +34,14 @@ def _run_tables_from_schema(con) -> set[str]:
 
 @pytest.fixture(scope="module")
 def every_kind(tiny_model_dir, tmp_path_factory):
-    """A warehouse with a run of every kind (statistics with thumbnails, compare, ablation,
+    """A warehouse with a run of every kind (statistics with thumbnails, statistics of a
+    decoder read through a prompt, compare, ablation,
     relations dependencies and frames, finetune, the synthetic-maps fixture with hand
     labels), built through the CLI; and the run ids that `create_run` handed out."""
     from _pytest.monkeypatch import MonkeyPatch
 
     from fixtures import synthetic_maps
+    from test_decoder_ablation import make_causal_lm
     from test_frames import framebert_text
     from test_relations import CONLLU
 
@@ -52,6 +54,7 @@ def every_kind(tiny_model_dir, tmp_path_factory):
     framenet = tmp / "fn-tiny.conll"
     framenet.write_text(framebert_text(), encoding="utf-8")
     bert, tuned = tiny_model_dir("bert"), tmp / "tuned"
+    lm = make_causal_lm("llama", tmp / "lm", positions=256)  # read through a prompt: prompt_predictions
     pair_columns = ["--text-column", "premise", "--pair-column", "hypothesis", "--label-column", "label"]
     sweep = ["--resamples", "100", "--top-k", "2"]
     commands = [
@@ -74,6 +77,20 @@ def every_kind(tiny_model_dir, tmp_path_factory):
             "8",
         ],
         ingest_args(bert, data, db, "--thumbnails", "3"),
+        [
+            "ingest",
+            "--model",
+            str(lm),
+            "--task",
+            "sentiment",
+            "--limit",
+            "4",
+            "--prompt",
+            "--label-words",
+            "the,dog",
+            "--db",
+            str(db),
+        ],  # fmt: skip
         ["ingest", "compare", "--base", str(bert), "--tuned", str(tuned), *pair_args(data, db, batch_size=6)],
         ["ingest", "ablation", "--model", str(tuned), *pair_args(data, db, batch_size=6), *sweep],
         [
