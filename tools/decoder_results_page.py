@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from results_page import TIME_RSS, TIME_WALL, query, source, stored_as, table, wall_seconds
+from results_page import TIME_RSS, TIME_WALL, figure, query, source, stored_as, table, wall_seconds, write_figures
 
 from attnwh.sql import warehouse
 
@@ -113,7 +113,7 @@ def first_token(con, runs: pl.DataFrame, figures: dict[str, str]) -> list[str]:
             f"({_ranges(above)}).",
             "",
         ]
-    return lines + _figure(figures, "chart-special-tokens-layers")
+    return lines + figure(figures, "chart-special-tokens-layers")
 
 
 def _which_first(con, runs: pl.DataFrame) -> str:
@@ -173,7 +173,7 @@ def sinks(con, runs: pl.DataFrame, figures: dict[str, str]) -> list[str]:
             f"{punct} punctuation sinks.",
             "",
         ]
-    return lines + _figure(figures, "chart-attention-sinks")
+    return lines + figure(figures, "chart-attention-sinks")
 
 
 def massive(con, runs: pl.DataFrame) -> list[str]:
@@ -328,7 +328,7 @@ def ablation(con, findings: pl.DataFrame, figures: dict[str, str]) -> list[str]:
             "",
         ]
         lines += together(con, run)
-    return lines + _figure(figures, "chart-ablation-heads") + _figure(figures, "chart-ablation-layers")
+    return lines + figure(figures, "chart-ablation-heads") + figure(figures, "chart-ablation-layers")
 
 
 def together(con, run: int) -> list[str]:
@@ -455,28 +455,6 @@ def costs(time_dir: Path | None) -> list[str]:
     ]
 
 
-def _figure(figures: dict[str, str], chart_id: str) -> list[str]:
-    return [f"![{chart_id}]({figures[chart_id]})", ""] if chart_id in figures else []
-
-
-def write_figures(db: Path, out: Path) -> dict[str, str]:
-    """The report's own charts the page shows, as PNG in a folder named after the page."""
-    from attnwh.reports.build import build_report, write_images
-    from attnwh.reports.sections import SECTIONS
-
-    folder = out.parent / out.stem
-    written = write_images(
-        build_report(db, sections=tuple(s for s in SECTIONS if s.id in CHART_SECTIONS)), folder, "png"
-    )
-    figures = {}
-    for path in written:
-        if path.stem in CHARTS:
-            figures[path.stem] = f"{folder.name}/{path.name}"
-        else:
-            path.unlink()
-    return figures
-
-
 def build_page(db: Path, name: str | None, model: Path | None, time_dir: Path | None, figures: dict[str, str]) -> str:
     con = warehouse.connect(db, read_only=True)
     try:
@@ -516,7 +494,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not args.db.is_file():
         sys.exit(f"error: no warehouse at {args.db}")
-    figures = {} if args.no_figures else write_figures(args.db, args.out)
+    figures = {} if args.no_figures else write_figures(args.db, args.out, CHART_SECTIONS, CHARTS)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(build_page(args.db, args.name, args.model, args.time_dir, figures), encoding="utf-8")
     print(f"wrote {args.out}" + (f" and {len(figures)} figures" if figures else ""))

@@ -770,22 +770,27 @@ CHARTS = (
 )
 
 
-def write_figures(db: Path, out: Path) -> dict[str, str]:
-    """The report's own charts for the figures the page shows, as PNG in a folder named after
-    the page; returns each chart's path relative to the page."""
+# The report's sections those charts are in.
+CHART_SECTIONS = frozenset({"special-tokens", "pattern-types", "finetuning-change", "ablation", "relations-frames"})
+
+
+def write_figures(
+    db: Path, out: Path, sections: Iterable[str] = CHART_SECTIONS, charts: Iterable[str] = CHARTS
+) -> dict[str, str]:
+    """The report's own charts (by element id, from the report's `sections`) as PNG in a folder
+    named after the page; returns each chart's path relative to the page. The other charts
+    of those sections are not kept."""
     from attnwh.reports.build import build_report, write_images
     from attnwh.reports.sections import SECTIONS
 
-    sections = tuple(
-        s
-        for s in SECTIONS
-        if s.id in {"special-tokens", "pattern-types", "finetuning-change", "ablation", "relations-frames"}
-    )
+    wanted_sections, wanted_charts = set(sections), set(charts)
     folder = out.parent / out.stem
-    written = write_images(build_report(db, sections=sections), folder, "png")
+    written = write_images(
+        build_report(db, sections=tuple(s for s in SECTIONS if s.id in wanted_sections)), folder, "png"
+    )
     figures = {}
     for path in written:
-        if path.stem in CHARTS:
+        if path.stem in wanted_charts:
             figures[path.stem] = f"{folder.name}/{path.name}"
         else:
             path.unlink()
