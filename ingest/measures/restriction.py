@@ -1,0 +1,287 @@
+"""Streaming restriction: which key/value groups of a decoder could keep only the attention
+sinks and a window of recent tokens, and what that would save in KV-cache memory.
+
+A restricted head attends to the first S real tokens of its sequence (the sinks, Xiao et al.
+2023, StreamingLLM) and the last W tokens up to itself (keys i − W + 1 .. i), renormalised
+over those keys; every other key is dropped. Under grouped-query attention the key/value
+cache is kept per group and shared by the group's H / H_kv query heads, so a restriction is
+made per (layer, key/value group) and applies to every query head of the group, as in
+DuoAttention (Xiao et al. 2024). docs/metrics.md#streaming-restriction-and-kv-memory.
+
+:class:`StreamingRestriction` does it inside attnwh's attention function (whole maps, or a
+tile of query rows at a time under an attention memory budget), for several restriction sets
+side by side in one batch; :func:`restricted_lm_loss` reads a causal language model's summed
+next-token loss per (set, sequence) through it; :func:`kv_cache_bytes` and
+:func:`kv_bytes_saved` give the memory, from a model's config alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from attnwh.ingest.encoder import capture
+from attnwh.ingest.encoder.loading import _windows
+from attnwh.ingest.measures.ablation import sweep_inputs
+
+# The defaults of the restriction (DuoAttention keeps a few sinks and a short window).
+DEFAULT_SINKS = 4
+DEFAULT_WINDOW = 64
+
+Group = tuple[int, int]  # (layer, key/value group)
+
+
+class StreamingRestriction:
+    """Attention observer (a `capture.TileObserver`) that restricts chosen key/value groups to
+    the sinks and a window: their query heads' rows keep only keys j with j − first < S (the
+    sequence's first S real tokens; `first` is the row's first real position, so left padding
+    is respected) or i − j < W, renormalised to sum to 1.
+
+    Renormalising the softmax's probabilities over the kept keys is exactly the softmax of the
+    scores with the dropped keys masked (−inf) before it: p_j = e^{s_j} / Z, so
+    p_j / Σ_kept p_k = e^{s_j} / Σ_kept e^{s_k} — the Z cancels. It is what the model computes
+    when those keys are not in its cache. (In floating point the two agree to rounding while
+    the kept keys' weights are representable: a row whose kept keys all fall below float32's
+    smallest weight, ~1e-38, would need a score gap of ~87 nats.)
+
+    `restricted` in :meth:`begin` is (layers, rows, kv_groups): which groups are restricted
+    for each row of the batch, so one pass can hold several restriction sets (rows =
+    set × sequence). A row with nothing dropped (i − first < S + W, or a sliding-window layer
+    whose window is no wider than W) is left exactly as it was."""
+
+    # The kept-keys mask, the renormalised tile and its product with the values, per map cell.
+    cell_bytes = 12
+
+    def __init__(self, sinks: int = DEFAULT_SINKS, window: int = DEFAULT_WINDOW) -> None:
+        if sinks < 0 or window < 1:
+            raise ValueError(f"a restriction needs sinks >= 0 and a window >= 1 (got {sinks}, {window})")
+        self.sinks, self.window = sinks, window
+        self._layer = 0
+        self._first: torch.Tensor | None = None
+        self._off: torch.Tensor | None = None
+        self._active: list[bool] = []
+
+    def begin(self, key_mask: torch.Tensor, restricted: np.ndarray, start: int = 0) -> None:
+        """Before a forward pass: `key_mask` (rows, length) the real tokens, `restricted`
+        (layers, rows, kv_groups) booleans; layers are counted from `start` in call order."""
+        self._first = key_mask.int().argmax(-1)  # (R,): a row's first real position
+        # Decided on the host, so layers with nothing restricted cost no device work or sync.
+        self._active = [bool(layer.any()) for layer in restricted]
+        self._off = torch.from_numpy(np.ascontiguousarray(restricted)).to(key_mask.device)  # (L, R, G)
+        self._layer = start - 1  # begin_layer moves to the first layer run
+
+    def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        self.begin_layer(module, value, probs.shape[-2])
+        window = getattr(module, "sliding_window", None)
+        return self._restricted(module, capture.Tile(0, 0, probs, window=window))
+
+    def begin_layer(self, module: nn.Module, value: torch.Tensor, length: int) -> None:
+        self._layer += 1
+
+    def observe_tile(self, module: nn.Module, tile: capture.Tile, value: torch.Tensor) -> torch.Tensor | None:
+        """The tile's rows of the attention output with the restricted heads' rows replaced;
+        None where nothing is restricted in this layer (the attention function's own product)."""
+        if not self._changes(module, tile):
+            return None
+        return torch.matmul(self._restricted(module, tile), value[:, :, tile.keys])
+
+    def end_layer(self, module: nn.Module, tiles: capture.LayerTiles) -> None:
+        pass
+
+    def _changes(self, module: nn.Module, tile: capture.Tile) -> bool:
+        if not self._active[self._layer]:
+            return False
+        # A sliding-window layer whose window is no wider than W never sees a dropped key.
+        window = tile.window if tile.window is not None else getattr(module, "sliding_window", None)
+        return not (isinstance(window, int) and 0 < window <= self.window)
+
+    def _restricted(self, module: nn.Module, tile: capture.Tile) -> torch.Tensor:
+        probs = tile.probs
+        if not self._changes(module, tile):
+            return probs
+        first, off = self._first, self._off
+        assert first is not None and off is not None  # set by begin(), which _active needs
+        rows, heads, queries, keys = probs.shape
+        device = probs.device
+        i = torch.arange(tile.start, tile.start + queries, device=device)[:, None]  # (q, 1)
+        j = torch.arange(tile.key_start, tile.key_start + keys, device=device)[None, :]  # (1, k)
+        sink = (j[None] - first[:, None, None]) < self.sinks  # (R, 1, k)
+        kept = sink | ((i - j) < self.window)[None]  # (R, q, k)
+        # Rows that drop a key: those past the first S + W tokens of their sequence.
+        drops = (i[None, :, 0] - first[:, None]) >= self.sinks + self.window  # (R, q)
+        # Query head h reads key/value group h // (H / H_kv) (capture._per_query_head).
+        groups = off.shape[-1]
+        restricted = off[self._layer].repeat_interleave(heads // groups, dim=1)  # (R, H)
+        replace = restricted[:, :, None, None] & drops[:, None, :, None]  # (R, H, q, 1)
+        masked = probs * kept[:, None].to(probs.dtype)
+        total = masked.sum(-1, keepdim=True)
+        # A row with no kept weight at all (a padding query of a left-padded row) stays as it was.
+        renormalised = masked / torch.where(total > 0, total, torch.ones_like(total))
+        return torch.where(replace & (total > 0), renormalised, probs)
+
+
+def restriction_rows(sets: Sequence[Collection[Group]], layers: int, groups: int, sequences: int) -> np.ndarray:
+    """The (layers, sets × sequences, groups) booleans of :meth:`StreamingRestriction.begin`
+    for `sets` side by side, set-major (the batch repeated once per set)."""
+    restricted = np.zeros((layers, len(sets), groups), dtype=bool)
+    for s, chosen in enumerate(sets):
+        for layer, group in chosen:
+            if not (0 <= layer < layers and 0 <= group < groups):
+                raise ValueError(f"no key/value group {group} in layer {layer} ({layers} layers of {groups} groups)")
+            restricted[layer, s, group] = True
+    return np.repeat(restricted, sequences, axis=1)
+
+
+@dataclass(frozen=True)
+class SequenceLoss:
+    """Summed next-token cross-entropy per (restriction set, sequence), in nats, and the
+    number of tokens predicted per sequence (its real tokens but the first)."""
+
+    nats: np.ndarray  # (sets, sequences) float64
+    tokens: np.ndarray  # (sequences,) int64
+
+    def per_token(self) -> np.ndarray:
+        """Each set's mean loss per token over all the sequences (sets,)."""
+        return self.nats.sum(1) / max(int(self.tokens.sum()), 1)
+
+
+def restricted_lm_loss(
+    model: nn.Module,
+    batch: dict[str, torch.Tensor],
+    sets: Sequence[Collection[Group]],
+    sinks: int = DEFAULT_SINKS,
+    window: int = DEFAULT_WINDOW,
+    sets_per_pass: int = 1,
+    attention_memory: int | None = None,
+) -> SequenceLoss:
+    """The summed next-token loss of each sequence of `batch` (input_ids, attention_mask)
+    under each restriction set of `sets` (an empty set: the model as it is), from a causal
+    LM loaded with attnwh's attention function. `sets_per_pass` sets run side by side in one
+    forward pass (rows = set × sequence). `attention_memory` (bytes) computes long layers in
+    tiles. A left-padded row is read with its real tokens moved to the front, so every
+    sequence gives what it gives alone (positions 0..n−1), padded on either side."""
+    if getattr(model.config, "_attn_implementation", None) != capture.ATTENTION_NAME:
+        raise ValueError("restricted_lm_loss needs a model loaded with attnwh's attention function")
+    config = model.config
+    layers, groups = _layers_and_groups(config)
+    key_mask = batch["attention_mask"].bool()
+    start = _first_real(key_mask)
+    rolled = {k: _roll(v, start) if v.shape[:2] == key_mask.shape else v for k, v in batch.items()}
+    key_mask = rolled["attention_mask"].bool()
+    ids = rolled["input_ids"]
+    sequences = ids.shape[0]
+    # Position t predicts token t + 1 where both are real.
+    targets = key_mask[:, 1:] & key_mask[:, :-1]
+    tokens = targets.sum(-1).cpu().numpy().astype(np.int64)
+    observer = StreamingRestriction(sinks, window)
+    inputs = sweep_inputs(model, rolled)
+    nats = np.zeros((len(sets), sequences), dtype=np.float64)
+    step = max(1, sets_per_pass)
+    with torch.inference_mode(), capture.attention_memory(attention_memory):
+        for lo in range(0, len(sets), step):
+            chunk = sets[lo : lo + step]
+            k = len(chunk)
+            observer.begin(key_mask.repeat(k, 1), restriction_rows(chunk, layers, groups, sequences))
+            repeated = {name: _repeated(t, k) for name, t in inputs.items()}
+            with capture.observing(observer):
+                logits = model(**repeated).logits
+            logits = logits[:, :-1].float()
+            losses = nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), ids[:, 1:].repeat(k, 1).reshape(-1), reduction="none"
+            ).view(k, sequences, -1)
+            summed = (losses.double() * targets[None].double()).sum(-1)
+            nats[lo : lo + k] = summed.cpu().numpy()
+    return SequenceLoss(nats, tokens)
+
+
+def _layers_and_groups(config: Any) -> tuple[int, int]:
+    heads = int(config.num_attention_heads)
+    return int(config.num_hidden_layers), int(getattr(config, "num_key_value_heads", None) or heads)
+
+
+def _repeated(t: Any, k: int) -> Any:
+    if isinstance(t, torch.Tensor) and k > 1:
+        return t.repeat(k, *[1] * (t.dim() - 1))
+    return t
+
+
+def _first_real(key_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) each row's first real position; raises ValueError where a row's real tokens are
+    not side by side (padding inside a row cannot be moved out of the way)."""
+    start = key_mask.int().argmax(-1)
+    offset = torch.arange(key_mask.shape[1], device=key_mask.device) - start[:, None]
+    if not torch.equal((offset >= 0) & (offset < key_mask.sum(-1, keepdim=True)), key_mask):
+        raise ValueError("each row's real tokens must be side by side (padding before or after them)")
+    return start
+
+
+def _roll(t: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    """(B, S, …) with row b's positions moved `start[b]` to the left (cyclically)."""
+    index = (torch.arange(t.shape[1], device=t.device) + start[:, None]) % t.shape[1]
+    return t.gather(1, index.view(*index.shape, *(1,) * (t.dim() - 2)).expand_as(t))
+
+
+# ---------------------------------------------------------------- KV-cache memory
+
+
+def _value_bytes(config: Any, dtype: torch.dtype | str | None) -> int:
+    """Bytes per cached value: `dtype`, else the config's (float32 when it names none)."""
+    chosen = dtype if dtype is not None else getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if chosen is None:
+        chosen = torch.float32
+    if isinstance(chosen, str):
+        chosen = getattr(torch, chosen.removeprefix("torch."), None)
+        if not isinstance(chosen, torch.dtype):
+            raise ValueError(f"unknown dtype {dtype!r}")
+    return torch.empty((), dtype=chosen).element_size()
+
+
+def _head_dim(config: Any) -> int:
+    return int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+
+
+def _cached_tokens(config: Any, context: int) -> list[int]:
+    """Tokens each layer's cache holds at `context`: all of them, or a sliding-window
+    layer's window."""
+    windows = _windows(config)
+    sliding = set(windows.get("sliding_layers", ()))
+    return [
+        min(context, windows["sliding_window"]) if layer in sliding else context
+        for layer in range(int(config.num_hidden_layers))
+    ]
+
+
+def kv_cache_bytes(config: Any, context: int, dtype: torch.dtype | str | None = None) -> int:
+    """Bytes of the key/value cache of one sequence of `context` tokens for a transformers
+    config: Σ_layers H_kv · tokens cached · 2 (keys and values) · d_head · bytes per value
+    (`dtype`, else the config's). A sliding-window layer caches only its window."""
+    _, groups = _layers_and_groups(config)
+    per_token = groups * 2 * _head_dim(config) * _value_bytes(config, dtype)
+    return sum(tokens * per_token for tokens in _cached_tokens(config, context))
+
+
+def kv_bytes_saved(
+    config: Any,
+    restricted: Iterable[Group],
+    context: int,
+    sinks: int = DEFAULT_SINKS,
+    window: int = DEFAULT_WINDOW,
+    dtype: torch.dtype | str | None = None,
+) -> int:
+    """Bytes of key/value cache one sequence of `context` tokens no longer needs when the
+    (layer, kv_group) pairs of `restricted` keep only S sinks and W recent tokens:
+    Σ_layers |R_l| · (n − S − W) · 2 · d_head · bytes per value, with n the tokens the layer
+    caches (`context`, or a sliding-window layer's window) and nothing saved where n ≤ S + W."""
+    layers, groups = _layers_and_groups(config)
+    chosen = set(restricted)
+    for layer, group in chosen:
+        if not (0 <= layer < layers and 0 <= group < groups):
+            raise ValueError(f"no key/value group {group} in layer {layer} ({layers} layers of {groups} groups)")
+    cached = _cached_tokens(config, context)
+    per_token = 2 * _head_dim(config) * _value_bytes(config, dtype)
+    return sum(max(0, cached[layer] - sinks - window) * per_token for layer, _ in chosen)
