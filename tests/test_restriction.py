@@ -7,6 +7,7 @@ each of its query heads and no other."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,9 @@ from attnwh.ingest.measures.restriction import (
     StreamingRestriction,
     kv_bytes_saved,
     kv_cache_bytes,
+    loss_measure,
+    plan,
+    rank_groups,
     restricted_lm_loss,
     restriction_rows,
 )
@@ -100,11 +104,16 @@ def reference_attention(module, query, key, value, attention_mask, scaling=None,
     return out.transpose(1, 2).contiguous(), None
 
 
+@functools.cache
+def reference_model(path: Path) -> nn.Module:
+    AttentionInterface.register(REFERENCE, reference_attention)
+    return AutoModelForCausalLM.from_pretrained(path, attn_implementation=REFERENCE).eval()
+
+
 def reference_logits(path: Path, batch, restricted: set[tuple[int, int]], positions: bool) -> torch.Tensor:
     """The reference model's logits; `positions`: each row's real tokens at positions 0..n-1
     (position_ids from the mask), as the sequence alone would have them."""
-    AttentionInterface.register(REFERENCE, reference_attention)
-    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=REFERENCE).eval()
+    model = reference_model(path)
     by_layer: dict[int, set[int]] = {}
     for layer, group in restricted:
         by_layer.setdefault(layer, set()).add(group)
@@ -236,6 +245,37 @@ def test_a_group_changes_each_of_its_query_heads_and_no_other():
         changed = (out[:, head] != probs[:, head]).any(-1)
         assert torch.equal(changed, drops & key_mask), head  # from the first row that drops a key
     assert not bool(changed[2].any())
+
+
+def test_ranking_and_plans_are_measured_not_summed(lms):
+    """Each group alone, then the k least harmed together, each loss measured with exactly
+    that set (against separate calls of the loss); k = 0 is the unrestricted model."""
+    encoder = load_encoder(str(lms["llama"]), "cpu", language_model=True)
+    batch = batch_of(encoder.tokenizer, "right")
+    measure = loss_measure(encoder.model, batch, SINKS, WINDOW, sets_per_pass=3)
+
+    def alone(chosen) -> float:
+        return float(restricted_lm_loss(encoder.model, batch, [set(chosen)], SINKS, WINDOW).per_token()[0])
+
+    ranking = rank_groups(measure, LAYERS, 2)
+    assert sorted(ranking.order()) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    increases = [r.increase for r in ranking.groups]
+    assert increases == sorted(increases) and ranking.baseline.increase == 0
+    assert ranking.baseline.loss == pytest.approx(alone(()), rel=1e-7)
+    for single in ranking.groups:
+        assert single.loss == pytest.approx(alone(single.groups), rel=1e-7)
+        assert single.increase == pytest.approx(single.loss - ranking.baseline.loss, abs=1e-12)
+    points = plan(measure, ranking, [0, 1, 2, 4])
+    assert [len(p.groups) for p in points] == [0, 1, 2, 4]
+    assert points[1].groups == ranking.groups[0].groups
+    assert points[0].loss == pytest.approx(ranking.baseline.loss, rel=1e-7) and abs(points[0].increase) < 1e-6
+    for point in points:
+        assert point.loss == pytest.approx(alone(point.groups), rel=1e-7)
+        assert point.nats.shape == (4,)
+    summed = ranking.baseline.loss + sum(increases)
+    assert abs(points[-1].loss - summed) > 1e-4  # the groups interact: a sum would be wrong
+    with pytest.raises(ValueError, match="k must be between 0 and 4"):
+        plan(measure, ranking, [5])
 
 
 def test_kv_cache_arithmetic():

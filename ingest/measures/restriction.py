@@ -11,13 +11,14 @@ DuoAttention (Xiao et al. 2024). docs/metrics.md#streaming-restriction-and-kv-me
 :class:`StreamingRestriction` does it inside attnwh's attention function (whole maps, or a
 tile of query rows at a time under an attention memory budget), for several restriction sets
 side by side in one batch; :func:`restricted_lm_loss` reads a causal language model's summed
-next-token loss per (set, sequence) through it; :func:`kv_cache_bytes` and
-:func:`kv_bytes_saved` give the memory, from a model's config alone.
+next-token loss per (set, sequence) through it; :func:`rank_groups` measures each group
+restricted alone and :func:`plan` the k least harmed restricted together; :func:`kv_cache_bytes`
+and :func:`kv_bytes_saved` give the memory, from a model's config alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,6 +225,79 @@ def _roll(t: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
     """(B, S, …) with row b's positions moved `start[b]` to the left (cyclically)."""
     index = (torch.arange(t.shape[1], device=t.device) + start[:, None]) % t.shape[1]
     return t.gather(1, index.view(*index.shape, *(1,) * (t.dim() - 2)).expand_as(t))
+
+
+# ---------------------------------------------------------------- ranking and plans
+
+# Measures the loss of each restriction set given (`restricted_lm_loss` over some data).
+Measure = Callable[[Sequence[Collection[Group]]], SequenceLoss]
+
+
+def loss_measure(
+    model: nn.Module,
+    batch: dict[str, torch.Tensor],
+    sinks: int = DEFAULT_SINKS,
+    window: int = DEFAULT_WINDOW,
+    sets_per_pass: int = 1,
+    attention_memory: int | None = None,
+) -> Measure:
+    """:func:`restricted_lm_loss` on `batch` with these settings, as a :data:`Measure`."""
+
+    def measure(sets: Sequence[Collection[Group]]) -> SequenceLoss:
+        return restricted_lm_loss(model, batch, sets, sinks, window, sets_per_pass, attention_memory)
+
+    return measure
+
+
+@dataclass(frozen=True)
+class Restricted:
+    """The loss with a set of groups restricted together: `loss` in nats per token over all
+    sequences, `increase` over the unrestricted loss, `nats` per sequence (for paired tests)."""
+
+    groups: tuple[Group, ...]
+    loss: float
+    increase: float
+    nats: np.ndarray
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Every key/value group restricted alone, least harmed first (ties by layer, group)."""
+
+    baseline: Restricted  # nothing restricted
+    groups: list[Restricted]
+
+    def order(self) -> list[Group]:
+        return [r.groups[0] for r in self.groups]
+
+
+def rank_groups(measure: Measure, layers: int, groups: int) -> Ranking:
+    """The loss change of restricting each (layer, group) alone, measured in one call of
+    `measure` with the unrestricted model first."""
+    singles: list[Collection[Group]] = [{(layer, group)} for layer in range(layers) for group in range(groups)]
+    loss = measure([set(), *singles])
+    baseline = _restricted((), loss, 0, None)
+    ranked = [_restricted(tuple(single), loss, s + 1, baseline.loss) for s, single in enumerate(singles)]
+    ranked.sort(key=lambda r: (r.increase, r.groups))
+    return Ranking(baseline, ranked)
+
+
+def plan(measure: Measure, ranking: Ranking, ks: Sequence[int]) -> list[Restricted]:
+    """For each k of `ks`, the k least harmed groups of `ranking` restricted together, with
+    the loss measured with exactly that set (not summed from the single restrictions: heads
+    compensate for one another, or fail together); increases are over the ranking's
+    unrestricted loss. k = 0 is the unrestricted model, measured like the others."""
+    order = ranking.order()
+    if any(k < 0 or k > len(order) for k in ks):
+        raise ValueError(f"k must be between 0 and {len(order)} (the model's key/value groups)")
+    sets = [tuple(sorted(order[:k])) for k in ks]
+    loss = measure([set(chosen) for chosen in sets])
+    return [_restricted(chosen, loss, s, ranking.baseline.loss) for s, chosen in enumerate(sets)]
+
+
+def _restricted(groups: tuple[Group, ...], loss: SequenceLoss, row: int, baseline: float | None) -> Restricted:
+    per_token = float(loss.per_token()[row])
+    return Restricted(groups, per_token, per_token - (per_token if baseline is None else baseline), loss.nats[row])
 
 
 # ---------------------------------------------------------------- KV-cache memory
