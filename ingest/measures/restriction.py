@@ -191,12 +191,13 @@ def restricted_lm_loss(
             repeated = {name: _repeated(t, k) for name, t in inputs.items()}
             with capture.observing(observer):
                 logits = model(**repeated).logits
-            logits = logits[:, :-1].float()
-            losses = nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), ids[:, 1:].repeat(k, 1).reshape(-1), reduction="none"
-            ).view(k, sequences, -1)
-            summed = (losses.double() * targets[None].double()).sum(-1)
-            nats[lo : lo + k] = summed.cpu().numpy()
+            # A row at a time: on long inputs a row's log-probabilities over the vocabulary
+            # are already large (4096 tokens × 49k words: 800 MB in float32).
+            for row in range(k * sequences):
+                sequence = row % sequences
+                losses = nn.functional.cross_entropy(logits[row, :-1].float(), ids[sequence, 1:], reduction="none")
+                summed = (losses.double() * targets[sequence].double()).sum()
+                nats[lo + row // sequences, sequence] = float(summed)
     return SequenceLoss(nats, tokens)
 
 
