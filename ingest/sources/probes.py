@@ -55,8 +55,16 @@ NEEDLE_LEAD = "The secret words of the archive are"
 QUESTION = "Question: what are the secret words of the archive? Answer: the secret words of the archive are"
 PAYLOAD_WORDS = 4
 # A needle snaps to the nearest sentence boundary when one is at most this many tokens from
-# the depth asked for; otherwise it goes in at that token, mid-sentence.
+# the depth asked for, and at most 5 % of the haystack (`snap_tokens`); otherwise it goes in at
+# that token, mid-sentence.
 SNAP_TOKENS = 32
+
+
+def snap_tokens(haystack: int) -> int:
+    """How far (tokens) a needle may move from its depth to a sentence boundary, in a haystack
+    of `haystack` tokens: 5 % of it, at most :data:`SNAP_TOKENS`."""
+    return min(SNAP_TOKENS, haystack // 20)
+
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -124,7 +132,7 @@ def needle_probes(
     """`n` needle-in-a-haystack probes of `context_length` tokens each, their depths taken from
     `depths` in turn (probe i at ``depths[i % len(depths)]``). Each haystack is the documents'
     sentences read on from a random document (wrapping round), cut to fill the length; the
-    needle goes in at the sentence boundary nearest the depth (within :data:`SNAP_TOKENS`,
+    needle goes in at the sentence boundary nearest the depth (within :func:`snap_tokens`,
     else at the exact token). Drawn with ``numpy.random.default_rng(seed)``."""
     if n < 1:
         raise UsageError(f"needle probes need at least 1 example (got {n})")
@@ -152,12 +160,16 @@ def needle_probes(
         needle = lead + payload + full_stop
         budget = context_length - len(bos) - len(needle) - len(question) - len(payload)
         if budget < 1:
-            raise UsageError(f"--context-length {context_length} leaves no room for a haystack around the needle")
+            need = context_length - budget + 1
+            raise UsageError(
+                f"--context-length {context_length} leaves no room for a haystack: the needle, question and answer "
+                f"take {need - 1} tokens (give at least {need})"
+            )
         first = starts[int(rng.integers(len(documents)))] if starts else 0
         haystack, boundaries = _haystack(sentences, first, budget, ids)
         at = round(depth * len(haystack))
         near = min(boundaries, key=lambda b: (abs(b - at), b))
-        at = near if abs(near - at) <= SNAP_TOKENS else at
+        at = near if abs(near - at) <= snap_tokens(len(haystack)) else at
         body = bos + haystack[:at] + needle + haystack[at:]
         sentence_start = len(bos) + at
         payload_start = sentence_start + len(lead)
