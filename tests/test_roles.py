@@ -170,3 +170,14 @@ def test_bad_input_is_one_line(tmp_path, monkeypatch, capsys) -> None:
     assert not (tmp_path / "w.duckdb").exists() or "roles" not in str(
         duckdb.connect(str(tmp_path / "w.duckdb")).execute("SELECT kind FROM runs").fetchall()
     )
+
+
+def test_retrieval_counts_each_payload_position_once() -> None:
+    # Payload at 2..4 holding tokens 7, 8, 7; the answer (8..10) repeats them.
+    probe = probes.ProbeSequence(
+        (1, 5, 7, 8, 7, 6, 9, 9, 7, 8, 7), "needle", {"needle": (2, 5), "answer": (8, 11)}, 0.5
+    )
+    assert roles.retrieval(probe, np.array([2, 3, 4])) == 1.0  # each step copies from its own position
+    assert roles.retrieval(probe, np.array([2, 3, 2])) == pytest.approx(2 / 3)  # position 2 only once
+    assert roles.retrieval(probe, np.array([3, 2, 4])) == pytest.approx(1 / 3)  # wrong tokens, then right
+    assert roles.retrieval(probe, np.array([8, 9, 5])) == 0.0  # outside the payload

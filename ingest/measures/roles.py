@@ -62,6 +62,10 @@ class RoleScores:
         self._probes: Sequence[ProbeSequence] = ()
         self._layer: _Layer | None = None
         self._layers: list[np.ndarray] = []
+        self._n = 0  # the batch's probe length
+        self._repeat: list[tuple[int, int]] = []
+        self._half: list[int] = []
+        self._answer_rows: list[range] = []
 
     def begin(self, probes: Sequence[ProbeSequence]) -> None:
         lengths = {len(p) for p in probes}
@@ -80,7 +84,6 @@ class RoleScores:
             for p in probes
         ]
         self._n = n
-        self._kind = kind
 
     def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         """Whole maps: the same as one tile holding every row."""
@@ -123,11 +126,15 @@ class RoleScores:
             sums[..., 3] += a[..., 0].double().sum(-1)
         band = (keys[None] <= rows[:, None]) & (keys[None] > rows[:, None] - self.local_window)
         sums[..., 4] += (a * band).sum(-1).double().sum(-1)
+        offsets: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per half length m: A[i, i-m+1], A[i, i-m]
         for b, ((lo, hi), m) in enumerate(zip(self._repeat, self._half)):
             if hi > lo:
+                if m not in offsets:
+                    offsets[m] = (at(1 - m).double(), at(-m).double())
+                following, same = offsets[m]
                 in_repeat = ((rows >= lo) & (rows < hi)).double()
-                sums[b, :, 1] += (at(1 - m)[b].double() * in_repeat).sum(-1)
-                sums[b, :, 2] += (at(-m)[b].double() * in_repeat).sum(-1)
+                sums[b, :, 1] += (following[b] * in_repeat).sum(-1)
+                sums[b, :, 2] += (same[b] * in_repeat).sum(-1)
         for b, answer in enumerate(self._answer_rows):
             lo, hi = max(answer.start, tile.start), min(answer.stop, tile.start + count)
             if hi > lo:
