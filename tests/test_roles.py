@@ -6,6 +6,7 @@ adds nothing, and an encoder or empty text is refused in one line."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import duckdb
@@ -14,6 +15,7 @@ import pytest
 import torch
 from transformers import AutoModel
 
+from attnwh import api
 from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures import roles
 from attnwh.ingest.sources import probes
@@ -119,16 +121,26 @@ def test_the_command_stores_each_probe_kind_once(llama, tmp_path, monkeypatch, c
         n = 3 * LAYERS * HEADS
         assert nulls == [("induction", n, n, 0, n), ("needle", 0, 0, n, n)]
         # A stored probe is the one the seed builds again, and its scores come back in the query.
-        ids, segments = con.execute(
-            "SELECT token_ids, segments FROM role_probes JOIN runs USING (run_id) "
-            "WHERE task = 'needle' AND example_id = 1"
+        run_id, example_id, ids, segments = con.execute(
+            "SELECT run_id, example_id, token_ids, segments FROM role_probes JOIN runs USING (run_id) "
+            "WHERE task = 'needle' AND position = 1"
         ).fetchone()
         encoder = load_encoder(str(decoder), "cpu")
         text = [e.text_a for e in load_sample_text("prose").examples]
         again = probes.needle_probes(encoder.tokenizer, text, 3, 160, (0.0, 1.0), seed=42)[1]
-        assert tuple(ids) == again.token_ids and '"answer"' in segments
+        assert tuple(ids) == again.token_ids and json.loads(segments)["answer"] == list(again.segments["answer"])
+        stored = con.execute(
+            "SELECT previous_token FROM head_roles WHERE run_id = ? AND example_id = ? ORDER BY layer, head",
+            [run_id, example_id],
+        ).fetchall()
     finally:
         con.close()
+    # `attnwh show`'s maps of a stored probe are of exactly its tokens, and give its stored score.
+    maps = api.Warehouse(db).example_maps(run_id, example_id, device="cpu")
+    assert len(maps.tokens) == len(again)
+    weights = maps.maps["weights"]  # (layer, head, n, n)
+    redrawn = [float(np.diagonal(weights[k, h], -1).mean()) for k in range(LAYERS) for h in range(HEADS)]
+    np.testing.assert_allclose(redrawn, [v for (v,) in stored], atol=1e-6)
     code, out, err = run(monkeypatch, capsys, "query", "head_roles", "--db", str(db), "--format", "csv")
     assert code == 0, err
     assert out.count("\n") == 1 + 2 * LAYERS * HEADS and "induction_rank" in out and "kv_group" in out

@@ -131,13 +131,63 @@ def ingest_roles(
                 replace=True,  # a stored run is only here to be replaced
             )
             run = state.run_id
+            ids = probe_example_ids(settings, made)
+            warehouse.insert_arrow(con, "examples", _example_rows(encoder, settings, made, ids), or_ignore=True)
+            warehouse.insert_arrow(con, "run_examples", _run_example_rows(run, made, ids))
             warehouse.insert_arrow(con, "role_settings", _settings_rows(run, settings))
-            warehouse.insert_arrow(con, "role_probes", _probe_rows(run, settings.seed, made))
-            warehouse.insert_arrow(con, "head_roles", _score_rows(run, result.scores))
+            warehouse.insert_arrow(con, "role_probes", _probe_rows(run, settings.seed, made, ids))
+            warehouse.insert_arrow(con, "head_roles", _score_rows(run, result.scores, ids))
             runs.finish_run(con, run, "complete", result.seconds)
         return RolesSummary(run, settings.kind, state.outcome, len(made), result.tiles_read, result.seconds)
     finally:
         con.close()
+
+
+def probe_example_ids(settings: RoleSettings, made: Sequence[probes.ProbeSequence]) -> list[int]:
+    """A stable signed 64-bit example id per probe, from its kind, seed, number and token ids
+    (the same probe read again, by another run of the same model, has the same id)."""
+    out = []
+    for i, probe in enumerate(made):
+        key = json.dumps(["probes", probe.kind, settings.seed, i, list(probe.token_ids)])
+        out.append(int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big", signed=True))
+    return out
+
+
+def _example_rows(
+    encoder: EncoderModel, settings: RoleSettings, made: Sequence[probes.ProbeSequence], ids: Sequence[int]
+) -> dict[str, object]:
+    """`examples` rows of the probes, so that `attnwh show` draws a probe's maps: its text
+    (decoded, for display; the maps are of the stored token ids) and, for a needle, its answer
+    as the label."""
+    import pyarrow as pa
+
+    decode = encoder.tokenizer.decode
+    return {
+        "example_id": pa.array(ids, pa.int64()),
+        "dataset": ["probes"] * len(made),
+        "task": [p.kind for p in made],
+        "split": [f"seed {settings.seed}"] * len(made),
+        "position": pa.array(range(len(made)), pa.int32()),
+        "guid": [f"{p.kind}-{settings.seed}-{i}" for i, p in enumerate(made)],
+        "text_a": [decode(list(p.token_ids), skip_special_tokens=True) for p in made],
+        "text_b": pa.array([None] * len(made), pa.string()),
+        "label": [decode([p.token_ids[i] for i in p.span("answer")]).strip() if p.kind == "needle" else None for p in made],
+        "label_id": pa.array([None] * len(made), pa.int32()),
+    }
+
+
+def _run_example_rows(run: int, made: Sequence[probes.ProbeSequence], ids: Sequence[int]) -> dict[str, object]:
+    import pyarrow as pa
+
+    lengths = pa.array([len(p) for p in made], pa.int32())
+    return {
+        "run_id": pa.array([run] * len(made), pa.int32()),
+        "example_id": pa.array(ids, pa.int64()),
+        "n_tokens": lengths,
+        "n_tokens_full": lengths,
+        "truncated": [False] * len(made),
+        "token_ids": pa.array([list(p.token_ids) for p in made], pa.list_(pa.int32())),
+    }
 
 
 def _settings_rows(run: int, settings: RoleSettings) -> dict[str, object]:
@@ -154,12 +204,13 @@ def _settings_rows(run: int, settings: RoleSettings) -> dict[str, object]:
     }
 
 
-def _probe_rows(run: int, seed: int, made: Sequence[probes.ProbeSequence]) -> dict[str, object]:
+def _probe_rows(run: int, seed: int, made: Sequence[probes.ProbeSequence], ids: Sequence[int]) -> dict[str, object]:
     import pyarrow as pa
 
     return {
         "run_id": pa.array([run] * len(made), pa.int32()),
-        "example_id": pa.array(range(len(made)), pa.int64()),
+        "example_id": pa.array(ids, pa.int64()),
+        "position": pa.array(range(len(made)), pa.int32()),
         "kind": [p.kind for p in made],
         "seed": pa.array([seed] * len(made), pa.int32()),
         "depth": pa.array([p.depth for p in made], pa.float64()),
@@ -168,7 +219,7 @@ def _probe_rows(run: int, seed: int, made: Sequence[probes.ProbeSequence]) -> di
     }
 
 
-def _score_rows(run: int, scores: np.ndarray) -> dict[str, object]:
+def _score_rows(run: int, scores: np.ndarray, ids: Sequence[int]) -> dict[str, object]:
     """head_roles rows from scores (probes, layers, heads, columns); NaN becomes NULL."""
     import pyarrow as pa
 
@@ -179,7 +230,7 @@ def _score_rows(run: int, scores: np.ndarray) -> dict[str, object]:
     flat = scores.reshape(-1, scores.shape[-1]).astype(np.float32)
     rows: dict[str, object] = {
         "run_id": pa.array(np.full(len(example), run, np.int32)),
-        "example_id": pa.array(example.astype(np.int64)),
+        "example_id": pa.array(np.asarray(ids, np.int64)[example]),
         "layer": pa.array(layer.astype(np.int16)),
         "head": pa.array(head.astype(np.int16)),
     }

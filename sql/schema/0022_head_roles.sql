@@ -3,6 +3,8 @@
 -- the user's text), one run per probe kind (runs.kind = 'roles', runs.task = the probe kind),
 -- all its rows written in one transaction. role_probes holds each probe's exact tokens and
 -- spans, so a probe can be read again; head_roles one row per probe, layer and query head.
+-- Each probe is also an examples row (dataset 'probes', task = the kind, its decoded text) with
+-- its token ids in run_examples, so `attnwh show --run R --example E` draws its maps.
 -- Under grouped-query attention the head's key/value group is in the view head_groups.
 
 CREATE TABLE role_settings (
@@ -17,7 +19,8 @@ CREATE TABLE role_settings (
 
 CREATE TABLE role_probes (
     run_id      INTEGER NOT NULL,
-    example_id  BIGINT NOT NULL,     -- the probe's number in its run, 0-based
+    example_id  BIGINT NOT NULL,     -- examples.example_id of the probe
+    position    INTEGER NOT NULL,    -- the probe's number in its run, 0-based
     kind        VARCHAR NOT NULL,    -- induction | needle
     seed        INTEGER NOT NULL,
     depth       DOUBLE,              -- needle: the depth asked for, 0..1; NULL for induction
@@ -51,7 +54,8 @@ COMMENT ON COLUMN role_settings.text_hash IS 'Needle probes: blake2b-16 hex of t
 
 COMMENT ON TABLE role_probes IS 'Per head-roles run (runs.kind = ''roles'') and probe: the exact token ids the decoder read and the named spans within them (attnwh.ingest.sources.probes, docs/metrics.md#head-roles). Built from the seed, the settings and (needles) the text, so a rerun builds the same probes.';
 COMMENT ON COLUMN role_probes.run_id IS 'The head-roles run (runs.run_id); runs.task is the probe kind.';
-COMMENT ON COLUMN role_probes.example_id IS 'The probe''s number within its run, 0-based (head_roles.example_id); not an examples row.';
+COMMENT ON COLUMN role_probes.example_id IS 'The probe as an example (examples.example_id, dataset ''probes''; its run_examples row holds the token ids), so attnwh show draws its maps; head_roles.example_id.';
+COMMENT ON COLUMN role_probes.position IS 'The probe''s number within its run, 0-based, in the order drawn from the seed (needles: depth = depths[position % len(depths)]).';
 COMMENT ON COLUMN role_probes.kind IS 'induction: BOS where the tokenizer adds one, m random ordinary tokens, the same m again (Olsson et al. 2022); needle: a haystack of the text with a needle sentence at a depth, a question and its answer teacher-forced (Wu et al. 2025).';
 COMMENT ON COLUMN role_probes.seed IS 'The seed the run drew its probes with (numpy default_rng); the run''s probes are drawn one after the other.';
 COMMENT ON COLUMN role_probes.depth IS 'Needle probes: the depth asked for, 0 (before the haystack) to 1 (after it); the needle_sentence span says where the needle landed (the nearest sentence boundary within 5 % of the haystack and 32 tokens, else the exact token). NULL for induction probes.';
@@ -60,7 +64,7 @@ COMMENT ON COLUMN role_probes.segments IS 'Named half-open token ranges [start, 
 
 COMMENT ON TABLE head_roles IS 'Per head-roles run, probe, layer and query head: role scores read from the head''s attention on the probe (docs/metrics.md#head-roles). A row sees keys 0..i (its window on a sliding-window layer); NULL where the probe does not define a score. Join head_groups (on the run''s model_id and head) for the key/value group.';
 COMMENT ON COLUMN head_roles.run_id IS 'The head-roles run (runs.run_id).';
-COMMENT ON COLUMN head_roles.example_id IS 'The probe (role_probes.example_id).';
+COMMENT ON COLUMN head_roles.example_id IS 'The probe (role_probes.example_id, examples.example_id).';
 COMMENT ON COLUMN head_roles.layer IS 'Layer, 0-based.';
 COMMENT ON COLUMN head_roles.head IS 'Query head within the layer, 0-based.';
 COMMENT ON COLUMN head_roles.previous_token IS 'Previous-token score: the mean over rows i >= 1 of A[i, i-1] (the previous-token heads that feed induction heads; Olsson et al. 2022).';
