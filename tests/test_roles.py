@@ -1,6 +1,7 @@
 """Head roles of decoders (`attnwh ingest roles`): every score equals the one recomputed here,
 plainly, from HF's eager ``output_attentions=True`` maps of the same probe (to 1e-6), on a tiny
-random Llama with grouped-query attention and a tiny GPT-2, with the long needle probes read in
+random Llama with grouped-query attention, a tiny GPT-2 and a Mistral whose sliding window is
+shorter than the probes, with the long needle probes read in
 tiles under a small attention memory; the command stores one run per probe kind, a rerun
 adds nothing, and an encoder or empty text is refused in one line."""
 
@@ -30,7 +31,7 @@ WINDOW = 8
 MEMORY = 1 << 20
 
 
-@pytest.fixture(scope="module", params=["llama", "gpt2"])
+@pytest.fixture(scope="module", params=["llama", "gpt2", "mistral"])
 def decoder(request, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp(f"roles-{request.param}")
     return make_tiny_decoder(request.param, out, LAYERS, HEADS, seed=3, positions=POSITIONS)

@@ -161,7 +161,9 @@ def _example_rows(
     as the label."""
     import pyarrow as pa
 
-    decode = encoder.tokenizer.decode
+    def decode(ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return str(encoder.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
     return {
         "example_id": pa.array(ids, pa.int64()),
         "dataset": ["probes"] * len(made),
@@ -171,7 +173,9 @@ def _example_rows(
         "guid": [f"{p.kind}-{settings.seed}-{i}" for i, p in enumerate(made)],
         "text_a": [decode(list(p.token_ids), skip_special_tokens=True) for p in made],
         "text_b": pa.array([None] * len(made), pa.string()),
-        "label": [decode([p.token_ids[i] for i in p.span("answer")]).strip() if p.kind == "needle" else None for p in made],
+        "label": [
+            decode([p.token_ids[i] for i in p.span("answer")]).strip() if p.kind == "needle" else None for p in made
+        ],
         "label_id": pa.array([None] * len(made), pa.int32()),
     }
 
