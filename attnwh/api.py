@@ -636,6 +636,141 @@ def relations(
 
 
 @python_arguments
+def roles(
+    model: Annotated[
+        str,
+        typer.Option(help="Hub name, local directory or GGUF file of a decoder (causal language model)."),
+    ],
+    text: Annotated[
+        Path | None,
+        typer.Option(
+            help="The text needle haystacks are cut from: a plain text file (paragraphs), JSONL, CSV or Parquet "
+            "(a `text` field). Default: the bundled prose sample."
+        ),
+    ] = None,
+    probes: Annotated[
+        str, typer.Option(help="Probe kinds to run, comma-separated: induction, needle (one run each).")
+    ] = "induction,needle",
+    examples: Annotated[
+        int, typer.Option(min=1, help="Probes per kind; needle probes take the --depths in turn.")
+    ] = 10,
+    repeat_length: Annotated[
+        int, typer.Option(min=2, help="Induction probes: m random tokens, then the same m again.")
+    ] = 50,
+    context_length: Annotated[
+        int | None,
+        typer.Option(min=16, help="Needle probes: tokens per probe (default: 1024, or the model's limit if shorter)."),
+    ] = None,
+    depths: Annotated[
+        str,
+        typer.Option(
+            help="Needle probes: where the needle goes, fractions of the haystack from 0 to 1, comma-separated."
+        ),
+    ] = "0,0.25,0.5,0.75,1",
+    seed: Annotated[int, typer.Option(help="Seed the probes are drawn with.")] = 42,
+    local_window: Annotated[
+        int,
+        typer.Option(min=1, help="W of the local mass: the weight on the last W tokens (the row's own included)."),
+    ] = 64,
+    batch_size: Annotated[
+        int, typer.Option(min=1, help="Probes per forward pass (fewer where long ones need it).")
+    ] = 8,
+    attention_memory: AttentionMemoryOpt = None,
+    device: DeviceOpt = Device.auto,
+    db: DbOpt = DEFAULT_DB,
+    replace: Annotated[bool, typer.Option(help="Redo a run that is already stored instead of skipping it.")] = False,
+) -> Done:
+    """Score every head of a decoder for its role, on probe inputs built from a seed: previous-token (the mean weight on the previous token), induction and duplicate-token (Olsson et al. 2022: m random tokens repeated, attention from the repeat to the token after, or at, the earlier occurrence), retrieval (Wu et al. 2025: a needle sentence in a haystack of the text at each of --depths, the answer teacher-forced; the share of answer tokens whose largest attention falls on the needle token being copied), sink share (the first token) and local mass (the last --local-window tokens), per probe, layer and query head into head_roles, with the probes in role_probes (docs/metrics.md#head-roles).
+
+    One run per probe kind; its rows are written in one transaction at the end. A stored run with the same model, probe settings, seed, window and text is kept unless --replace. Long needle probes are read in tiles of query rows under --attention-memory. Decoders only: these scores are defined for causal models.
+    """
+    console = Console(stderr=True)
+    from attnwh.ingest.encoder.available import check_model
+
+    kinds = [k.strip() for k in probes.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - {"induction", "needle"})
+    if not kinds or unknown:
+        raise UsageError(f"--probes {probes!r}: choose from induction, needle (comma-separated)")
+    try:
+        at = tuple(float(d) for d in depths.split(",") if d.strip())
+    except ValueError:
+        raise UsageError(f"--depths {depths!r}: give fractions from 0 to 1, comma-separated") from None
+    if not at or any(not 0.0 <= d <= 1.0 for d in at):
+        raise UsageError(f"--depths {depths!r}: give fractions from 0 to 1, comma-separated")
+    if text is not None and not text.is_file():
+        raise DataError(f"text file {text} does not exist")
+    warehouse.check_writable(db)
+    check_model(model)  # before torch is imported
+    with console.status("Loading text and model…"):
+        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.runs import roles as role_runs
+        from attnwh.ingest.sources.text import load_sample_text, load_text, special_tokens
+
+        documents: tuple[str, ...] = ()
+        if "needle" in kinds:
+            data = load_text(text) if text is not None else load_sample_text(role_runs.ROLE_TEXT_DEFAULT)
+            documents = tuple(e.text_a for e in data.examples)
+        encoder = load_encoder(model, device.value, "float32")
+    if not encoder.causal:
+        raise UsageError(
+            f"{encoder.name} is an encoder; head roles (previous-token, induction, retrieval) are defined for causal "
+            "language models"
+        )
+    length = context_length or min(1024, encoder.max_length)
+    bos = len(special_tokens(encoder.tokenizer)[0])
+    if "induction" in kinds and 2 * repeat_length + bos > encoder.max_length:
+        raise UsageError(
+            f"--repeat-length {repeat_length}: twice it is over {encoder.name}'s limit of {encoder.max_length} tokens"
+        )
+    if "needle" in kinds and length > encoder.max_length:
+        raise UsageError(f"--context-length {length} is over {encoder.name}'s limit of {encoder.max_length} tokens")
+    plans = [
+        role_runs.RoleSettings(
+            kind,
+            examples,
+            seed,
+            local_window,
+            repeat_length=repeat_length if kind == "induction" else None,
+            context_length=length if kind == "needle" else None,
+            depths=at if kind == "needle" else None,
+            text_name=(str(text.resolve()) if text is not None else f"sample:{role_runs.ROLE_TEXT_DEFAULT}")
+            if kind == "needle"
+            else None,
+            documents=documents if kind == "needle" else (),
+        )
+        for kind in kinds
+    ]
+    made = [plan.build(encoder) for plan in plans]  # every probe before any model time: bad settings fail at once
+    console.print(
+        f"{describe(encoder)}; {', '.join(f'{len(m)} {p.kind} probes' for p, m in zip(plans, made))}", highlight=False
+    )
+    summaries: list[Any] = []
+
+    def interrupted() -> str:
+        done = "; the runs before it are kept" if summaries else ""
+        return f"interrupted; nothing of the interrupted run was written to {db}{done}"
+
+    started = time.perf_counter()
+    with Bars(console, "probe") as bars, interrupts_as(interrupted):
+        for plan, probe_set in zip(plans, made):
+            summaries.append(
+                role_runs.ingest_roles(
+                    db,
+                    encoder,
+                    plan,
+                    probe_set,
+                    attention_memory=parse_memory(attention_memory),
+                    batch_size=batch_size,
+                    replace=replace,
+                    command=command_line(),
+                    on_start=bars.starter(plan.kind),
+                    on_batch=bars.advance,
+                )
+            )
+    return Done(summaries, time.perf_counter() - started, db)
+
+
+@python_arguments
 @with_option_groups
 def ablation(
     model: Annotated[

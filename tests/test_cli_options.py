@@ -38,6 +38,7 @@ def test_every_db_option_reads_attnwh_db_with_one_default():
         "attnwh ingest compare",
         "attnwh ingest relations",
         "attnwh ingest ablation",
+        "attnwh ingest roles",
         "attnwh sql",
         "attnwh query",
         "attnwh schema",

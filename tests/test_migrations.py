@@ -75,6 +75,11 @@ ROWS: dict[int, list[str]] = {
     19: [],  # comments on value zeroing's columns (0019_decoder_value_zeroing.sql): no new table
     20: [],  # dependency_baselines per direction (0020_decoder_relations.sql): no new table
     21: ["INSERT INTO prompt_predictions VALUES ({run}, 7, 1, true, [0.1, 0.7]::REAL[])"],
+    22: [
+        "INSERT INTO role_settings VALUES ({run}, 'needle', 64, NULL, 300, [0.0, 0.5]::DOUBLE[], 'ab')",
+        "INSERT INTO role_probes VALUES ({run}, 7, 0, 'needle', 42, 0.5, [1, 5, 9]::INTEGER[], '{{\"needle\": [1, 2]}}')",
+        "INSERT INTO head_roles VALUES ({run}, 7, 1, 2, 0.3, NULL, NULL, 0.25, 0.5, 0.9)",
+    ],
 }
 # Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
 # (dep_to_head) into head_to_dep.

@@ -1,0 +1,37 @@
+"""`attnwh ingest roles`: each decoder head's role on probe inputs (attnwh.api.roles); this module
+prints the runs and the heads that score highest."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from attnwh import api
+from attnwh.cli.options import cli_command
+
+
+def show_roles(done: api.Done) -> None:
+    from attnwh.sql import queries, warehouse
+
+    out = Console()
+    con = warehouse.connect(done.db, read_only=True)
+    named = queries.named_queries()["head_roles"]
+    try:
+        for summary in done.results:
+            top = queries.run_query(con, named, {"run": summary.run_id}).to_pylist()
+            if summary.tiles_read is None:
+                out.print(f"{summary.kind} run {summary.run_id}: already complete (--replace redoes it)")
+            else:
+                out.print(
+                    f"{summary.kind} run {summary.run_id} {summary.outcome}: {summary.n_probes} probes "
+                    f"in {summary.seconds:.1f} s"
+                )
+            score = "induction" if summary.kind == "induction" else "retrieval"
+            best = sorted(top, key=lambda r: -(r[score] or 0))[:5]
+            heads = ", ".join(f"L{r['layer']}H{r['head']} {r[score]:.3f}" for r in best if r[score] is not None)
+            out.print(f"  top {score} heads: {heads}")
+    finally:
+        con.close()
+    out.print(f"done in {done.seconds:.1f} s → {done.db.resolve()}")
+
+
+roles = cli_command(api.roles, show_roles)
