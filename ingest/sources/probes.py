@@ -1,0 +1,190 @@
+"""Probe inputs for a decoder's head roles: repeated random tokens (induction) and a needle in
+a haystack (retrieval), built deterministically from a tokenizer, a seed and the settings (and,
+for the needle, the user's text). No model is needed to build them.
+
+A probe is a :class:`ProbeSequence`: the exact token ids the model reads, its kind, and named
+half-open token ranges ``[start, stop)`` into those ids:
+
+- ``induction``: the tokenizer's BOS where it adds one (GPT-2's tokenizer adds none: the
+  sequence then starts with the random tokens), then m random tokens t_1..t_m (``first``), then
+  the same m tokens again (``repeat``). Position ``first[0] + k`` and ``repeat[0] + k`` hold the
+  same token; each token occurs once per half.
+- ``needle``: BOS (where added), a haystack cut from the given documents, with a needle
+  sentence ("The secret words of the archive are w1 w2 w3 w4.") inserted at a depth, then a
+  question and its answer, teacher-forced. ``needle`` is the payload (w1 … w4, the tokens to
+  be retrieved), ``needle_sentence`` the whole inserted sentence, ``question`` the question
+  up to the answer, ``answer`` the payload's tokens again (the same ids as ``needle``), which
+  end the sequence. ``depth`` is the depth asked for (0: before the haystack, 1: after it);
+  the ``needle_sentence`` span says where it landed.
+
+Token ids are drawn and text is tokenized piece by piece (each sentence, the needle, the
+question and the answer on their own), so every span is exact; the model reads these ids,
+never a re-tokenization of their text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from attnwh.errors import DataError, UsageError
+from attnwh.ingest.sources.text import special_tokens
+
+if TYPE_CHECKING:
+    import transformers
+
+PROBE_KINDS = ("induction", "needle")
+
+# Words a needle's payload is drawn from: common, short, unlikely to be split oddly by a
+# tokenizer, and with nothing that makes one a more natural answer than another.
+NEEDLE_WORDS: tuple[str, ...] = (
+    "apple", "river", "candle", "garden", "silver", "window", "basket", "mountain",
+    "pepper", "lantern", "violin", "harbor", "marble", "feather", "copper", "meadow",
+    "pencil", "orange", "thunder", "bridge", "castle", "rabbit", "anchor", "mirror",
+    "tomato", "blanket", "forest", "hammer", "island", "jacket", "kettle", "ladder",
+    "magnet", "needle", "pillow", "rocket", "saddle", "ticket", "tunnel", "wallet",
+    "button", "cherry", "dragon", "engine", "falcon", "guitar", "helmet", "insect",
+    "jungle", "kitten", "lemon", "monkey", "napkin", "oyster", "parrot", "quilt",
+    "ribbon", "spider", "turtle", "velvet", "walnut", "yogurt", "zipper", "desert",
+)  # fmt: skip
+NEEDLE_LEAD = "The secret words of the archive are"
+QUESTION = "Question: what are the secret words of the archive? Answer: the secret words of the archive are"
+PAYLOAD_WORDS = 4
+# A needle snaps to the nearest sentence boundary when one is at most this many tokens from
+# the depth asked for; otherwise it goes in at that token, mid-sentence.
+SNAP_TOKENS = 32
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+@dataclass(frozen=True)
+class ProbeSequence:
+    """One probe input: `token_ids` as the model reads them, its `kind` ("induction" or
+    "needle"), `segments` (half-open token ranges by name: "first" and "repeat" for induction;
+    "needle" (the payload), "needle_sentence", "question" and "answer" for needles) and, for a
+    needle, the `depth` asked for (0..1)."""
+
+    token_ids: tuple[int, ...]
+    kind: str
+    segments: dict[str, tuple[int, int]] = field(hash=False)
+    depth: float | None = None
+
+    def span(self, name: str) -> range:
+        """The positions of segment `name`."""
+        start, stop = self.segments[name]
+        return range(start, stop)
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+
+def ordinary_ids(tokenizer: transformers.PreTrainedTokenizerBase) -> np.ndarray:
+    """The tokenizer's ordinary vocabulary, sorted: no special or added tokens, and no id that
+    decodes to nothing (or to white space only)."""
+    excluded = set(tokenizer.all_special_ids) | set(tokenizer.get_added_vocab().values())
+    ids = [i for i in range(len(tokenizer)) if i not in excluded]
+    texts = tokenizer.batch_decode([[i] for i in ids], clean_up_tokenization_spaces=False)
+    return np.array([i for i, text in zip(ids, texts) if text.strip()], dtype=np.int64)
+
+
+def induction_probes(
+    tokenizer: transformers.PreTrainedTokenizerBase, n: int, length: int, seed: int
+) -> list[ProbeSequence]:
+    """`n` induction probes: BOS where the tokenizer adds one (none for GPT-2's), then `length`
+    distinct random ordinary tokens (:func:`ordinary_ids`), then the same `length` again
+    (Olsson et al. 2022). Drawn with ``numpy.random.default_rng(seed)``, one probe after the other."""
+    if n < 1 or length < 2:
+        raise UsageError(f"induction probes need at least 1 example of at least 2 tokens (got {n} of {length})")
+    vocab = ordinary_ids(tokenizer)
+    if len(vocab) < length:
+        raise UsageError(f"--repeat-length {length} is more than the tokenizer's {len(vocab)} ordinary tokens")
+    bos = special_tokens(tokenizer)[0]
+    rng = np.random.default_rng(seed)
+    probes = []
+    for _ in range(n):
+        half = [int(t) for t in rng.choice(vocab, size=length, replace=False)]
+        start = len(bos)
+        segments = {"first": (start, start + length), "repeat": (start + length, start + 2 * length)}
+        probes.append(ProbeSequence(tuple(bos + half + half), "induction", segments))
+    return probes
+
+
+def needle_probes(
+    tokenizer: transformers.PreTrainedTokenizerBase,
+    documents: Sequence[str],
+    n: int,
+    context_length: int,
+    depths: Sequence[float],
+    seed: int,
+) -> list[ProbeSequence]:
+    """`n` needle-in-a-haystack probes of `context_length` tokens each, their depths taken from
+    `depths` in turn (probe i at ``depths[i % len(depths)]``). Each haystack is the documents'
+    sentences read on from a random document (wrapping round), cut to fill the length; the
+    needle goes in at the sentence boundary nearest the depth (within :data:`SNAP_TOKENS`,
+    else at the exact token). Drawn with ``numpy.random.default_rng(seed)``."""
+    if n < 1:
+        raise UsageError(f"needle probes need at least 1 example (got {n})")
+    if not depths or any(not 0.0 <= d <= 1.0 for d in depths):
+        raise UsageError(f"needle depths must be fractions from 0 to 1 (got {list(depths)})")
+    sentences = [s for doc in documents for s in _SENTENCE_END.split(doc.strip()) if s.strip()]
+    if not sentences:
+        raise DataError("no text to build needle probes from: the documents are empty")
+    bos = special_tokens(tokenizer)[0]
+    starts, index = [], 0  # each document's first sentence
+    for doc in documents:
+        starts.append(index)
+        index += len([s for s in _SENTENCE_END.split(doc.strip()) if s.strip()])
+
+    def ids(text: str) -> list[int]:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    lead, full_stop, question = ids(" " + NEEDLE_LEAD), ids("."), ids(" " + QUESTION)
+    rng = np.random.default_rng(seed)
+    probes = []
+    for i in range(n):
+        depth = float(depths[i % len(depths)])
+        words = rng.choice(len(NEEDLE_WORDS), size=PAYLOAD_WORDS, replace=False)
+        payload = ids("".join(" " + NEEDLE_WORDS[w] for w in words))
+        needle = lead + payload + full_stop
+        budget = context_length - len(bos) - len(needle) - len(question) - len(payload)
+        if budget < 1:
+            raise UsageError(f"--context-length {context_length} leaves no room for a haystack around the needle")
+        first = starts[int(rng.integers(len(documents)))] if starts else 0
+        haystack, boundaries = _haystack(sentences, first, budget, ids)
+        at = round(depth * len(haystack))
+        near = min(boundaries, key=lambda b: (abs(b - at), b))
+        at = near if abs(near - at) <= SNAP_TOKENS else at
+        body = bos + haystack[:at] + needle + haystack[at:]
+        sentence_start = len(bos) + at
+        payload_start = sentence_start + len(lead)
+        question_start = len(body)
+        answer_start = question_start + len(question)
+        segments = {
+            "needle": (payload_start, payload_start + len(payload)),
+            "needle_sentence": (sentence_start, sentence_start + len(needle)),
+            "question": (question_start, answer_start),
+            "answer": (answer_start, answer_start + len(payload)),
+        }
+        probes.append(ProbeSequence(tuple(body + question + payload), "needle", segments, depth))
+    return probes
+
+
+def _haystack(
+    sentences: Sequence[str], first: int, budget: int, ids: Callable[[str], list[int]]
+) -> tuple[list[int], list[int]]:
+    """`budget` tokens of sentences read on from `first` (wrapping round), each tokenized on
+    its own with a leading space, and the token offsets of the sentence boundaries within them."""
+    tokens: list[int] = []
+    boundaries = [0]
+    k = first
+    while len(tokens) < budget:
+        tokens += ids(" " + sentences[k % len(sentences)].strip())
+        boundaries.append(len(tokens))
+        k += 1
+    tokens = tokens[:budget]
+    # The haystack's end is a boundary too: depth 1 puts the needle right before the question.
+    return tokens, sorted({b for b in boundaries if b < budget} | {budget})
