@@ -58,6 +58,7 @@ from attnwh.cli.options import (
     MixingOpt,
     Mode,
     PairColumnOpt,
+    ProbeKind,
     RayAddressOpt,
     ReadDbOpt,
     Reading,
@@ -681,12 +682,23 @@ def ablation(
     shots: ShotsOpt = 0,
     shot_seed: ShotSeedOpt = 42,
     label_words: LabelWordsOpt = None,
+    probe: Annotated[
+        list[ProbeKind] | None,
+        typer.Option(
+            help="Score a causal language model's next-token loss on probe sequences instead of text: induction "
+            "(BOS, --repeat-length random tokens, the same again; the loss of each half is stored as spans first "
+            "and repeat). --limit sequences (default 20), drawn with --seed."
+        ),
+    ] = None,
+    repeat_length: Annotated[
+        int, typer.Option(min=2, help="Random tokens in each half of an induction probe (--probe induction).")
+    ] = 32,
     device: DeviceOpt = Device.auto,
     db: DbOpt = DEFAULT_DB,
     replace: ReplaceOpt = False,
     compute: Engine,
 ) -> Done:
-    """Disable each head (L×H configurations) and each whole layer (L) of a fine-tuned classifier, or of a causal language model read through the task's prompt (--prompt), score every configuration with the task's metric, and store the scores with every per-example prediction in ablation_configs, ablation_predictions and ablations.
+    """Disable each head (L×H configurations) and each whole layer (L) of a fine-tuned classifier, or of a causal language model read through the task's prompt (--prompt), score every configuration with the task's metric, and store the scores with every per-example prediction in ablation_configs, ablation_predictions and ablations. On plain text (--text, --task prose) or probes (--probe), a causal language model's configurations are scored by next-token loss instead: per sequence and span in ablation_losses, tested into ablations as metric loss (named query loss_ablation).
 
     Each configuration is compared with the baseline on the same examples: exact McNemar test (accuracy) or paired permutation test (F1, MCC, correlations), a paired bootstrap interval of the delta, and Benjamini–Hochberg adjustment across the sweep. Then all individually helpful heads are disabled together, a top-k curve is scored, every sink head is disabled together (mean attention to [CLS], [SEP] — a decoder's first token — or punctuation above 0.3, read from a statistics run of the same model that holds these examples: run `attnwh ingest` on them first), and gradient importance per head goes into head_importance. Rerunning resumes an interrupted run and skips a complete one (--replace redoes it).
     """
@@ -694,6 +706,10 @@ def ablation(
     modes = list(dict.fromkeys(m.value for m in mode or [Mode.uniform]))
     run_on = compute.options(device.value)
     words = _label_words(prompt, shots, shot_seed, label_words)
+    if probe or _plain_text(source, task):
+        loss_sweep = functools.partial(_loss_ablation, model, source, task, [p.value for p in probe or []])
+        return loss_sweep(repeat_length, reading, modes, resamples, attention_memory, configs_per_pass, prefix_cache,
+                          prompt, device, db, replace, run_on)  # fmt: skip
     with loading(console, None if run_on.shard else db, source, models=[model]):
         # Data errors before torch is imported; only a sweep of the bundled sample without
         # --task waits for the model, whose fine-tuning task it is swept on.
@@ -760,6 +776,95 @@ def ablation(
             summary
             for s in settings
             for summary in ingest_ablation(db, encoder, prepared[s.mode], options, s, bars.start, bars.advance, run_on)
+        ],
+    )
+    return Done(list(summaries), seconds, db)
+
+
+def _plain_text(source: DataSource, task: list[str] | None) -> bool:
+    """Whether the data named is plain text (--text, or a bundled text sample such as prose)."""
+    from attnwh.ingest.sources.text import SAMPLE_TEXTS
+
+    return source.text is not None or any(t in SAMPLE_TEXTS for t in task or source.task or [])
+
+
+def _loss_ablation(
+    model: str,
+    source: DataSource,
+    task: list[str] | None,
+    probes: list[str],
+    repeat_length: int,
+    reading: Reading,
+    modes: list[str],
+    resamples: int,
+    attention_memory: str | None,
+    configs_per_pass: int | None,
+    prefix_cache: bool,
+    prompt: bool,
+    device: Device,
+    db: Path,
+    replace: bool,
+    run_on: Any,
+) -> Done:
+    """The ablation sweep scored by next-token loss, on plain text or probes (`ablation`)."""
+    console = Console(stderr=True)
+    if prompt:
+        raise UsageError(
+            "--prompt reads a labelled task; plain text and probes are scored by next-token loss: drop --prompt"
+        )
+    if run_on.shard is not None or run_on.engine == "ray":
+        raise UsageError("the ablation sweep on next-token loss runs in one process: drop --shard and --engine ray")
+    if probes and (task or source.given):
+        raise UsageError("--probe sweeps probe sequences: drop --text, --task and the other data sources, or --probe")
+    with loading(console, db, None if probes else source, models=[model]):
+        loaded = [] if probes else source.load(task)
+        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.runs.ablation import AblationOptions
+        from attnwh.ingest.runs.loss_ablation import (
+            check_language_model,
+            ingest_loss_ablation,
+            prepare_loss_ablation,
+            probe_task,
+        )
+
+        encoder = load_encoder(model, device.value, language_model=True)
+        check_language_model(encoder)
+        tasks, spans = loaded, None
+        if probes:
+            from attnwh.ingest.sources.probes import induction_probes
+
+            n = reading.limit or 20
+            made = [induction_probes(encoder.tokenizer, n, repeat_length, reading.seed) for _ in probes]
+            settings = {"n": n, "length": repeat_length, "seed": reading.seed}
+            tasks = [probe_task(p, kind, settings) for p, kind in zip(made, probes)]
+            spans = [[p.segments for p in sequences] for sequences in made]
+        options = reading.ingest_options(replace)
+        per_pass = configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
+        settings_by_mode = [
+            AblationOptions(
+                mode=m,
+                n_resamples=resamples,
+                importance=False,
+                prefix_cache=prefix_cache,
+                configs_per_pass=per_pass,
+                attention_memory=parse_memory(attention_memory),
+            )
+            for m in modes
+        ]
+        prepared = {s.mode: prepare_loss_ablation(encoder, tasks, options, s, spans) for s in settings_by_mode}
+    n_configs = 1 + encoder.num_layers * encoder.num_heads + encoder.num_layers
+    console.print(
+        f"{describe(encoder)}: next-token loss under {n_configs} configurations per text and mode ({', '.join(modes)}), "
+        f"{per_pass} per pass, prefix cache {'on' if prefix_cache else 'off'}",
+        highlight=False,
+    )
+    summaries, seconds = run_resumable(
+        console,
+        db,
+        lambda bars: [
+            summary
+            for s in settings_by_mode
+            for summary in ingest_loss_ablation(db, encoder, prepared[s.mode], options, s, bars.start, bars.advance)
         ],
     )
     return Done(list(summaries), seconds, db)

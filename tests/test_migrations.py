@@ -75,6 +75,7 @@ ROWS: dict[int, list[str]] = {
     19: [],  # comments on value zeroing's columns (0019_decoder_value_zeroing.sql): no new table
     20: [],  # dependency_baselines per direction (0020_decoder_relations.sql): no new table
     21: ["INSERT INTO prompt_predictions VALUES ({run}, 7, 1, true, [0.1, 0.7]::REAL[])"],
+    22: ["INSERT INTO ablation_losses VALUES ({run}, 0, 7, 'all', 12.5, 5)"],
 }
 # Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
 # (dep_to_head) into head_to_dep.
