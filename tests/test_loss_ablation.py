@@ -191,7 +191,9 @@ def test_probe_spans_split_the_whole_sequence_and_are_tested(swept, lms):
         for _, _, whole, halves, first, repeat in sums:
             assert halves == pytest.approx(whole, rel=1e-12)
             assert (first, repeat) == (8 - (1 - bos), 8)  # without a BOS, token 0 has no loss
-        metrics = {m for (m,) in con.execute("SELECT DISTINCT metric FROM ablations WHERE run_id = ?", [run_id]).fetchall()}
+        metrics = {
+            m for (m,) in con.execute("SELECT DISTINCT metric FROM ablations WHERE run_id = ?", [run_id]).fetchall()
+        }
         assert metrics == {"loss", "loss:first", "loss:repeat"}
         # The named query's per-span loss is the stored rows' sum(nats) / sum(tokens), with the tests beside it.
         named = run_query(con, get_query("loss_ablation"), {"run": run_id, "span": "repeat"}).to_pylist()
