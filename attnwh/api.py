@@ -686,13 +686,16 @@ def ablation(
         list[ProbeKind] | None,
         typer.Option(
             help="Score a causal language model's next-token loss on probe sequences instead of text: induction "
-            "(BOS, --repeat-length random tokens, the same again; the loss of each half is stored as spans first "
-            "and repeat). --limit sequences (default 20), drawn with --seed."
+            "(BOS, --repeat-length random tokens, the same again; spans first and repeat), needle (a needle sentence "
+            "at depths 0, 25, 50, 75 and 100 % of a haystack of --max-length tokens cut from --text or the prose "
+            "sample, then a question and its answer, teacher-forced; spans needle, needle_sentence, question, "
+            "answer). Repeatable; --limit probes of each (default 20), drawn with --seed."
         ),
     ] = None,
     repeat_length: Annotated[
-        int, typer.Option(min=2, help="Random tokens in each half of an induction probe (--probe induction).")
-    ] = 32,
+        int | None,
+        typer.Option(min=2, help="Random tokens in each half of an induction probe (--probe induction; default 32)."),
+    ] = None,
     device: DeviceOpt = Device.auto,
     db: DbOpt = DEFAULT_DB,
     replace: ReplaceOpt = False,
@@ -707,9 +710,12 @@ def ablation(
     run_on = compute.options(device.value)
     words = _label_words(prompt, shots, shot_seed, label_words)
     if probe or _plain_text(source, task):
-        loss_sweep = functools.partial(_loss_ablation, model, source, task, [p.value for p in probe or []])
-        return loss_sweep(repeat_length, reading, modes, resamples, attention_memory, configs_per_pass, prefix_cache,
-                          prompt, device, db, replace, run_on)  # fmt: skip
+        return _loss_ablation(
+            model, source, task, [p.value for p in dict.fromkeys(probe or [])], repeat_length, reading, modes,
+            resamples, attention_memory, configs_per_pass, prefix_cache, prompt, top_k, device, db, replace, run_on,
+        )  # fmt: skip
+    if repeat_length is not None:
+        raise UsageError("--repeat-length goes with --probe induction")
     with loading(console, None if run_on.shard else db, source, models=[model]):
         # Data errors before torch is imported; only a sweep of the bundled sample without
         # --task waits for the model, whose fine-tuning task it is swept on.
@@ -793,7 +799,7 @@ def _loss_ablation(
     source: DataSource,
     task: list[str] | None,
     probes: list[str],
-    repeat_length: int,
+    repeat_length: int | None,
     reading: Reading,
     modes: list[str],
     resamples: int,
@@ -801,6 +807,7 @@ def _loss_ablation(
     configs_per_pass: int | None,
     prefix_cache: bool,
     prompt: bool,
+    top_k: int,
     device: Device,
     db: Path,
     replace: bool,
@@ -814,30 +821,34 @@ def _loss_ablation(
         )
     if run_on.shard is not None or run_on.engine == "ray":
         raise UsageError("the ablation sweep on next-token loss runs in one process: drop --shard and --engine ray")
-    if probes and (task or source.given):
-        raise UsageError("--probe sweeps probe sequences: drop --text, --task and the other data sources, or --probe")
-    with loading(console, db, None if probes else source, models=[model]):
-        loaded = [] if probes else source.load(task)
+    if top_k != 10:
+        raise UsageError("--top-k ranks heads by a task score: the sweep on next-token loss has no top-k curve")
+    if probes and (task or source.given) and "needle" not in probes:
+        raise UsageError("--probe induction sweeps random tokens: drop --text, --task and the other data sources")
+    if repeat_length is not None and "induction" not in probes:
+        raise UsageError("--repeat-length goes with --probe induction")
+    with loading(console, db, source, models=[model]):
+        # Text to sweep, or the needle probes' haystack (the prose sample by default).
+        loaded = source.load(task or (["prose"] if probes and not source.given else None))
         from attnwh.ingest.encoder.loading import load_encoder
         from attnwh.ingest.runs.ablation import AblationOptions
         from attnwh.ingest.runs.loss_ablation import (
             check_language_model,
             ingest_loss_ablation,
+            make_probes,
             prepare_loss_ablation,
-            probe_task,
         )
 
         encoder = load_encoder(model, device.value, language_model=True)
         check_language_model(encoder)
         tasks, spans = loaded, None
         if probes:
-            from attnwh.ingest.sources.probes import induction_probes
-
-            n = reading.limit or 20
-            made = [induction_probes(encoder.tokenizer, n, repeat_length, reading.seed) for _ in probes]
-            settings = {"n": n, "length": repeat_length, "seed": reading.seed}
-            tasks = [probe_task(p, kind, settings) for p, kind in zip(made, probes)]
-            spans = [[p.segments for p in sequences] for sequences in made]
+            documents = [e.text_a for t in loaded for e in t.examples]
+            length = reading.max_length or min(encoder.max_length, 256)
+            made = make_probes(
+                encoder, probes, reading.limit or 20, repeat_length or 32, length, documents, reading.seed
+            )
+            tasks, spans = [t for t, _ in made], [s for _, s in made]
         options = reading.ingest_options(replace)
         per_pass = configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
         settings_by_mode = [

@@ -27,9 +27,20 @@ SWEEP = ["--max-length", "40", "--limit", "4", "--resamples", "200"]
 PROBE = ["--probe", "induction", "--repeat-length", "8", "--limit", "4", "--mode", "zero", "--resamples", "200"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread (a forward pass is a millisecond; a second thread
+    only waits for it, and far longer on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def lms(tmp_path_factory) -> dict[str, Path]:
-    return {f: make_causal_lm(f, tmp_path_factory.mktemp(f"lm-{f}"), positions=64) for f in FAMILIES}
+    # Positions for a needle probe's 300 tokens (the tiny tokenizers cut words into pieces).
+    return {f: make_causal_lm(f, tmp_path_factory.mktemp(f"lm-{f}"), positions=320) for f in FAMILIES}
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +187,21 @@ def test_stored_delta_p_and_q_match_a_recomputation_from_the_stored_rows(swept, 
     assert [q for _, q in p_values] == pytest.approx(q_expected.tolist(), abs=1e-12)
 
 
-def test_probe_spans_split_the_whole_sequence_and_are_tested(swept, lms):
+def test_probe_spans_split_the_whole_sequence_and_are_tested(swept, lms, tmp_path):
+    db = tmp_path / "needle.duckdb"
+    cli_main("ingest", "ablation", "--model", str(lms["gpt2"]), "--probe", "needle", "--limit", "2", "--max-length",
+             "300", "--mode", "zero", "--resamples", "100", "--db", str(db))  # fmt: skip
+    with duckdb.connect(str(db), read_only=True) as con:
+        spans = con.execute(
+            "SELECT span, count(*), min(tokens), max(tokens) FROM ablation_losses GROUP BY span ORDER BY span"
+        ).fetchall()
+        # The answer is the payload teacher-forced again: as many tokens, and it ends the sequence.
+        by_span = {name: (rows, low, high) for name, rows, low, high in spans}
+        assert set(by_span) == {"all", "answer", "needle", "needle_sentence", "question"}
+        assert all(rows == 11 * 2 for rows, _, _ in by_span.values())
+        assert by_span["answer"][1:] == by_span["needle"][1:] and by_span["all"][1:] == (299, 299)
+        metrics = {m for (m,) in con.execute("SELECT DISTINCT metric FROM ablations").fetchall()}
+        assert metrics == {"loss", *(f"loss:{name}" for name in by_span if name != "all")}
     con = duckdb.connect(str(swept), read_only=True)
     for family, bos in (("llama", 1), ("gpt2", 0)):
         run_id = next(r for r, _, task in _runs(con, lms[family]) if task == "induction")
@@ -253,7 +278,8 @@ def test_an_interrupted_sweep_resumes_without_duplicates_and_replace_redoes_it(l
         ("encoder", ["--task", "prose"], "is an encoder"),
         ("lm", ["--text", "{empty}"], "no text"),
         ("lm", ["--task", "prose", "--prompt"], "drop --prompt"),
-        ("lm", ["--task", "prose", "--probe", "induction"], "--probe sweeps probe sequences"),
+        ("lm", ["--task", "prose", "--probe", "induction"], "--probe induction sweeps random tokens"),
+        ("lm", ["--task", "prose", "--repeat-length", "8"], "--repeat-length goes with --probe induction"),
         ("lm", ["--task", "prose", "--task", "sentiment"], "sentiment is a labelled task"),
         ("lm", ["--task", "prose", "--engine", "ray"], "runs in one process"),
     ],

@@ -65,6 +65,7 @@ class ProbeKind(str, enum.Enum):
     """Probe sequences `ingest ablation --probe` scores by next-token loss (`sources/probes.py`)."""
 
     induction = "induction"
+    needle = "needle"
 
 
 class Documents(str, enum.Enum):

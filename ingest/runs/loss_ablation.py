@@ -32,7 +32,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from attnwh.errors import DataError, ModelError
+from attnwh.errors import DataError, ModelError, UsageError
 from attnwh.ingest.encoder.loading import EncoderModel
 from attnwh.ingest.measures.ablation import AblationSweep, sweep_configurations
 from attnwh.ingest.measures.lm_loss import ALL, compare_losses, metric_name, span_sums, token_losses
@@ -122,6 +122,41 @@ def probe_task(probes: Sequence[ProbeSequence], kind: str, settings: Mapping[str
         for i, p in enumerate(probes)
     )  # fmt: skip
     return TaskData(PROBE_DATASET, kind, split, examples, None, f"probe:{kind}:{split}")
+
+
+# Depths of the needle probes, in turn (0: before the haystack, 1: right before the question).
+NEEDLE_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def make_probes(
+    encoder: EncoderModel,
+    kinds: Sequence[str],
+    n: int,
+    repeat_length: int,
+    context_length: int,
+    documents: Sequence[str],
+    seed: int,
+) -> list[tuple[TaskData, list[Spans]]]:
+    """Per kind ("induction", "needle"), `n` probes (`sources/probes.py`) as a task and their
+    sequences' spans: induction halves of `repeat_length` random tokens; needles in haystacks
+    of `context_length` tokens cut from `documents`, at :data:`NEEDLE_DEPTHS` in turn."""
+    from attnwh.ingest.sources.probes import induction_probes, needle_probes
+
+    made = []
+    for kind in kinds:
+        if kind == "induction":
+            probes = induction_probes(encoder.tokenizer, n, repeat_length, seed)
+            settings: dict[str, object] = {"n": n, "length": repeat_length, "seed": seed}
+        elif kind == "needle":
+            try:
+                probes = needle_probes(encoder.tokenizer, documents, n, context_length, NEEDLE_DEPTHS, seed)
+            except UsageError as exc:  # the needle's length is the sweep's --max-length
+                raise UsageError(str(exc).replace("--context-length", "--max-length")) from None
+            settings = {"n": n, "length": context_length, "seed": seed}
+        else:
+            raise ValueError(f"unknown probe kind {kind!r}")
+        made.append((probe_task(probes, kind, settings), [p.segments for p in probes]))
+    return made
 
 
 def prepare_loss_ablation(
@@ -377,6 +412,7 @@ __all__ = [
     "LossTask",
     "LossWorker",
     "check_language_model",
+    "make_probes",
     "ingest_loss_ablation",
     "is_text",
     "metric_name",
