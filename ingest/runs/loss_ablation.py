@@ -155,7 +155,8 @@ def make_probes(
             settings = {"n": n, "length": context_length, "seed": seed}
         else:
             raise ValueError(f"unknown probe kind {kind!r}")
-        made.append((probe_task(probes, kind, settings), [p.segments for p in probes]))
+        spans: list[Spans] = [p.segments for p in probes]
+        made.append((probe_task(probes, kind, settings), spans))
     return made
 
 
