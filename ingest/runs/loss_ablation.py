@@ -178,8 +178,9 @@ def prepare_loss_ablation(
                 f"{data.task} is a labelled task: ablation scores a language model's loss on plain text "
                 "(--text, or --task prose); give --prompt to read a labelled task through a prompt"
             )
-    identity = {**ablation_identity(encoder, ablation), "objective": OBJECTIVE}
-    identity.pop("top_k"), identity.pop("importance")  # no combinations or importance here
+    # No combinations or importance here: their settings stay out of the run key.
+    identity = {k: v for k, v in ablation_identity(encoder, ablation).items() if k not in ("top_k", "importance")}
+    identity["objective"] = OBJECTIVE
     prepared = prepare_tasks(encoder, tasks, options, identity)
     out = []
     for i, task in enumerate(prepared):
