@@ -112,15 +112,17 @@ def is_text(data: TaskData) -> bool:
 PROBE_DATASET = "probe"
 
 
-def probe_task(probes: Sequence[ProbeSequence], kind: str, settings: Mapping[str, object]) -> TaskData:
-    """Probe sequences as a task whose examples carry their token ids; `settings` (seed,
-    length, …) name its split, so other probes are other examples and another run."""
+def probe_task(
+    probes: Sequence[ProbeSequence], kind: str, settings: Mapping[str, object], texts: Sequence[str]
+) -> TaskData:
+    """Probe sequences as a task whose examples carry their token ids (`texts`: each decoded,
+    for display); `settings` (seed, length, …) name its split, so other probes are other
+    examples and another run."""
     split = ",".join(f"{k}={v}" for k, v in sorted(settings.items()))
     examples = tuple(
-        Example(position=i, guid=f"{kind}:{i}", text_a=" ".join(map(str, p.token_ids)), text_b=None, label=None,
-                token_ids=p.token_ids)
-        for i, p in enumerate(probes)
-    )  # fmt: skip
+        Example(position=i, guid=f"{kind}:{i}", text_a=text, text_b=None, label=None, token_ids=p.token_ids)
+        for i, (p, text) in enumerate(zip(probes, texts))
+    )
     return TaskData(PROBE_DATASET, kind, split, examples, None, f"probe:{kind}:{split}")
 
 
@@ -156,7 +158,8 @@ def make_probes(
         else:
             raise ValueError(f"unknown probe kind {kind!r}")
         spans: list[Spans] = [p.segments for p in probes]
-        made.append((probe_task(probes, kind, settings), spans))
+        texts = encoder.tokenizer.batch_decode([list(p.token_ids) for p in probes])
+        made.append((probe_task(probes, kind, settings, texts), spans))
     return made
 
 
