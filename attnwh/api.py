@@ -58,6 +58,7 @@ from attnwh.cli.options import (
     MixingOpt,
     Mode,
     PairColumnOpt,
+    ProbeKind,
     RayAddressOpt,
     ReadDbOpt,
     Reading,
@@ -816,12 +817,26 @@ def ablation(
     shots: ShotsOpt = 0,
     shot_seed: ShotSeedOpt = 42,
     label_words: LabelWordsOpt = None,
+    probe: Annotated[
+        list[ProbeKind] | None,
+        typer.Option(
+            help="Score a causal language model's next-token loss on probe sequences instead of text: induction "
+            "(BOS, --repeat-length random tokens, the same again; spans first and repeat), needle (a needle sentence "
+            "at depths 0, 25, 50, 75 and 100 % of a haystack of --max-length tokens cut from --text or the prose "
+            "sample, then a question and its answer, teacher-forced; spans needle, needle_sentence, question, "
+            "answer). Repeatable; --limit probes of each (default 20), drawn with --seed."
+        ),
+    ] = None,
+    repeat_length: Annotated[
+        int | None,
+        typer.Option(min=2, help="Random tokens in each half of an induction probe (--probe induction; default 32)."),
+    ] = None,
     device: DeviceOpt = Device.auto,
     db: DbOpt = DEFAULT_DB,
     replace: ReplaceOpt = False,
     compute: Engine,
 ) -> Done:
-    """Disable each head (L×H configurations) and each whole layer (L) of a fine-tuned classifier, or of a causal language model read through the task's prompt (--prompt), score every configuration with the task's metric, and store the scores with every per-example prediction in ablation_configs, ablation_predictions and ablations.
+    """Disable each head (L×H configurations) and each whole layer (L) of a fine-tuned classifier, or of a causal language model read through the task's prompt (--prompt), score every configuration with the task's metric, and store the scores with every per-example prediction in ablation_configs, ablation_predictions and ablations. On plain text (--text, --task prose) or probes (--probe), a causal language model's configurations are scored by next-token loss instead: per sequence and span in ablation_losses, tested into ablations as metric loss (named query loss_ablation).
 
     Each configuration is compared with the baseline on the same examples: exact McNemar test (accuracy) or paired permutation test (F1, MCC, correlations), a paired bootstrap interval of the delta, and Benjamini–Hochberg adjustment across the sweep. Then all individually helpful heads are disabled together, a top-k curve is scored, every sink head is disabled together (mean attention to [CLS], [SEP] — a decoder's first token — or punctuation above 0.3, read from a statistics run of the same model that holds these examples: run `attnwh ingest` on them first), and gradient importance per head goes into head_importance. Rerunning resumes an interrupted run and skips a complete one (--replace redoes it).
     """
@@ -829,6 +844,13 @@ def ablation(
     modes = list(dict.fromkeys(m.value for m in mode or [Mode.uniform]))
     run_on = compute.options(device.value)
     words = _label_words(prompt, shots, shot_seed, label_words)
+    if probe or _plain_text(source, task):
+        return _loss_ablation(
+            model, source, task, [p.value for p in dict.fromkeys(probe or [])], repeat_length, reading, modes,
+            resamples, attention_memory, configs_per_pass, prefix_cache, prompt, top_k, device, db, replace, run_on,
+        )  # fmt: skip
+    if repeat_length is not None:
+        raise UsageError("--repeat-length goes with --probe induction")
     with loading(console, None if run_on.shard else db, source, models=[model]):
         # Data errors before torch is imported; only a sweep of the bundled sample without
         # --task waits for the model, whose fine-tuning task it is swept on.
@@ -895,6 +917,100 @@ def ablation(
             summary
             for s in settings
             for summary in ingest_ablation(db, encoder, prepared[s.mode], options, s, bars.start, bars.advance, run_on)
+        ],
+    )
+    return Done(list(summaries), seconds, db)
+
+
+def _plain_text(source: DataSource, task: list[str] | None) -> bool:
+    """Whether the data named is plain text (--text, or a bundled text sample such as prose)."""
+    from attnwh.ingest.sources.text import SAMPLE_TEXTS
+
+    return source.text is not None or any(t in SAMPLE_TEXTS for t in task or source.task or [])
+
+
+def _loss_ablation(
+    model: str,
+    source: DataSource,
+    task: list[str] | None,
+    probes: list[str],
+    repeat_length: int | None,
+    reading: Reading,
+    modes: list[str],
+    resamples: int,
+    attention_memory: str | None,
+    configs_per_pass: int | None,
+    prefix_cache: bool,
+    prompt: bool,
+    top_k: int,
+    device: Device,
+    db: Path,
+    replace: bool,
+    run_on: Any,
+) -> Done:
+    """The ablation sweep scored by next-token loss, on plain text or probes (`ablation`)."""
+    console = Console(stderr=True)
+    if prompt:
+        raise UsageError(
+            "--prompt reads a labelled task; plain text and probes are scored by next-token loss: drop --prompt"
+        )
+    if run_on.shard is not None or run_on.engine == "ray":
+        raise UsageError("the ablation sweep on next-token loss runs in one process: drop --shard and --engine ray")
+    if top_k != 10:
+        raise UsageError("--top-k ranks heads by a task score: the sweep on next-token loss has no top-k curve")
+    if probes and (task or source.given) and "needle" not in probes:
+        raise UsageError("--probe induction sweeps random tokens: drop --text, --task and the other data sources")
+    if repeat_length is not None and "induction" not in probes:
+        raise UsageError("--repeat-length goes with --probe induction")
+    with loading(console, db, source, models=[model]):
+        # Text to sweep, or the needle probes' haystack (the prose sample by default).
+        loaded = source.load(task or (["prose"] if probes and not source.given else None))
+        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.runs.ablation import AblationOptions
+        from attnwh.ingest.runs.loss_ablation import (
+            check_language_model,
+            ingest_loss_ablation,
+            make_probes,
+            prepare_loss_ablation,
+        )
+
+        encoder = load_encoder(model, device.value, language_model=True)
+        check_language_model(encoder)
+        tasks, spans = loaded, None
+        if probes:
+            documents = [e.text_a for t in loaded for e in t.examples]
+            length = reading.max_length or min(encoder.max_length, 256)
+            made = make_probes(
+                encoder, probes, reading.limit or 20, repeat_length or 32, length, documents, reading.seed
+            )
+            tasks, spans = [t for t, _ in made], [s for _, s in made]
+        options = reading.ingest_options(replace)
+        per_pass = configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
+        settings_by_mode = [
+            AblationOptions(
+                mode=m,
+                n_resamples=resamples,
+                importance=False,
+                prefix_cache=prefix_cache,
+                configs_per_pass=per_pass,
+                attention_memory=parse_memory(attention_memory),
+            )
+            for m in modes
+        ]
+        prepared = {s.mode: prepare_loss_ablation(encoder, tasks, options, s, spans) for s in settings_by_mode}
+    n_configs = 1 + encoder.num_layers * encoder.num_heads + encoder.num_layers
+    console.print(
+        f"{describe(encoder)}: next-token loss under {n_configs} configurations per text and mode ({', '.join(modes)}), "
+        f"{per_pass} per pass, prefix cache {'on' if prefix_cache else 'off'}",
+        highlight=False,
+    )
+    summaries, seconds = run_resumable(
+        console,
+        db,
+        lambda bars: [
+            summary
+            for s in settings_by_mode
+            for summary in ingest_loss_ablation(db, encoder, prepared[s.mode], options, s, bars.start, bars.advance)
         ],
     )
     return Done(list(summaries), seconds, db)

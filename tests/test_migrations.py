@@ -80,6 +80,7 @@ ROWS: dict[int, list[str]] = {
         "INSERT INTO role_probes VALUES ({run}, 7, 0, 'needle', 42, 0.5, [1, 5, 9]::INTEGER[], '{{\"needle\": [1, 2]}}')",
         "INSERT INTO head_roles VALUES ({run}, 7, 1, 2, 0.3, NULL, NULL, 0.25, 0.5, 0.9)",
     ],
+    23: ["INSERT INTO ablation_losses VALUES ({run}, 0, 7, 'all', 12.5, 5)"],
 }
 # Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
 # (dep_to_head) into head_to_dep.

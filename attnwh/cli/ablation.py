@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from attnwh import api
 from attnwh.cli.options import cli_command
-from attnwh.cli.summaries import print_ablation, print_shards
+from attnwh.cli.summaries import print_ablation, print_loss_ablation, print_shards
 
 
 def show_ablation(done: api.Done) -> None:
     if done.sharded:
         print_shards(done.results, done.seconds)
+    elif done.results and hasattr(done.results[0], "n_tokens"):  # a sweep scored by next-token loss
+        print_loss_ablation(done.results, done.db, done.seconds)
     else:
         print_ablation(done.results, done.db, done.seconds)
 

@@ -61,6 +61,13 @@ class Mode(str, enum.Enum):
     zero = "zero"
 
 
+class ProbeKind(str, enum.Enum):
+    """Probe sequences `ingest ablation --probe` scores by next-token loss (`sources/probes.py`)."""
+
+    induction = "induction"
+    needle = "needle"
+
+
 class Documents(str, enum.Enum):
     """How a plain text --text file is split into documents (`attnwh.ingest.sources.text`)."""
 

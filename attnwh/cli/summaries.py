@@ -198,6 +198,38 @@ def _dependency_tables(out: Console, con: Any, run_id: int) -> int:
     return len(best)
 
 
+def print_loss_ablation(summaries: Sequence[Any], db: Path, seconds: float) -> None:
+    """One line per run of `attnwh ingest ablation` scored by next-token loss (`LossSummary`):
+    the baseline loss, and the head and layer whose disabling raised it most."""
+
+    def effect(name: str, delta: float, p_adjusted: float | None) -> str:
+        return f"{name} {delta:+.4f} (q {p_adjusted:.2g})" if p_adjusted is not None else f"{name} {delta:+.4f}"
+
+    table = Table("text · mode", "run", "sequences", "tokens", "loss", "spans", "worst head", "worst layer",
+                  "signif.", box=None)  # fmt: skip
+    for s in summaries:
+        head, layer = s.worst_head, s.worst_layer
+        table.add_row(
+            f"{s.task} · {s.mode}",
+            f"{s.run_id} {s.outcome}",
+            str(s.n_sequences),
+            str(s.n_tokens),
+            f"{s.baseline:.4f}",
+            ", ".join(f"{name} {loss:.3f}" for name, loss in s.spans.items()) or "–",
+            "–" if head is None else effect(f"{head[0]}-{head[1]}", head[2], head[3]),
+            "–" if layer is None else effect(str(layer[0]), layer[1], layer[2]),
+            str(s.n_significant),
+        )
+    out = Console()
+    out.print(table)
+    out.print(
+        "loss: mean next-token loss per token (nats) with nothing disabled; Δ: with it disabled minus baseline "
+        "(> 0: the loss rose); q: Benjamini–Hochberg over the run's heads and layers; signif.: q < 0.05. "
+        f"Per configuration and span: named query loss_ablation. Done in {seconds:.1f} s → {db.resolve()}",
+        highlight=False,
+    )
+
+
 def print_ablation(summaries: Sequence[Any], db: Path, seconds: float) -> None:
     """One line per run of `attnwh ingest ablation` (`AblationSummary`): baseline, best head and layer."""
 

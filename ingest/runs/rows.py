@@ -206,6 +206,7 @@ _KEYED = frozenset(
         "example_tokens",
         "ablation_configs",
         "ablation_predictions",
+        "ablation_losses",
         "prompt_predictions",
     }
 )

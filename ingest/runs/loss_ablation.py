@@ -1,0 +1,426 @@
+"""`attnwh ingest ablation` on plain text: every head and every layer of a causal language
+model disabled in turn, each configuration scored by its next-token loss (:mod:`lm_loss`).
+
+A run (runs.kind = 'ablation', its identity naming the loss objective) is one model, text (or
+probe set) and mode, in two stages, as the classifier sweep's:
+
+1. the sweep: the baseline, every head and every whole layer (1 + L×H + L configurations)
+   batch by batch, through the same exact prefix cache (:class:`AblationSweep`, scoring each
+   position's next-token cross-entropy). A batch's rows in ablation_losses (one per
+   configuration, sequence and span: nats and tokens) are committed with its run_examples
+   marks, so an interrupted run resumes at the next batch and never stores a row twice;
+2. the finish: each configuration's mean loss per token against the baseline's on the same
+   sequences, per span (a paired permutation test and a bootstrap interval, :mod:`lm_loss`),
+   Benjamini–Hochberg across the head and layer configurations per span, into ablations
+   (metric ``loss`` or ``loss:<span>``), in the transaction that completes the run.
+
+Sequences may carry named spans (half-open token ranges: the probes' ``first`` and
+``repeat`` halves, a needle's ``answer``): their loss is stored beside the whole sequence's
+(span ``all``). There are no combinations, sinks or gradient importance on this objective.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from attnwh.errors import DataError, ModelError, UsageError
+from attnwh.ingest.encoder.loading import EncoderModel
+from attnwh.ingest.measures.ablation import AblationSweep, sweep_configurations
+from attnwh.ingest.measures.lm_loss import ALL, compare_losses, metric_name, span_sums, token_losses
+from attnwh.ingest.measures.significance import PairedResult, benjamini_hochberg
+from attnwh.ingest.runs.ablation import (
+    AblationOptions,
+    ProgressBatch,
+    ProgressStart,
+    _insert_configs,
+    ablation_identity,
+    check_ablation_fits,
+    config_rows,
+)
+from attnwh.ingest.runs.loop import IngestOptions, OpenRun, PreparedTask, open_task_run, prepare_tasks, store_stream
+from attnwh.ingest.runs.shards import Part
+from attnwh.ingest.runs.units import WorkUnit, plan_units
+from attnwh.ingest.sources.examples import Example, TaskData
+from attnwh.sql import runs, warehouse
+
+if TYPE_CHECKING:
+    from attnwh.ingest.sources.probes import ProbeSequence
+
+OBJECTIVE = "loss"
+# Bytes of the logits (and their log-softmax) one pass may hold: a batch is cut into pieces
+# below it, the vocabulary being large (49,152 entries for SmolLM2).
+LOGIT_BUDGET = 512 * 2**20
+
+Spans = Mapping[str, tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class LossTask:
+    """A prepared task of a loss sweep and its sequences' named spans (task order; empty
+    mappings for plain text, whose only span is the whole sequence)."""
+
+    task: PreparedTask
+    spans: list[Spans]
+
+
+@dataclass(frozen=True)
+class LossSummary:
+    task: str
+    mode: str
+    run_id: int
+    outcome: str  # complete, resumed, replaced, already complete
+    n_sequences: int
+    n_tokens: int  # tokens with a loss (span all)
+    n_written: int  # sequences swept by this invocation
+    baseline: float  # mean loss per token, nats
+    worst_head: tuple[int, int, float, float] | None  # layer, head, delta, adjusted p: largest rise
+    worst_layer: tuple[int, float, float] | None  # layer, delta, adjusted p
+    n_significant: int  # heads and layers with adjusted p < 0.05
+    spans: dict[str, float]  # named span: its baseline loss per token
+    seconds: float
+
+
+def check_language_model(encoder: EncoderModel) -> None:
+    """The loss objective reads a causal language model's next-token logits: refuse an
+    encoder or a fine-tuned classifier in one line."""
+    if not encoder.causal:
+        raise ModelError(
+            f"ablation on plain text scores a causal language model's next-token loss; {encoder.name} is an "
+            f"encoder ({encoder.family}): give a decoder, or a labelled task for a fine-tuned classifier"
+        )
+    if encoder.architecture.endswith("ForSequenceClassification"):
+        raise ModelError(
+            f"ablation on plain text scores a language model's next-token loss; {encoder.name} is a fine-tuned "
+            f"classifier ({encoder.architecture}): give its base language model, or a labelled task"
+        )
+
+
+def is_text(data: TaskData) -> bool:
+    """Plain text (or probes) read for language modelling, which the loss objective scores."""
+    return data.text is not None or data.dataset == PROBE_DATASET
+
+
+PROBE_DATASET = "probe"
+
+
+def probe_task(
+    probes: Sequence[ProbeSequence], kind: str, settings: Mapping[str, object], texts: Sequence[str]
+) -> TaskData:
+    """Probe sequences as a task whose examples carry their token ids (`texts`: each decoded,
+    for display); `settings` (seed, length, …) name its split, so other probes are other
+    examples and another run."""
+    split = ",".join(f"{k}={v}" for k, v in sorted(settings.items()))
+    examples = tuple(
+        Example(position=i, guid=f"{kind}:{i}", text_a=text, text_b=None, label=None, token_ids=p.token_ids)
+        for i, (p, text) in enumerate(zip(probes, texts))
+    )
+    return TaskData(PROBE_DATASET, kind, split, examples, None, f"probe:{kind}:{split}")
+
+
+# Depths of the needle probes, in turn (0: before the haystack, 1: right before the question).
+NEEDLE_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def make_probes(
+    encoder: EncoderModel,
+    kinds: Sequence[str],
+    n: int,
+    repeat_length: int,
+    context_length: int,
+    documents: Sequence[str],
+    seed: int,
+) -> list[tuple[TaskData, list[Spans]]]:
+    """Per kind ("induction", "needle"), `n` probes (`sources/probes.py`) as a task and their
+    sequences' spans: induction halves of `repeat_length` random tokens; needles in haystacks
+    of `context_length` tokens cut from `documents`, at :data:`NEEDLE_DEPTHS` in turn."""
+    from attnwh.ingest.sources.probes import induction_probes, needle_probes
+
+    made = []
+    for kind in kinds:
+        if kind == "induction":
+            probes = induction_probes(encoder.tokenizer, n, repeat_length, seed)
+            settings: dict[str, object] = {"n": n, "length": repeat_length, "seed": seed}
+        elif kind == "needle":
+            try:
+                probes = needle_probes(encoder.tokenizer, documents, n, context_length, NEEDLE_DEPTHS, seed)
+            except UsageError as exc:  # the needle's length is the sweep's --max-length
+                raise UsageError(str(exc).replace("--context-length", "--max-length")) from None
+            settings = {"n": n, "length": context_length, "seed": seed}
+        else:
+            raise ValueError(f"unknown probe kind {kind!r}")
+        spans: list[Spans] = [p.segments for p in probes]
+        texts = encoder.tokenizer.batch_decode([list(p.token_ids) for p in probes])
+        made.append((probe_task(probes, kind, settings, texts), spans))
+    return made
+
+
+def prepare_loss_ablation(
+    encoder: EncoderModel,
+    tasks: Sequence[TaskData],
+    options: IngestOptions,
+    ablation: AblationOptions,
+    spans: Sequence[Sequence[Spans] | None] | None = None,
+) -> list[LossTask]:
+    """`prepare_tasks` for a loss sweep: plain text cut into sequences (or probes, with
+    `spans`, one mapping per example of each task), the objective in the run key. Refuses,
+    before anything is written, a model that is no causal language model, a task that is no
+    plain text and a sequence too short to have a loss."""
+    check_language_model(encoder)
+    for data in tasks:
+        if not is_text(data):
+            raise DataError(
+                f"{data.task} is a labelled task: ablation scores a language model's loss on plain text "
+                "(--text, or --task prose); give --prompt to read a labelled task through a prompt"
+            )
+    # No combinations or importance here: their settings stay out of the run key.
+    identity = {k: v for k, v in ablation_identity(encoder, ablation).items() if k not in ("top_k", "importance")}
+    identity["objective"] = OBJECTIVE
+    prepared = prepare_tasks(encoder, tasks, options, identity)
+    out = []
+    for i, task in enumerate(prepared):
+        if int(task.encoded.n_tokens.max()) < 2:
+            raise DataError(f"{task.data.task}: every sequence is a single token, so none has a next-token loss")
+        given = spans[i] if spans is not None else None
+        if given is not None:
+            # After sampling (--limit), the examples left keep their spans by position.
+            given = [given[e.position] for e in task.data.examples]
+        prepared_task = dataclasses.replace(task, identity={**task.identity, "spans": given is not None})
+        out.append(LossTask(prepared_task, list(given) if given is not None else [{} for _ in task.data.examples]))
+    check_ablation_fits(encoder, [t.task for t in out], dataclasses.replace(ablation, importance=False))
+    return out
+
+
+class LossWorker:
+    """Computes units of a loss sweep: every configuration's nats and tokens per sequence and span."""
+
+    def __init__(self, sweep: AblationSweep, spans: Mapping[str, Sequence[Spans]]) -> None:
+        sweep.scorer = token_losses
+        self.sweep = sweep
+        self.spans = spans
+        encoder = sweep.encoder
+        self.configs = sweep_configurations(encoder.num_layers, encoder.num_heads)
+        config: Any = encoder.model.config
+        self.vocab = int(getattr(config, "vocab_size", 0) or len(encoder.tokenizer))
+
+    def rows_per_pass(self, length: int) -> int:
+        """Rows one pass may hold: the attention budget's, and the logits' (:data:`LOGIT_BUDGET`)."""
+        per_row = length * self.vocab * 8 * self.sweep.configs_per_pass
+        return max(1, min(self.sweep.max_rows(length), LOGIT_BUDGET // per_row))
+
+    def compute(self, unit: WorkUnit) -> Part:
+        encoder = self.sweep.encoder
+        tick = time.perf_counter()
+        spans = self.spans[unit.run_key]
+        ids = np.arange(len(self.configs), dtype=np.int32)
+        tables = []
+        for piece in unit.split(self.rows_per_pass(int(unit.n_tokens.max()))):
+            batch = piece.collate(encoder.tokenizer.pad_token_id, encoder.device)
+            losses = self.sweep.logits(batch, self.configs)  # (configurations, rows, positions)
+            names, nats, tokens = span_sums(losses, piece.n_tokens.tolist(), [spans[p] for p in piece.positions])
+            tables.append(loss_rows(ids, piece.example_ids, names, nats, tokens))
+        return Part(
+            unit.run_key,
+            unit.name,
+            {
+                "ablation_configs": config_rows(self.sweep.mode, self.configs, 0),
+                "ablation_losses": pa.concat_tables(tables),
+                "run_examples": unit.done_rows(),
+            },
+            True,
+            time.perf_counter() - tick,
+            str(encoder.device),
+        )
+
+
+def loss_rows(
+    config_ids: np.ndarray, example_ids: np.ndarray, names: Sequence[str], nats: np.ndarray, tokens: np.ndarray
+) -> pa.Table:
+    """ablation_losses rows (without run_id) of nats (configurations, spans, rows) and tokens
+    (spans, rows); a span a sequence does not have is left out."""
+    c, s, r = np.meshgrid(np.arange(len(config_ids)), np.arange(len(names)), np.arange(len(example_ids)), indexing="ij")
+    # The whole sequence's row is always there (0 tokens for a sequence of one token).
+    keep = np.broadcast_to((tokens > 0) | (np.asarray(names) == ALL)[:, None], nats.shape)
+    return pa.table(
+        {
+            "config_id": pa.array(np.asarray(config_ids)[c[keep]], pa.int32()),
+            "example_id": pa.array(np.asarray(example_ids)[r[keep]], pa.int64()),
+            "span": pa.array(np.asarray(names, dtype=object)[s[keep]], pa.string()),
+            "nats": pa.array(nats[keep], pa.float64()),
+            "tokens": pa.array(np.broadcast_to(tokens[None], nats.shape)[keep], pa.int32()),
+        }
+    )
+
+
+def ingest_loss_ablation(
+    db_path: Path,
+    encoder: EncoderModel,
+    loss_tasks: Sequence[LossTask],
+    options: IngestOptions,
+    ablation: AblationOptions,
+    on_start: ProgressStart | None = None,
+    on_batch: ProgressBatch | None = None,
+) -> list[LossSummary]:
+    """Sweep, test and store every task prepared by `prepare_loss_ablation` with the same
+    settings, in this process; returns one summary per task."""
+    from attnwh.ingest.runs.engine import LocalExecutor
+
+    sweep = AblationSweep(
+        encoder, ablation.mode, ablation.prefix_cache, ablation.configs_per_pass, ablation.attention_memory
+    )
+    tasks = [t.task for t in loss_tasks]
+    worker = LossWorker(sweep, {t.task.run_key: t.spans for t in loss_tasks})
+    singles = worker.configs
+    con = warehouse.connect(db_path)
+    try:
+        model_ids = {"model_id": runs.upsert_model(con, encoder.facts())}
+        states = [open_task_run(con, model_ids, "ablation", encoder, task, options) for task in tasks]
+        opened = []
+        for task, state in zip(tasks, states):
+            if state.status == "complete":
+                continue
+            _insert_configs(con, state.run_id, ablation.mode, singles, 0)
+            units = plan_units(task.run_key, task.encoded, task.example_ids, options.batch_size, {None: state.done})
+            label = f"{task.data.task} · {ablation.mode} · loss: {len(singles)} configurations"
+            opened.append(OpenRun(task.run_key, label, state.run_id, units))
+        store_stream(con, LocalExecutor(worker), opened, "ablation_losses", on_start, on_batch)
+        summaries = []
+        for task, state in zip(tasks, states):
+            if state.status == "complete":
+                summaries.append(loss_summary(con, state.run_id, task, ablation, "already complete", 0, 0.0))
+                continue
+            run = next(o for o in opened if o.run_id == state.run_id)
+            started = time.perf_counter()
+            with runs.marking_failure(con, state.run_id):
+                finish_loss_run(con, state.run_id, task, singles, ablation, options.seed)
+            seconds = run.seconds + time.perf_counter() - started
+            summaries.append(loss_summary(con, state.run_id, task, ablation, state.outcome, run.n_todo, seconds))
+        return summaries
+    finally:
+        con.close()
+
+
+def stored_losses(
+    con: duckdb.DuckDBPyConnection, run_id: int, example_ids: np.ndarray, n_configs: int
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per span: nats (configurations, sequences) and tokens (sequences), sequences in task
+    order; a sequence without the span counts 0 tokens and 0 nats."""
+    found = con.execute(
+        "SELECT span, config_id, example_id, nats, tokens FROM ablation_losses WHERE run_id = ? AND config_id < ?",
+        [run_id, n_configs],
+    ).fetchnumpy()
+    position = {eid: i for i, eid in enumerate(example_ids.tolist())}
+    columns = np.array([position[e] for e in found["example_id"].tolist()], dtype=np.int64)
+    out = {}
+    for span in sorted(set(found["span"].tolist())):
+        rows_of = found["span"] == span
+        nats = np.zeros((n_configs, len(example_ids)))
+        tokens = np.zeros(len(example_ids), dtype=np.int64)
+        nats[found["config_id"][rows_of], columns[rows_of]] = found["nats"][rows_of]
+        tokens[columns[rows_of]] = found["tokens"][rows_of]
+        out[span] = (nats, tokens)
+    if ALL not in out or (found["span"] == ALL).sum() != n_configs * len(example_ids):
+        raise RuntimeError(f"ablation run {run_id} is missing losses; rerun with --replace")
+    return out
+
+
+def finish_loss_run(
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    task: PreparedTask,
+    singles: Sequence[Any],
+    ablation: AblationOptions,
+    seed: int,
+) -> None:
+    """Test every configuration against the baseline, per span, and complete the run, in one
+    transaction (an interrupted finish is redone from the stored rows)."""
+    started = time.perf_counter()
+    tested = [i for i, c in enumerate(singles) if c.kind in ("head", "layer")]
+    n = len(task.example_ids)
+    score_rows = []
+    for span, (nats, tokens) in stored_losses(con, run_id, task.example_ids, len(singles)).items():
+        results = compare_losses(span, nats[0], nats, tokens, ablation.n_resamples, seed)
+        adjusted = dict(zip(tested, benjamini_hochberg(np.array([results[i].p_value for i in tested]))))
+        score_rows += [
+            _score_row(run_id, i, r, adjusted.get(i), n, ablation.n_resamples) for i, r in enumerate(results)
+        ]
+    with warehouse.transaction(con):
+        con.executemany("INSERT INTO ablations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", score_rows)
+        runs.finish_run(con, run_id, "complete", time.perf_counter() - started)
+
+
+def _score_row(
+    run_id: int, config_id: int, r: PairedResult, p_adjusted: float | None, n: int, n_resamples: int
+) -> tuple[object, ...]:
+    scores = (r.metric, r.value, r.baseline, r.delta, r.ci_low, r.ci_high, r.p_value, p_adjusted, r.test)
+    return (run_id, config_id, *scores, n, n_resamples)
+
+
+def loss_summary(
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    task: PreparedTask,
+    ablation: AblationOptions,
+    outcome: str,
+    n_written: int,
+    seconds: float,
+) -> LossSummary:
+    """The headline of a complete loss run, read back from the warehouse by the named query
+    loss_ablation: the head and the layer whose disabling raised the loss most."""
+    from attnwh.sql.queries import get_query, run_query
+
+    found = run_query(con, get_query("loss_ablation"), {"run": run_id}).to_pylist()
+    whole = [r for r in found if r["span"] == ALL]
+    heads = [r for r in whole if r["kind"] == "head"]
+    layers = [r for r in whole if r["kind"] == "layer"]
+    worst_head = max(heads, key=lambda r: r["delta"], default=None)
+    worst_layer = max(layers, key=lambda r: r["delta"], default=None)
+    base = next((r for r in whole if r["kind"] == "baseline"), None)
+    n_tokens = warehouse.one_row(
+        con,
+        "SELECT coalesce(sum(tokens), 0) FROM ablation_losses WHERE run_id = ? AND config_id = 0 AND span = ?",
+        [run_id, ALL],
+    )[0]
+    spans = {r["span"]: r["loss"] for r in found if r["kind"] == "baseline" and r["span"] != ALL}
+    return LossSummary(
+        task=task.data.task,
+        mode=ablation.mode,
+        run_id=run_id,
+        outcome=outcome,
+        n_sequences=len(task.example_ids),
+        n_tokens=int(n_tokens),
+        n_written=n_written,
+        baseline=float("nan") if base is None else base["loss"],
+        worst_head=None
+        if worst_head is None
+        else (worst_head["layer"], worst_head["head"], worst_head["delta"], worst_head["q_value"]),
+        worst_layer=None
+        if worst_layer is None
+        else (worst_layer["layer"], worst_layer["delta"], worst_layer["q_value"]),
+        n_significant=sum(1 for r in heads + layers if (r["q_value"] or 1.0) < 0.05),
+        spans=spans,
+        seconds=seconds,
+    )
+
+
+__all__ = [
+    "OBJECTIVE",
+    "LossSummary",
+    "LossTask",
+    "LossWorker",
+    "check_language_model",
+    "make_probes",
+    "ingest_loss_ablation",
+    "is_text",
+    "metric_name",
+    "prepare_loss_ablation",
+    "probe_task",
+]
