@@ -2,16 +2,19 @@
 attention: 4 query heads, 2 key/value heads) with a statistics run and `attnwh ingest roles`
 runs: the heatmaps' specs hold the means of head_roles recomputed here in plain SQL, the top
 heads table and the findings name the heads a plain ranking gives, the head panel carries the
-scores and the top probes, the chart renders to PNG, and a warehouse without roles runs shows
+scores, the top probes and their maps, the chart renders to PNG, and a warehouse without roles runs shows
 the section's note and nothing else of it."""
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 import shutil
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import polars as pl
 import pytest
 
@@ -164,12 +167,14 @@ def test_head_panel_carries_the_scores_and_the_top_probes(warehouses) -> None:
     layer, head = top(frame, "induction", "induction", 1)[0]
     con = warehouse.connect(warehouses[0], read_only=True)
     try:
-        data = head_panel_data(ReportContext(con, {"model": None, "task": None}))
-        best_probe = con.execute(
-            "SELECT h.example_id FROM head_roles AS h JOIN runs AS r USING (run_id) WHERE r.task = 'induction' "
-            "AND layer = ? AND head = ? ORDER BY induction DESC, example_id LIMIT 1",
+        # With token maps: the probes are run again through the run's model.
+        data = head_panel_data(ReportContext(con, {"model": None, "task": None}), warehouses[0])
+        run_id, best_probe, score, segments = con.execute(
+            "SELECT h.run_id, h.example_id, h.induction, p.segments FROM head_roles AS h "
+            "JOIN runs AS r USING (run_id) JOIN role_probes AS p USING (run_id, example_id) "
+            "WHERE r.task = 'induction' AND layer = ? AND head = ? ORDER BY induction DESC, example_id LIMIT 1",
             [layer, head],
-        ).fetchone()[0]
+        ).fetchone()
     finally:
         con.close()
     col = {name: k for k, name in enumerate(data["columns"])}
@@ -186,6 +191,17 @@ def test_head_panel_carries_the_scores_and_the_top_probes(warehouses) -> None:
     listed = [e for e in data["examples"][f"{layer}-{head}"] if e[1] == "induction"]
     assert [e[2] for e in listed] == [1, 2, 3] and listed[0][4] == str(best_probe)
     assert "head-roles" in data["sections"]
+    # The panel's map of the top probe is that probe's: its induction score read back from the
+    # embedded bytes (a byte a cell) is the stored one.
+    side = len(data["tokenMaps"]["examples"][f"{run_id}-{best_probe}"][0])
+    cells = np.frombuffer(
+        base64.b64decode(data["tokenMaps"]["maps"][f"{run_id}-{best_probe}-{layer}-{head}"]), np.uint8
+    )
+    weights = cells.reshape(side, side) / 255
+    spans = json.loads(segments)
+    m = spans["first"][1] - spans["first"][0]
+    rows = range(*spans["repeat"])
+    assert np.mean([weights[r, r - m + 1] for r in rows]) == pytest.approx(score, abs=1 / 255)
 
 
 def test_a_warehouse_without_roles_has_no_such_section(warehouses, tmp_path) -> None:
