@@ -591,6 +591,14 @@ def _context_mixing(ctx: ReportContext) -> list[Block]:
 
 def _head_roles(ctx: ReportContext) -> list[Block]:
     means = ctx.query("head_roles")
+    if not means.height:  # the report's --model has no head-roles run
+        return [
+            NoteBlock(
+                "chart-head-roles",
+                "None of the models this report covers has a head-roles run: `attnwh ingest roles --model DECODER` "
+                "adds one; query head_roles.",
+            )
+        ]
     top = ctx.query("head_roles_top", top=TOP_ROLE_HEADS)
     share = retrieval_share_text(means)
     return [
