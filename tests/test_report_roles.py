@@ -23,6 +23,7 @@ from attnwh.reports.head_panel import head_panel_data
 from attnwh.reports.sections import SECTIONS, ReportContext
 from attnwh.sql import warehouse
 from helpers import cli_main
+from test_report_browser import browser, open_offline  # noqa: F401
 from tiny_models import make_tiny_decoder
 
 LAYERS, HEADS, KV_HEADS = 2, 4, 2
@@ -213,3 +214,24 @@ def test_a_warehouse_without_roles_has_no_such_section(warehouses, tmp_path) -> 
     assert "the decoder head roles (run `attnwh ingest roles --model DECODER`)" in (built.findings.missing or "")
     html = write_html(built, tmp_path / "r.html").read_text(encoding="utf-8")
     assert 'id="chart-head-roles"' not in html and "table-head-roles-top" not in html
+
+
+def test_chromium_draws_the_heatmaps_and_a_top_head_opens_its_panel(browser, report, tmp_path) -> None:  # noqa: F811
+    """In real headless Chromium, offline: the heatmaps draw, and following a top head's link
+    opens the panel on that head with its role scores and its top probes."""
+    page = write_html(report, tmp_path / "r.html")
+    tab, log = open_offline(browser, page)
+    tab.wait_for_selector("#chart-head-roles svg", timeout=20_000)
+    assert "retrieval" in tab.locator("#chart-head-roles").inner_html()
+    link = tab.locator("#table-head-roles-top a").first
+    target = link.get_attribute("href")
+    link.click()
+    tab.wait_for_selector("#head-panel:not([hidden])")
+    layer, head = target.removeprefix("#head-").split("-")
+    panel = tab.locator("#head-panel")
+    assert (panel.get_attribute("data-layer"), panel.get_attribute("data-head")) == (layer, head)
+    assert tab.locator('#head-panel table[data-section="head-roles"]').count() == 1
+    assert "induction score" in tab.locator('#head-panel table[data-section="head-roles"]').inner_text()
+    assert tab.locator('#head-panel ol[data-statistic="induction"] li').count() == 3
+    assert not log["errors"] and not log["requests"], log
+    tab.context.close()
