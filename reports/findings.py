@@ -2,7 +2,7 @@
 link to the section that shows where it comes from.
 
 Every number is computed by a named query (findings_finetune, findings_ablation,
-findings_change, findings_patterns, and sink_vs_ablation's per-run columns); this module only
+findings_change, findings_patterns, findings_roles, and sink_vs_ablation's per-run columns); this module only
 groups their rows by model and task and words them. A finding whose query returns nothing (for the report's filters) is left
 out, and one line names what is missing and the command that adds it.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from attnwh.reports.sections import DECODER_PATTERN_NOTE, SECTIONS, ReportContext, Section
+from attnwh.reports.sections import DECODER_PATTERN_NOTE, SECTIONS, ReportContext, Section, has_decoders
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,8 @@ class _Source:
     what: str
     needs: str | None = None
     command: str | None = None
+    # Said missing only where the report covers a decoder's run (head roles are decoders').
+    decoders_only: bool = False
 
 
 _SOURCES = (
@@ -79,7 +81,10 @@ _SOURCES = (
     ),
     _Source("findings_change", "finetuning-change", "the layers that changed most through fine-tuning"),
     _Source("findings_patterns", "pattern-types", "the pattern shares"),
+    _Source("findings_roles", "head-roles", "the decoder head roles", decoders_only=True),
 )
+# The findings group of a model's head-roles runs (whose runs.task is a probe kind).
+ROLES_GROUP = "head roles"
 
 _METRIC_WORDS = {
     "accuracy": "accuracy",
@@ -136,7 +141,7 @@ def build_findings(ctx: ReportContext, sections: tuple[Section, ...] = SECTIONS)
         rows = ctx.query(source.query).to_dicts()
         if not rows:
             empty.add(source.query)
-            if source.needs not in empty:
+            if source.needs not in empty and (not source.decoders_only or has_decoders(ctx)):
                 missing.append(source)
             continue
         href = f"#section-{source.section}" if source.section in on_page else None
@@ -311,12 +316,40 @@ def _patterns(rows: list[dict], href: str | None) -> Iterable[tuple[tuple[str, s
         yield (r["model"], r["task"]), s.done()
 
 
+# Each role without a threshold: its words and the paper that named it.
+_ROLE_WORDS = {
+    "induction": ("induction", "Olsson et al. 2022"),
+    "previous_token": ("previous-token", "Olsson et al. 2022"),
+    "duplicate": ("duplicate-token", "Wang et al. 2022"),
+}
+
+
+def _roles(rows: list[dict], href: str | None) -> Iterable[tuple[tuple[str, str], Finding]]:
+    """Per head-roles run, one sentence per role: the top heads by mean score ('L18H6 0.903'),
+    and for retrieval how many heads pass Wu et al.'s threshold."""
+    for r in rows:
+        s = _Sentence(href).text("On ").number(f"{r['probes']:,}").text(f" {r['probe']} probes (head-roles run ")
+        s.number(str(r["run_id"])).text(")")
+        if r["threshold"] is not None:
+            share = 100 * r["above"] / r["heads"] if r["heads"] else 0.0
+            s.text(", ").number(f"{r['above']:,}").text(" of ").count(r["heads"], "head").text(" (")
+            s.number(f"{share:.1f}\u00a0%").text(f") are {r['role']} heads, with a mean {r['role']} score above ")
+            s.number(f"{r['threshold']:g}").text(" (Wu et al. 2025); the highest: ")
+        else:
+            words, paper = _ROLE_WORDS.get(r["role"], (r["role"], "docs/metrics.md#head-roles"))
+            s.text(f", the top {words} heads by mean score ({paper}): ")
+        for i, head in enumerate(r["top"]):
+            s.text(", " if i else "").number(f"L{head['layer']}H{head['head']} {head['value']:.3f}")
+        yield (r["model"], ROLES_GROUP), s.text(".").done()
+
+
 _WORDING = {
     "findings_finetune": _finetune,
     "findings_ablation": _ablation,
     "sink_vs_ablation": _sinks,
     "findings_change": _change,
     "findings_patterns": _patterns,
+    "findings_roles": _roles,
 }
 
 

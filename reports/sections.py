@@ -16,7 +16,7 @@ import altair as alt
 import duckdb
 import polars as pl
 
-from attnwh.reports import charts, mixing_charts
+from attnwh.reports import charts, mixing_charts, role_charts
 from attnwh.sql import queries as named
 
 
@@ -44,6 +44,10 @@ class TableBlock:
     caption: str
     columns: tuple[str, ...]
     rows: list[list[list[str]]]
+    # Per row, where its cell in column `link_column` links to (a head panel's `#head-L-H`);
+    # empty: no links.
+    links: tuple[str | None, ...] = ()
+    link_column: int = 0
 
 
 @dataclass(frozen=True)
@@ -585,6 +589,97 @@ def _context_mixing(ctx: ReportContext) -> list[Block]:
     ]
 
 
+def _head_roles(ctx: ReportContext) -> list[Block]:
+    means = ctx.query("head_roles")
+    if not means.height:  # the report's --model has no head-roles run
+        return [
+            NoteBlock(
+                "chart-head-roles",
+                "None of the models this report covers has a head-roles run: `attnwh ingest roles --model DECODER` "
+                "adds one; query head_roles.",
+            )
+        ]
+    top = ctx.query("head_roles_top", top=TOP_ROLE_HEADS)
+    share = retrieval_share_text(means)
+    return [
+        ChartBlock(
+            "chart-head-roles",
+            "Each decoder head's role scores on probe inputs (`attnwh ingest roles`), per layer (rows) and head "
+            "(columns), a row of heatmaps per head-roles run, each with its own colour scale from 0 to its largest "
+            "mean over the run's probes (retrieval's at least to 0.2): previous token, the mean weight on the token just before (the heads that "
+            "feed induction heads, Olsson et al. 2022); induction, on m random tokens repeated, the mean weight from "
+            "each repeated token to the token that followed its first occurrence (Olsson et al. 2022); duplicate "
+            "token, the weight on that first occurrence itself; retrieval, on a needle sentence hidden in a "
+            "haystack of text with the answer teacher-forced, the share of the needle's tokens that a head copies "
+            "by putting its largest weight on them (Wu et al. 2025; heads above 0.1, Wu et al.'s retrieval heads, "
+            "outlined in red); sink, the mean weight on the first token (Xiao et al. 2023); local mass, the mean "
+            "weight on the last W tokens (role_settings.local_window). "
+            + share
+            + "Click a head for its panel; query head_roles, definitions in docs/metrics.md#head-roles.",
+            role_charts.head_roles(means),
+        ),
+        _top_role_heads(top),
+    ]
+
+
+# Heads per role in the top-heads table.
+TOP_ROLE_HEADS = 5
+# The roles of the top-heads table, each on the probes it is read on (Olsson et al.'s three
+# on repeated random tokens, Wu et al.'s retrieval on needles), with their words.
+_ROLES = {
+    ("induction", "induction"): "induction",
+    ("induction", "previous_token"): "previous token",
+    ("induction", "duplicate"): "duplicate token",
+    ("needle", "retrieval"): "retrieval",
+}
+
+
+def retrieval_share_text(means: pl.DataFrame) -> str:
+    """'Run 3: 21 of 270 heads (7.8 %) have a retrieval score above 0.1. ', one sentence per
+    needle run of a `head_roles` frame; empty without one."""
+    sentences = []
+    needles = means.filter(pl.col("retrieval").is_not_null())
+    for (run_id,), heads in needles.group_by("run_id", maintain_order=True):
+        above = heads.filter(pl.col("retrieval") > role_charts.RETRIEVAL_THRESHOLD).height
+        sentences.append(
+            f"Run {run_id}: {above} of {heads.height} heads ({100 * above / heads.height:.1f} %) have a retrieval "
+            f"score above {role_charts.RETRIEVAL_THRESHOLD:g}. "
+        )
+    return "".join(sentences)
+
+
+def _top_role_heads(top: pl.DataFrame) -> TableBlock:
+    rows, links = [], []
+    for r in top.iter_rows(named=True):
+        role = _ROLES.get((r["probe"], r["score"]))
+        if role is None:
+            continue
+        rows.append(
+            [
+                [f"run {r['run_id']}", r["model"].split("/")[-1]],
+                [role],
+                [str(r["rank"])],
+                [str(r["layer"])],
+                [str(r["head"])],
+                ["–" if r["kv_group"] is None else str(r["kv_group"])],
+                [f"{r['value']:.3f}", f"mean of {r['probes']} {r['probe']} probes"],
+            ]
+        )
+        links.append(f"#head-{r['layer']}-{r['head']}")
+    return TableBlock(
+        "table-head-roles-top",
+        f"The top {TOP_ROLE_HEADS} heads of each role (ties share a rank), each role on its own probes: induction, "
+        "previous token and duplicate token on the repeated random tokens, retrieval on the needles; KV group: "
+        "the key/value head the query head reads under grouped-query attention (its KV cache). The head number "
+        "opens the head's panel, with its scores in every run and, under Examples, the probes on which it "
+        "scores highest (their maps: `attnwh show --run R --example E`); query head_roles_top.",
+        ("run", "role", "rank", "layer", "head", "KV group", "mean score"),
+        rows,
+        tuple(links),
+        link_column=4,
+    )
+
+
 # Order of the page. Sections without `build` wait for the command that writes their tables;
 # their table names are placeholders for that command to settle, not a schema.
 SECTIONS: tuple[Section, ...] = (
@@ -644,6 +739,13 @@ SECTIONS: tuple[Section, ...] = (
         ("feature_attention",),
         "attnwh ingest relations --conllu FILE",
         _relations_features,
+    ),
+    Section(
+        "head-roles",
+        "Head roles of decoders: previous-token, induction, duplicate and retrieval heads",
+        ("head_roles", "runs", "models"),
+        "attnwh ingest roles --model DECODER",
+        _head_roles,
     ),
     Section(
         "ablation",

@@ -1,5 +1,5 @@
 -- name: head_panel_examples
--- title: Per head, the examples behind its numbers: the top examples of its main statistics and the predictions its disabling flips
+-- title: Per head, the examples behind its numbers: the top examples of its main statistics, the predictions its disabling flips and its top role probes
 -- params: model, task, layer, head, top
 -- What the report's head panel lists under "Examples" (head_examples and ablation_flips give
 -- the same rows for one head, with any statistic). Per run of the model/task filters, layer
@@ -9,6 +9,9 @@
 -- changes when the head alone is disabled (statistic 'flip', value 1 when the change fixed the
 -- prediction, -1 when it broke it, 0 otherwise; ties to the lower example_id). text joins the
 -- pair with ' ‖ '; label is the gold label as written, predicted the class after disabling.
+-- In a head-roles run (a decoder's probes, whatever the task filter), the top probes by the
+-- score the run's probe kind is for: statistic 'induction' (induction probes) or 'retrieval'
+-- (needle probes), largest first; text is the probe's decoded tokens, label a needle's answer.
 WITH scope AS (
     SELECT r.run_id, r.kind
     FROM runs AS r JOIN models AS m USING (model_id)
@@ -43,6 +46,17 @@ ranked AS (
     JOIN ablation_predictions AS b ON b.run_id = g.run_id AND b.config_id = 0 AND b.example_id = a.example_id
     WHERE g.kind = 'head' AND a.correct IS NOT NULL AND a.prediction <> b.prediction
       AND ($layer IS NULL OR g.layer = $layer) AND ($head IS NULL OR g.head = $head)
+    UNION ALL
+    -- A head-roles run (a decoder's probes): its probes by the score its kind is for.
+    SELECT h.run_id, h.example_id, h.layer, h.head, CASE r.task WHEN 'induction' THEN 'induction' ELSE 'retrieval' END,
+           CAST(CASE r.task WHEN 'induction' THEN h.induction ELSE h.retrieval END AS DOUBLE), NULL,
+           row_number() OVER (PARTITION BY h.run_id, h.layer, h.head
+                              ORDER BY CASE r.task WHEN 'induction' THEN h.induction ELSE h.retrieval END DESC,
+                                       h.example_id)
+    FROM head_roles AS h
+    JOIN runs AS r USING (run_id)
+    WHERE r.kind = 'roles' AND r.model_id IN (SELECT m.model_id FROM models AS m WHERE $model IS NULL OR m.name = $model)
+      AND ($layer IS NULL OR h.layer = $layer) AND ($head IS NULL OR h.head = $head)
 )
 SELECT
     r.run_id, r.layer, r.head, r.statistic, r.rank, r.value, r.example_id,

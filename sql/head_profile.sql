@@ -1,5 +1,5 @@
 -- name: head_profile
--- title: Everything the warehouse knows about one head: every lens, pattern shares, fine-tuning change, ablation, importance, relations
+-- title: Everything the warehouse knows about one head: every lens, pattern shares, fine-tuning change, ablation, importance, relations, head roles
 -- params: model, task, layer, head
 -- One row per (report section, run, subject, measure) for each layer and head (0-based):
 -- the statistics through each lens (attention weight, norm-weighted; means over the run's
@@ -7,7 +7,8 @@
 -- tuned maps, 1 = unchanged), the ablation Δ = score with the head disabled − score with
 -- nothing disabled (negative: disabling hurt) with its 95 % interval, p and Benjamini–Hochberg
 -- adjusted p, the gradient importance, and the relation scores (the head's three best
--- dependency relations, frame links, feature words ÷ a uniform head). `section` is the id of
+-- dependency relations, frame links, feature words ÷ a uniform head, and a decoder's head-role
+-- scores, the mean over a roles run's probes). `section` is the id of
 -- the report section the number comes from; `subject` says what a row is about within its
 -- run (a mode and metric, a relation, a feature). model is a model name as stored (for
 -- compare runs, the tuned model); task filters runs of a task (relations runs are not tied to
@@ -125,6 +126,28 @@ profile AS (
     JOIN named_runs AS r USING (run_id)
     WHERE ($layer IS NULL OR x.layer = $layer)
       AND ($head IS NULL OR x.head = $head)
+    UNION ALL
+    -- Head roles (a decoder's probes; runs.task is the probe kind, so the task filter keeps them
+    -- as it keeps relations runs): each score the probe defines, its mean over the run's probes.
+    SELECT 'head-roles', 9, u.run_id, u.layer, u.head, '', m.position, m.measure, u.value,
+           NULL, NULL, NULL, NULL, u.examples
+    FROM (
+        UNPIVOT (
+            SELECT h.run_id, h.layer, h.head, count(*) AS examples, avg(h.previous_token) AS previous_token,
+                   avg(h.induction) AS induction, avg(h.duplicate) AS duplicate, avg(h.retrieval) AS retrieval,
+                   avg(h.sink) AS sink, avg(h.local_mass) AS local_mass
+            FROM head_roles AS h
+            WHERE ($layer IS NULL OR h.layer = $layer)
+              AND ($head IS NULL OR h.head = $head)
+            GROUP BY ALL
+        )
+        ON previous_token, induction, duplicate, retrieval, sink, local_mass INTO NAME column_name VALUE value
+    ) AS u
+    JOIN named_runs AS r USING (run_id)
+    JOIN (VALUES (1, 'previous_token', 'previous-token score'), (2, 'induction', 'induction score'),
+                 (3, 'duplicate', 'duplicate-token score'), (4, 'retrieval', 'retrieval score'),
+                 (5, 'sink', 'sink share (first token)'), (6, 'local_mass', 'local mass'))
+        AS m(position, column_name, measure) USING (column_name)
 )
 SELECT p.section, r.model, r.task, r.split, p.run_id, p.layer, p.head, p.subject, p.measure, p.value,
        p.ci_low, p.ci_high, p.p_value, p.p_adjusted, p.examples

@@ -104,7 +104,9 @@
     to_punct: "attends most to punctuation",
     to_self: "attends most to the token itself (diagonal)",
     cosine: "changed most by fine-tuning (lowest cosine)",
-    flip: "predictions that change when this head alone is disabled"
+    flip: "predictions that change when this head alone is disabled",
+    induction: "induction probes with the highest induction score",
+    retrieval: "needle probes with the highest retrieval score (the answer in the label)"
   };
   var FLIPS = { "1": "fixed", "-1": "broken", "0": "changed" };
 
