@@ -75,6 +75,12 @@ ROWS: dict[int, list[str]] = {
     19: [],  # comments on value zeroing's columns (0019_decoder_value_zeroing.sql): no new table
     20: [],  # dependency_baselines per direction (0020_decoder_relations.sql): no new table
     21: ["INSERT INTO prompt_predictions VALUES ({run}, 7, 1, true, [0.1, 0.7]::REAL[])"],
+    22: [
+        "INSERT INTO restriction_runs VALUES ({run}, 4, 64, 1024, 32768, 'bfloat16', 8, 8184, 2.5, 100, 10, 1000, 0)",
+        "INSERT INTO restriction_groups VALUES ({run}, 0, 1, 1, 2.6, 0.1, 0.05, 0.15, 0.01, 0.02, 50)",
+        "INSERT INTO restriction_plan VALUES ({run}, 1, [{{'layer': 0, 'kv_group': 1}}], 2.6, 0.1, 0.05, 0.15, 0.01, 50, 9)",
+        "INSERT INTO restriction_losses VALUES ({run}, 'group', 0, 1, NULL, 0, 2660.4, 1023)",
+    ],
 }
 # Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
 # (dep_to_head) into head_to_dep.
