@@ -1,5 +1,5 @@
 """The `attnwh ingest` group. Bare `attnwh ingest` runs an encoder over a dataset and stores
-per-head attention statistics; its subcommands `compare`, `relations` and `ablation` (one
+per-head attention statistics; its subcommands `compare`, `relations`, `ablation` and `restriction` (one
 module each) are registered here.
 
 Only typer is imported at module level: torch, transformers and datasets load when the
@@ -19,6 +19,7 @@ from attnwh.cli.compare import compare
 from attnwh.cli.helpformat import HelpCommand, HelpGroup
 from attnwh.cli.options import cli_command
 from attnwh.cli.relations import relations
+from attnwh.cli.restriction import restriction
 from attnwh.cli.summaries import print_runs, print_shards
 from attnwh.errors import UsageError
 
@@ -69,3 +70,4 @@ ingest_app.callback(invoke_without_command=True)(ingest)
 ingest_app.command("compare", cls=HelpCommand)(compare)
 ingest_app.command("relations", cls=HelpCommand)(relations)
 ingest_app.command("ablation", cls=HelpCommand)(ablation)
+ingest_app.command("restriction", cls=HelpCommand)(restriction)
