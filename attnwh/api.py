@@ -730,7 +730,7 @@ def restriction(
                 "a restriction would drop nothing"
             )
         cut = runs_of.cut_text(data, encoder.tokenizer, length, limit)
-    config = encoder.model.config
+    config: Any = encoder.model.config  # Any: torch types a module attribute as Tensor | Module
     groups = int(config.num_hidden_layers) * int(getattr(config, "num_key_value_heads", None) or encoder.num_heads)
     if ks is not None and max(ks) > groups:
         raise UsageError(f"--grid {grid}: {model} has {groups} key/value groups in all")
