@@ -681,8 +681,8 @@ def restriction(
     grid: Annotated[
         str | None,
         typer.Option(
-            metavar="K1,K2,…",
-            help="The numbers k of least-harmed groups restricted together. Default: 0, 10 %, 20 %, … 100 % of the "
+            metavar="K1,K2",
+            help="The numbers k of least-harmed groups restricted together. Default: 0, 10 %, 20 % and so on to 100 % of the "
             "model's key/value groups.",
         ),
     ] = None,

@@ -39,6 +39,7 @@ def test_readme_lists_every_command():
         "ingest compare",
         "ingest relations",
         "ingest ablation",
+        "ingest restriction",
         "patterns reclassify",
         "patterns label",
         "patterns calibrate",
