@@ -75,7 +75,7 @@ from attnwh.cli.options import (
 )
 from attnwh.cli.progress import Bars, StudyHooks, interrupts_as, loading, run_resumable, steps_column
 from attnwh.cli.summaries import describe
-from attnwh.errors import DataError, UsageError
+from attnwh.errors import DataError, ModelError, UsageError
 from attnwh.ingest.encoder.gguf import model_path as gguf_model_path
 from attnwh.ingest.runs.folders import check_out_dir
 from attnwh.ingest.sources.tasks import load_tasks
@@ -90,6 +90,7 @@ if TYPE_CHECKING:
     from attnwh.ingest.sources.examples import TaskData
     from attnwh.reports.build import Report
     from attnwh.reports.example_view import ExampleView
+    from attnwh.sql.restriction import RestrictionChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -233,6 +234,23 @@ class Warehouse:
         from attnwh.sql.catalog import describe
 
         return self._read(lambda con: describe(con, table))
+
+    def restriction_plan(self, run: int | None = None) -> pl.DataFrame:
+        """The restriction curve of `run` (None: the latest restriction run): per k, the k least
+        harmed key/value groups restricted to sinks + window together, the loss increase and
+        the KV bytes saved (the named query restriction_plan)."""
+        from attnwh.sql.restriction import plan_frame, restriction_run
+
+        return self._read(lambda con: plan_frame(con, restriction_run(con, run)))
+
+    def restriction_choice(self, loss_budget: float, run: int | None = None) -> RestrictionChoice:
+        """The chosen set for a loss budget (nats per token): the largest measured set of the
+        plan of `run` (None: the latest restriction run) whose loss increase is within it, with
+        the groups that may keep only sinks and window (`restricted`) and those that must keep
+        the whole context (`whole_context`)."""
+        from attnwh.sql.restriction import choose
+
+        return self._read(lambda con: choose(con, loss_budget, run))
 
     def build_report(self, model: str | None = None, task: str | None = None) -> Report:
         """The report's sections and charts, built from the warehouse (`model`, `task`: only
@@ -769,6 +787,126 @@ def roles(
                 )
             )
     return Done(summaries, time.perf_counter() - started, db)
+
+
+def restriction(
+    model: Annotated[
+        str, typer.Option(help="A causal language model (hub name, local directory or GGUF file) to restrict.")
+    ],
+    text: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FILE|DATASET",
+            help="Held-out text to measure the loss on: a plain text file (read whole, as one document), a JSONL, "
+            "CSV or Parquet file or a dataset (one document per record, field text). Default: the bundled prose "
+            "sample, its paragraphs joined.",
+        ),
+    ] = None,
+    sink_tokens: Annotated[
+        int, typer.Option(min=0, help="S: the first tokens of a sequence a restricted group keeps (the sinks).")
+    ] = 4,
+    window: Annotated[int, typer.Option(min=1, help="W: the recent tokens (the query's own included) it keeps.")] = 64,
+    context_length: Annotated[
+        int | None,
+        typer.Option(
+            min=2, help="Tokens per sequence the loss is measured on. Default: 1024, or the model's limit if lower."
+        ),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many sequences (the first ones).")] = None,
+    grid: Annotated[
+        str | None,
+        typer.Option(
+            metavar="K1,K2",
+            help="The numbers k of least-harmed groups restricted together. Default: 0, 10 %, 20 % and so on to 100 % of the "
+            "model's key/value groups.",
+        ),
+    ] = None,
+    kv_context: Annotated[
+        int, typer.Option(min=1, help="The context length (tokens) at which the KV memory saved is reported.")
+    ] = 32768,
+    kv_dtype: Annotated[Dtype, typer.Option(help="The dtype of a cached key or value in the KV byte counts.")] = (
+        Dtype.bfloat16
+    ),
+    batch_size: Annotated[int, typer.Option(min=1, help="Sequences per forward pass.")] = 4,
+    sets_per_pass: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Restriction sets side by side in one forward pass (default: 4 on a GPU, 1 on a CPU)."
+        ),
+    ] = None,
+    attention_memory: AttentionMemoryOpt = None,
+    device: DeviceOpt = Device.auto,
+    db: DbOpt = DEFAULT_DB,
+    replace: ReplaceOpt = False,
+) -> Done:
+    """Find which key/value groups of a decoder need the whole context. Each group (under grouped-query attention the cache is per group, shared by its query heads) is restricted alone to the first S tokens and the last W (StreamingLLM's sinks and window; DuoAttention), its attention renormalised over them, and ranked by the change in next-token loss on held-out text; then the k least harmed are restricted together for each k of --grid, each set's loss measured with exactly that set, with the KV-cache bytes it saves at --kv-context tokens.
+
+    Each loss change gets a paired test over sequences (Wilcoxon signed-rank; Benjamini–Hochberg across groups) and a bootstrap interval; every set's loss per sequence is kept. Stored in restriction_runs, restriction_groups, restriction_plan and restriction_losses (docs/whole-context.md). A stored run with the same model, text and settings is kept unless --replace.
+    """
+    console = Console(stderr=True)
+    ks = _grid(grid)
+    with loading(console, db, models=[model]):
+        from attnwh.ingest.runs import restriction as runs_of
+
+        data = runs_of.read_text(text)  # a missing file fails before the model loads
+        from attnwh.ingest.encoder.loading import load_encoder
+
+        encoder = load_encoder(model, device.value, language_model=True)
+        if not encoder.causal:
+            raise ModelError(
+                f"{model} is an encoder; restricting the context needs a decoder (a causal language model)"
+            )
+        length = context_length or min(1024, encoder.max_length)
+        if length > encoder.max_length:
+            raise UsageError(f"--context-length {length}: {model} reads at most {encoder.max_length} tokens")
+        if length <= sink_tokens + window:
+            raise UsageError(
+                f"--context-length {length} is not longer than --sink-tokens + --window ({sink_tokens + window}): "
+                "a restriction would drop nothing"
+            )
+        cut = runs_of.cut_text(data, encoder.tokenizer, length, limit)
+    config: Any = encoder.model.config  # Any: torch types a module attribute as Tensor | Module
+    groups = int(config.num_hidden_layers) * int(getattr(config, "num_key_value_heads", None) or encoder.num_heads)
+    if ks is not None and max(ks) > groups:
+        raise UsageError(f"--grid {grid}: {model} has {groups} key/value groups in all")
+    per_pass = sets_per_pass or (4 if encoder.device.type == "cuda" else 1)
+    options = runs_of.RestrictionOptions(
+        sink_tokens,
+        window,
+        length,
+        kv_context,
+        kv_dtype.value,
+        tuple(ks) if ks is not None else None,
+        limit,
+        batch_size,
+        per_pass,
+        parse_memory(attention_memory),
+        replace,
+        command_line(),
+    )
+    console.print(
+        f"{describe(encoder)}: {groups} key/value groups, {len(cut.sequences)} sequences of up to {length} tokens, "
+        f"sinks {sink_tokens} + window {window}",
+        highlight=False,
+    )
+    started = time.perf_counter()
+    message = f"interrupted; nothing of the run was written to {db}"
+    with Bars(console, "set") as bars, interrupts_as(message):
+        summary = runs_of.ingest_restriction(db, encoder, cut, options, bars.starter("restriction sets"), bars.advance)
+    return Done([summary], time.perf_counter() - started, db)
+
+
+def _grid(text: str | None) -> list[int] | None:
+    """--grid as numbers of groups: whole numbers of 0 or more, separated by commas."""
+    if text is None:
+        return None
+    try:
+        ks = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise UsageError(f"--grid {text!r}: give whole numbers separated by commas, such as 0,4,8") from None
+    if not ks or ks[0] < 0:
+        raise UsageError(f"--grid {text!r}: give whole numbers of 0 or more, such as 0,4,8")
+    return ks
 
 
 @python_arguments

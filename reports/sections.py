@@ -16,7 +16,7 @@ import altair as alt
 import duckdb
 import polars as pl
 
-from attnwh.reports import charts, mixing_charts, role_charts
+from attnwh.reports import charts, mixing_charts, restriction_charts, role_charts
 from attnwh.sql import queries as named
 
 
@@ -375,6 +375,53 @@ def _importance(ctx: ReportContext) -> list[Block]:
             "is nothing to set against Δ; queries ablation_effect and importance_vs_ablation.",
         )
     ]
+
+
+def _whole_context(ctx: ReportContext) -> list[Block]:
+    from attnwh.sql.restriction import DEFAULT_LOSS_BUDGET, choose
+
+    plan = ctx.query("restriction_plan")
+    blocks: list[Block] = [
+        chart_or_note(
+            "chart-restriction-curve",
+            "Which key/value groups need the whole context: the k groups least harmed when restricted alone to "
+            "their first S tokens (sinks) and a window of the last W keep only those, together; per k, the KV "
+            "memory that saves for one sequence at --kv-context tokens against the loss increase measured with "
+            "exactly that set (nats per token, 95 % bootstrap interval over sequences). Diamonds mark the ends: "
+            "nothing restricted and every group restricted. Query restriction_plan; each group alone: "
+            "restriction_groups.",
+            plan,
+            restriction_charts.restriction_curve,
+            "The restriction runs of this report hold no plan; query restriction_plan.",
+        )
+    ]
+    rows = []
+    for run_id in sorted(set(plan["run_id"].to_list())):
+        chosen = choose(ctx.con, DEFAULT_LOSS_BUDGET, run_id)
+        keep = chosen.whole_context
+        listed = [f"L{r['layer']}.G{r['kv_group']} (Δ alone {r['delta']:+.4f})" for r in keep.iter_rows(named=True)]
+        rows.append(
+            [
+                [f"run {run_id}", str(plan.filter(pl.col("run_id") == run_id)["model"][0])],
+                [f"{chosen.k} of {chosen.k + keep.height} groups", f"Δ {chosen.delta:+.4f} nats/token"],
+                [
+                    f"{chosen.kv_bytes_saved / 2**20:,.1f} MiB of {chosen.kv_bytes / 2**20:,.1f} MiB at {chosen.kv_context:,}"
+                ],
+                listed or ["none: every group may keep only its sinks and window"],
+            ]
+        )
+    blocks.append(
+        TableBlock(
+            "table-whole-context",
+            f"The groups that must keep the whole context: for each restriction run, the largest measured set whose "
+            f"loss increase is within {DEFAULT_LOSS_BUDGET} nats per token is restricted; the others (layer L, "
+            "key/value group G, with their loss increase when restricted alone) keep every token. "
+            "Warehouse.restriction_choice(budget) gives it for any budget.",
+            ("run", "restricted", "KV memory saved", "must keep the whole context"),
+            rows,
+        )
+    )
+    return blocks
 
 
 def _provenance(ctx: ReportContext) -> list[Block]:
@@ -767,6 +814,13 @@ SECTIONS: tuple[Section, ...] = (
         ("ablations", "ablation_configs", "head_stats"),
         "attnwh ingest ablation --model FINETUNED",
         _sinks_vs_ablation,
+    ),
+    Section(
+        "whole-context",
+        "Which heads need the whole context",
+        ("restriction_plan", "restriction_groups"),
+        "attnwh ingest restriction --model DECODER",
+        _whole_context,
     ),
     Section("provenance", "Provenance", ("runs", "models"), "attnwh ingest", _provenance),
 )

@@ -81,6 +81,12 @@ ROWS: dict[int, list[str]] = {
         "INSERT INTO head_roles VALUES ({run}, 7, 1, 2, 0.3, NULL, NULL, 0.25, 0.5, 0.9)",
     ],
     23: ["INSERT INTO ablation_losses VALUES ({run}, 0, 7, 'all', 12.5, 5)"],
+    24: [
+        "INSERT INTO restriction_runs VALUES ({run}, 4, 64, 1024, 32768, 'bfloat16', 8, 8184, 2.5, 100, 10, 1000, 0)",
+        "INSERT INTO restriction_groups VALUES ({run}, 0, 1, 1, 2.6, 0.1, 0.05, 0.15, 0.01, 0.02, 50)",
+        "INSERT INTO restriction_plan VALUES ({run}, 1, [{{'layer': 0, 'kv_group': 1}}], 2.6, 0.1, 0.05, 0.15, 0.01, 50, 9)",
+        "INSERT INTO restriction_losses VALUES ({run}, 'group', 0, 1, NULL, 0, 2660.4, 1023)",
+    ],
 }
 # Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
 # (dep_to_head) into head_to_dep.

@@ -40,6 +40,7 @@ def test_readme_lists_every_command():
         "ingest relations",
         "ingest ablation",
         "ingest roles",
+        "ingest restriction",
         "patterns reclassify",
         "patterns label",
         "patterns calibrate",

@@ -1,6 +1,6 @@
 """The `attnwh ingest` group. Bare `attnwh ingest` runs an encoder over a dataset and stores
-per-head attention statistics; its subcommands `compare`, `relations`, `ablation` and `roles` (one
-module each) are registered here.
+per-head attention statistics; its subcommands `compare`, `relations`, `ablation`, `roles` and
+`restriction` (one module each) are registered here.
 
 Only typer is imported at module level: torch, transformers and datasets load when the
 command runs, so `attnwh sql` and `attnwh --help` stay fast.
@@ -19,6 +19,7 @@ from attnwh.cli.compare import compare
 from attnwh.cli.helpformat import HelpCommand, HelpGroup
 from attnwh.cli.options import cli_command
 from attnwh.cli.relations import relations
+from attnwh.cli.restriction import restriction
 from attnwh.cli.roles import roles
 from attnwh.cli.summaries import print_runs, print_shards
 from attnwh.errors import UsageError
@@ -71,3 +72,4 @@ ingest_app.command("compare", cls=HelpCommand)(compare)
 ingest_app.command("relations", cls=HelpCommand)(relations)
 ingest_app.command("ablation", cls=HelpCommand)(ablation)
 ingest_app.command("roles", cls=HelpCommand)(roles)
+ingest_app.command("restriction", cls=HelpCommand)(restriction)

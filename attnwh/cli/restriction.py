@@ -1,0 +1,36 @@
+"""`attnwh ingest restriction`: which key/value groups of a decoder need the whole context
+(attnwh.api.restriction); this module prints the plan it measured."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from attnwh import api
+from attnwh.cli.options import cli_command
+
+
+def show_restriction(done: api.Done) -> None:
+    out = Console()
+    for summary in done.results:
+        if summary.outcome == "already complete":
+            out.print(f"restriction run {summary.run_id}: already complete (--replace redoes it)", highlight=False)
+            continue
+        plan = api.Warehouse(done.db).restriction_plan(run=summary.run_id)
+        table = Table(title=f"restriction run {summary.run_id}: the k least harmed groups restricted together")
+        for column in ("k", "loss (nats/token)", "Δ loss", "95 % interval", "KV saved", "of the cache"):
+            table.add_column(column, justify="right")
+        for row in plan.iter_rows(named=True):
+            table.add_row(
+                str(row["k"]),
+                f"{row['loss']:.4f}",
+                f"{row['delta']:+.4f}",
+                f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]",
+                f"{row['kv_bytes_saved'] / 2**20:,.1f} MiB at {row['kv_context']:,}",
+                f"{row['saved_share']:.0%}",
+            )
+        out.print(table)
+        out.print(f"run {summary.run_id} {summary.outcome} in {summary.seconds:.1f} s → {done.db.resolve()}")
+
+
+restriction = cli_command(api.restriction, show_restriction)

@@ -1,0 +1,368 @@
+"""Storing `attnwh ingest restriction` runs: which key/value groups of a decoder need the whole
+context. Each group is restricted alone to its sinks and a window (`attnwh.ingest.measures.
+restriction`), ranked by the change in next-token loss on held-out text; then the k least
+harmed are restricted together for a grid of k. Every restriction set's loss is kept per
+sequence, with a paired test against the unrestricted model, and the KV-cache bytes it saves.
+
+A run is written with all its rows in one transaction at the end, so a run row exists only
+when its rows do; a stored run with the same identity (weights, sequences, settings) is kept
+unless `replace`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from scipy import stats
+
+from attnwh.errors import DataError
+from attnwh.ingest.encoder.loading import EncoderModel
+from attnwh.ingest.measures import restriction as rs
+from attnwh.ingest.measures.significance import benjamini_hochberg
+from attnwh.ingest.sources.examples import Example, TaskData
+
+# Bootstrap resamples of the sequences, and their seed: every set is scored on the same ones.
+RESAMPLES = 1000
+BOOTSTRAP_SEED = 0
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class RestrictionOptions:
+    """Settings of a restriction run. `grid`: the k of the plan (None: 0, 10 %, …, 100 % of
+    the model's key/value groups); `kv_context` and `kv_dtype`: where and in what the KV
+    bytes are counted; `batch_size` sequences and `sets_per_pass` restriction sets per forward
+    pass; `attention_memory` (bytes) computes long layers in tiles."""
+
+    sinks: int = rs.DEFAULT_SINKS
+    window: int = rs.DEFAULT_WINDOW
+    context_length: int = 1024
+    kv_context: int = 32768
+    kv_dtype: str = "bfloat16"
+    grid: tuple[int, ...] | None = None
+    limit: int | None = None
+    batch_size: int = 4
+    sets_per_pass: int = 1
+    attention_memory: int | None = None
+    replace: bool = False
+    command: str | None = None
+
+
+@dataclass(frozen=True)
+class Text:
+    """The held-out text, cut: each sequence's token ids, and where it came from."""
+
+    dataset: str
+    task: str
+    split: str
+    source: str
+    sequences: list[tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class PairedLoss:
+    """One restriction set against the unrestricted model over the same sequences."""
+
+    delta: float  # nats per token
+    ci_low: float
+    ci_high: float
+    p_value: float
+
+
+@dataclass(frozen=True)
+class RestrictionSummary:
+    run_id: int
+    outcome: str  # "complete", "replaced" or "already complete"
+    ranking: rs.Ranking | None  # None when already complete
+    plan: list[rs.Restricted] | None
+    seconds: float = 0.0
+
+
+def read_text(text: str | None) -> TaskData:
+    """The held-out text as documents, before any model loads (a missing file fails at once):
+    a plain text file whole, as one document (its paragraphs run on, so sequences reach the
+    context length); one document per record of a JSONL, CSV or Parquet file or a dataset;
+    by default the bundled `prose` sample, its paragraphs joined into one document."""
+    from attnwh.ingest.sources.files import _FILE_FORMATS
+    from attnwh.ingest.sources.text import load_sample_text, load_text
+
+    if text is None:
+        data = load_sample_text("prose")
+        joined = "\n\n".join(doc.text_a for doc in data.examples)
+        return replace(data, examples=(Example(0, None, joined, None, None),))
+    path = Path(text).expanduser()
+    whole = path.is_file() and path.suffix.lower() not in _FILE_FORMATS
+    return load_text(text, documents="file" if whole else None)
+
+
+def cut_text(data: TaskData, tokenizer: Any, context_length: int, limit: int | None) -> Text:
+    """`data` cut into sequences of `context_length` tokens (the last of a document may be
+    shorter; one that predicts no token is left out), the first `limit` of them."""
+    from attnwh.ingest.sources.text import cut_documents
+
+    cut = cut_documents(data, tokenizer, context_length)
+    sequences = [e.token_ids for e in cut.examples if e.token_ids is not None and len(e.token_ids) > 1]
+    if not sequences:
+        raise DataError(f"{data.source}: no sequence of two tokens or more")
+    return Text(cut.dataset, cut.task, cut.split, cut.source, sequences[:limit])
+
+
+def default_grid(groups: int) -> list[int]:
+    """0, 10 %, 20 %, …, 100 % of `groups`, rounded, without repeats."""
+    return sorted({round(groups * tenth / 10) for tenth in range(11)})
+
+
+def paired_tests(
+    baseline: np.ndarray, restricted: np.ndarray, tokens: np.ndarray, resamples: int = RESAMPLES, seed: int = 0
+) -> list[PairedLoss]:
+    """Each row of `restricted` (sets, sequences) of summed nats against `baseline`
+    (sequences,): Δ = Σ (nats − baseline) / Σ tokens, a paired percentile bootstrap interval
+    of Δ (the same resamples of sequences for every set) and a two-sided Wilcoxon
+    signed-rank test of the per-sequence change per token, (nats − baseline) / tokens; p = 1
+    where no sequence changes."""
+    baseline, restricted = np.asarray(baseline, np.float64), np.atleast_2d(np.asarray(restricted, np.float64))
+    tokens = np.asarray(tokens, np.float64)
+    n = len(tokens)
+    picks = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    tail = (1 - CONFIDENCE) / 2 * 100
+    out = []
+    for nats in restricted:
+        diff = nats - baseline
+        boot = diff[picks].sum(-1) / tokens[picks].sum(-1)
+        low, high = np.percentile(boot, [tail, 100 - tail])
+        out.append(PairedLoss(float(diff.sum() / tokens.sum()), float(low), float(high), wilcoxon_p(diff / tokens)))
+    return out
+
+
+def wilcoxon_p(changes: np.ndarray) -> float:
+    """Two-sided Wilcoxon signed-rank p of per-sequence changes against 0 (scipy's defaults:
+    zero changes left out, exact for small samples); 1 where every change is 0."""
+    if not np.any(changes != 0):
+        return 1.0
+    return float(stats.wilcoxon(changes).pvalue)
+
+
+def batches(sequences: Sequence[tuple[int, ...]], pad_id: int, size: int) -> list[dict[str, torch.Tensor]]:
+    """The sequences in batches of `size`, right-padded with `pad_id`."""
+    out = []
+    for lo in range(0, len(sequences), size):
+        chunk = sequences[lo : lo + size]
+        width = max(len(s) for s in chunk)
+        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        for row, seq in enumerate(chunk):
+            ids[row, : len(seq)] = torch.tensor(seq)
+            mask[row, : len(seq)] = 1
+        out.append({"input_ids": ids, "attention_mask": mask})
+    return out
+
+
+def batched_measure(
+    model: torch.nn.Module,
+    inputs: Sequence[dict[str, torch.Tensor]],
+    options: RestrictionOptions,
+    on_sets: Callable[[int], None] | None = None,
+) -> rs.Measure:
+    """:func:`restricted_lm_loss` over every batch of `inputs`, `options.sets_per_pass` sets at
+    a time, calling `on_sets` with the sets done (for a progress bar); the sequences in the
+    order of the batches."""
+
+    def measure(sets: Sequence[Collection[rs.Group]]) -> rs.SequenceLoss:
+        step = max(1, options.sets_per_pass)
+        nats, tokens = [], np.zeros(0, np.int64)
+        for lo in range(0, len(sets), step):
+            chunk = sets[lo : lo + step]
+            parts = [
+                rs.restricted_lm_loss(
+                    model, batch, chunk, options.sinks, options.window, step, options.attention_memory
+                )
+                for batch in inputs
+            ]
+            nats.append(np.concatenate([p.nats for p in parts], axis=1))
+            tokens = np.concatenate([p.tokens for p in parts])
+            if on_sets:
+                on_sets(len(chunk))
+        return rs.SequenceLoss(np.concatenate(nats, axis=0), tokens)
+
+    return measure
+
+
+def run_identity(encoder: EncoderModel, text: Text, options: RestrictionOptions, grid: Sequence[int]) -> dict:
+    """What a restriction run's key is made of (`attnwh.sql.runs.run_key`): the sequences'
+    tokens stand for the text, the context length, --limit and the tokenizer together."""
+    digest = hashlib.blake2b(json.dumps(text.sequences).encode(), digest_size=16).hexdigest()
+    return {
+        "kind": "restriction",
+        "weights": encoder.weights_hash,
+        "name": encoder.name,
+        "sequences": digest,
+        "sinks": options.sinks,
+        "window": options.window,
+        "context_length": options.context_length,
+        "kv_context": options.kv_context,
+        "kv_dtype": options.kv_dtype,
+        "grid": list(grid),
+        "limit": options.limit,
+        "resamples": RESAMPLES,
+        "seed": BOOTSTRAP_SEED,
+        "dtype": str(encoder.dtype),
+    }
+
+
+def ingest_restriction(
+    db_path: Path,
+    encoder: EncoderModel,
+    text: Text,
+    options: RestrictionOptions,
+    on_start: Callable[[int], None] | None = None,
+    on_sets: Callable[[int], None] | None = None,
+) -> RestrictionSummary:
+    """Rank every key/value group of `encoder` (a causal LM) restricted alone, measure the plan
+    for the grid of k, and store both with the per-sequence losses in one transaction."""
+    from attnwh.sql import runs, warehouse
+
+    config = encoder.model.config
+    layers, groups = rs._layers_and_groups(config)
+    grid = list(options.grid) if options.grid is not None else default_grid(layers * groups)
+    identity = run_identity(encoder, text, options, grid)
+    con = warehouse.connect(db_path)
+    try:
+        found = runs.find_run(con, "restriction", identity)
+        if found and not options.replace:
+            return RestrictionSummary(found.run_id, "already complete", None, None)
+        if on_start:
+            on_start(1 + layers * groups + len(grid))
+        started = time.perf_counter()
+        pad = encoder.tokenizer.pad_token_id
+        inputs = batches(text.sequences, 0 if pad is None else int(pad), options.batch_size)
+        measured = batched_measure(encoder.model, inputs, options, on_sets)
+        counted: list[np.ndarray] = []
+
+        def measure(sets: Sequence[Collection[rs.Group]]) -> rs.SequenceLoss:
+            loss = measured(sets)
+            counted.append(loss.tokens)  # the same every call: the sequences' predicted tokens
+            return loss
+
+        ranking = rs.rank_groups(measure, layers, groups)
+        points = rs.plan(measure, ranking, grid)
+        seconds = time.perf_counter() - started
+        tables = _tables(config, ranking, points, counted[0], options)
+        with warehouse.transaction(con):
+            model_id = runs.upsert_model(con, encoder.facts())
+            state = runs.create_run(
+                con,
+                "restriction",
+                identity,
+                {
+                    "model_id": model_id,
+                    "dataset": text.dataset,
+                    "task": text.task,
+                    "split": text.split,
+                    "source": text.source,
+                    "example_limit": options.limit,
+                    "seed": BOOTSTRAP_SEED,
+                    "max_length": options.context_length,
+                    "n_examples": len(text.sequences),
+                    "n_truncated": 0,
+                    "device": str(encoder.device),
+                    "dtype": str(encoder.dtype).removeprefix("torch."),
+                    "batch_size": options.batch_size,
+                    "versions": json.dumps(_versions()),
+                    "command": options.command,
+                },
+                replace=True,  # a stored run is only here to be replaced
+            )
+            for table, rows in tables.items():
+                n = len(next(iter(rows.values())))
+                warehouse.insert_arrow(con, table, {"run_id": [state.run_id] * n, **rows})
+            runs.finish_run(con, state.run_id, "complete", seconds)
+        return RestrictionSummary(state.run_id, state.outcome, ranking, points, seconds)
+    finally:
+        con.close()
+
+
+def _versions() -> dict[str, str]:
+    from attnwh.ingest.runs.rows import library_versions
+
+    return library_versions()
+
+
+def _tables(
+    config: object, ranking: rs.Ranking, points: list[rs.Restricted], tokens: np.ndarray, options: RestrictionOptions
+) -> dict[str, dict[str, list]]:
+    """The rows of restriction_runs, restriction_groups, restriction_plan and restriction_losses;
+    `tokens`: the tokens predicted per sequence."""
+    base = ranking.baseline.nats
+    singles = paired_tests(base, np.stack([r.nats for r in ranking.groups]), tokens, RESAMPLES, BOOTSTRAP_SEED)
+    q = benjamini_hochberg(np.array([t.p_value for t in singles]))
+    planned = paired_tests(base, np.stack([p.nats for p in points]), tokens, RESAMPLES, BOOTSTRAP_SEED)
+    s, w, dtype = options.sinks, options.window, options.kv_dtype
+
+    def saved(chosen: Collection[rs.Group], context: int) -> int:
+        return rs.kv_bytes_saved(config, chosen, context, s, w, dtype)
+
+    n = len(tokens)
+    losses: dict[str, list] = {k: [] for k in ("kind", "layer", "kv_group", "k", "sequence", "nats", "tokens")}
+
+    def add(kind: str, nats: np.ndarray, layer: int | None = None, group: int | None = None, k: int | None = None):
+        losses["kind"] += [kind] * n
+        losses["layer"] += [layer] * n
+        losses["kv_group"] += [group] * n
+        losses["k"] += [k] * n
+        losses["sequence"] += list(range(n))
+        losses["nats"] += [float(v) for v in nats]
+        losses["tokens"] += [int(t) for t in tokens]
+
+    add("unrestricted", base)
+    for r in ranking.groups:
+        add("group", r.nats, *r.groups[0])
+    for p in points:
+        add("plan", p.nats, k=len(p.groups))
+    return {
+        "restriction_runs": {
+            "sinks": [s],
+            "window": [w],
+            "context_length": [options.context_length],
+            "kv_context": [options.kv_context],
+            "kv_dtype": [dtype],
+            "sequences": [n],
+            "tokens": [int(tokens.sum())],
+            "loss": [ranking.baseline.loss],
+            "kv_bytes": [rs.kv_cache_bytes(config, options.kv_context, dtype)],
+            "kv_bytes_run": [rs.kv_cache_bytes(config, options.context_length, dtype)],
+            "resamples": [RESAMPLES],
+            "seed": [BOOTSTRAP_SEED],
+        },
+        "restriction_groups": {
+            "layer": [r.groups[0][0] for r in ranking.groups],
+            "kv_group": [r.groups[0][1] for r in ranking.groups],
+            "rank": list(range(1, len(ranking.groups) + 1)),
+            "loss": [r.loss for r in ranking.groups],
+            "delta": [r.increase for r in ranking.groups],
+            "ci_low": [t.ci_low for t in singles],
+            "ci_high": [t.ci_high for t in singles],
+            "p_value": [t.p_value for t in singles],
+            "p_adjusted": [float(v) for v in q],
+            "kv_bytes_saved": [saved(r.groups, options.kv_context) for r in ranking.groups],
+        },
+        "restriction_plan": {
+            "k": [len(p.groups) for p in points],
+            "groups": [[{"layer": la, "kv_group": g} for la, g in p.groups] for p in points],
+            "loss": [p.loss for p in points],
+            "delta": [p.increase for p in points],
+            "ci_low": [t.ci_low for t in planned],
+            "ci_high": [t.ci_high for t in planned],
+            "p_value": [t.p_value for t in planned],
+            "kv_bytes_saved": [saved(p.groups, options.kv_context) for p in points],
+            "kv_bytes_saved_run": [saved(p.groups, options.context_length) for p in points],
+        },
+        "restriction_losses": losses,
+    }

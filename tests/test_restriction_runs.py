@@ -1,0 +1,228 @@
+"""`attnwh ingest restriction` on a tiny random Llama with grouped-query attention (2 layers,
+4 query heads on 2 key/value groups): the stored ranking and plan equal `rank_groups` and
+`plan` called directly on the same sequences; the stored p values and adjusted p values equal
+scipy's tests recomputed from the stored per-sequence losses; the KV bytes equal the formula
+worked by hand; a rerun keeps the stored run and --replace replaces it; an encoder is refused
+in one line; the API's chosen set for a loss budget; the report's section."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from attnwh import api
+from attnwh.ingest.encoder.loading import load_encoder
+from attnwh.ingest.measures.restriction import loss_measure, plan, rank_groups
+from attnwh.ingest.sources.examples import Example
+from attnwh.ingest.sources.text import cut_documents, load_sample_text
+from helpers import cli_main, run
+from test_restriction import make_lm
+from tiny_models import make_tiny
+
+SINKS, WINDOW, CONTEXT, SEQUENCES = 2, 4, 24, 5
+GRID = [0, 1, 2, 4]
+KV_CONTEXT = 4096
+SETTINGS = (
+    "--sink-tokens", str(SINKS), "--window", str(WINDOW), "--context-length", str(CONTEXT),
+    "--limit", str(SEQUENCES), "--grid", ",".join(map(str, GRID)), "--kv-context", str(KV_CONTEXT),
+    "--kv-dtype", "float16", "--device", "cpu",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory) -> Path:
+    return make_lm("llama", tmp_path_factory.mktemp("restriction-lm"))
+
+
+@pytest.fixture(scope="module")
+def stored(lm, tmp_path_factory) -> Path:
+    db = tmp_path_factory.mktemp("restriction-db") / "w.duckdb"
+    cli_main("ingest", "restriction", "--model", str(lm), "--db", str(db), *SETTINGS)
+    return db
+
+
+def rows(db: Path, sql: str) -> list[tuple]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def sequences(tokenizer) -> list[tuple[int, ...]]:
+    """The bundled prose, its paragraphs joined, cut into CONTEXT-token sequences: the first few."""
+    data = load_sample_text("prose")
+    joined = "\n\n".join(doc.text_a for doc in data.examples)
+    whole = replace(data, examples=(Example(0, None, joined, None, None),))
+    return [e.token_ids for e in cut_documents(whole, tokenizer, CONTEXT).examples][:SEQUENCES]
+
+
+def test_stored_ranking_and_plan_equal_direct_calls(stored, lm):
+    encoder = load_encoder(str(lm), "cpu", language_model=True)
+    ids = sequences(encoder.tokenizer)
+    width = max(len(s) for s in ids)
+    batch = {
+        "input_ids": torch.zeros((len(ids), width), dtype=torch.long),
+        "attention_mask": torch.zeros((len(ids), width), dtype=torch.long),
+    }
+    for row, seq in enumerate(ids):
+        batch["input_ids"][row, : len(seq)] = torch.tensor(seq)
+        batch["attention_mask"][row, : len(seq)] = 1
+    measure = loss_measure(encoder.model, batch, SINKS, WINDOW)  # one batch of all: the command's are of 4
+    ranking = rank_groups(measure, 2, 2)
+    points = plan(measure, ranking, GRID)
+
+    groups = rows(stored, "SELECT rank, layer, kv_group, loss, delta FROM restriction_groups ORDER BY rank")
+    assert [(g[1], g[2]) for g in groups] == ranking.order()
+    for (_, _, _, loss, delta), direct in zip(groups, ranking.groups, strict=True):
+        assert loss == pytest.approx(direct.loss, rel=1e-6) and delta == pytest.approx(direct.increase, abs=1e-6)
+    (base,) = rows(stored, "SELECT loss, sequences, tokens FROM restriction_runs")
+    assert base[0] == pytest.approx(ranking.baseline.loss, rel=1e-6) and base[1] == SEQUENCES
+    stored_plan = rows(stored, "SELECT k, groups, loss, delta FROM restriction_plan ORDER BY k")
+    assert [p[0] for p in stored_plan] == GRID
+    for (_, chosen, loss, delta), direct in zip(stored_plan, points, strict=True):
+        assert [(g["layer"], g["kv_group"]) for g in chosen] == list(direct.groups)
+        assert loss == pytest.approx(direct.loss, rel=1e-6) and delta == pytest.approx(direct.increase, abs=1e-6)
+    nats = rows(stored, "SELECT nats FROM restriction_losses WHERE kind = 'plan' AND k = 4 ORDER BY sequence")
+    np.testing.assert_allclose([n[0] for n in nats], points[-1].nats, rtol=1e-6)
+
+
+def test_stored_p_values_equal_scipy_on_the_stored_losses(stored):
+    losses = rows(stored, "SELECT kind, layer, kv_group, k, sequence, nats, tokens FROM restriction_losses")
+    by_set: dict[tuple, dict[int, float]] = {}
+    tokens: dict[int, int] = {}
+    for kind, layer, group, k, sequence, nats, n in losses:
+        by_set.setdefault((kind, layer, group, k), {})[sequence] = nats
+        tokens[sequence] = n
+    order = sorted(tokens)
+    count = np.array([tokens[s] for s in order], dtype=float)
+    base = np.array([by_set[("unrestricted", None, None, None)][s] for s in order])
+
+    def expected(key) -> tuple[float, float]:
+        diff = np.array([by_set[key][s] for s in order]) - base
+        p = 1.0 if not diff.any() else stats.wilcoxon(diff / count).pvalue
+        return diff.sum() / count.sum(), p
+
+    groups = rows(
+        stored,
+        "SELECT layer, kv_group, delta, p_value, p_adjusted, ci_low, ci_high FROM restriction_groups ORDER BY layer, kv_group",
+    )
+    ps = []
+    for layer, group, delta, p, _, low, high in groups:
+        want_delta, want_p = expected(("group", layer, group, None))
+        assert delta == pytest.approx(want_delta, abs=1e-12) and p == pytest.approx(want_p, rel=1e-12)
+        assert low <= high
+        ps.append(p)
+    assert [g[4] for g in groups] == pytest.approx(list(stats.false_discovery_control(ps, method="bh")), rel=1e-12)
+    for k, delta, p in rows(stored, "SELECT k, delta, p_value FROM restriction_plan ORDER BY k"):
+        want_delta, want_p = expected(("plan", None, None, k))
+        assert delta == pytest.approx(want_delta, abs=1e-12) and p == pytest.approx(want_p, rel=1e-12)
+    assert len(set(ps)) > 1  # the test looks at real differences, not only ties at p = 1
+
+
+def test_kv_bytes_equal_the_formula_by_hand(stored, lm):
+    config = json.loads((lm / "config.json").read_text())
+    d_head = config["hidden_size"] // config["num_attention_heads"]
+    layers, kv_heads, value = config["num_hidden_layers"], config["num_key_value_heads"], 2  # float16
+    assert (layers, kv_heads) == (2, 2)
+    per_group = (KV_CONTEXT - SINKS - WINDOW) * 2 * d_head * value
+    per_group_run = (CONTEXT - SINKS - WINDOW) * 2 * d_head * value
+    whole, whole_run, dtype = rows(stored, "SELECT kv_bytes, kv_bytes_run, kv_dtype FROM restriction_runs")[0]
+    assert (whole, whole_run, dtype) == (
+        layers * kv_heads * KV_CONTEXT * 2 * d_head * value,
+        layers * kv_heads * CONTEXT * 2 * d_head * value,
+        "float16",
+    )
+    assert {r[0] for r in rows(stored, "SELECT kv_bytes_saved FROM restriction_groups")} == {per_group}
+    for k, saved, saved_run in rows(stored, "SELECT k, kv_bytes_saved, kv_bytes_saved_run FROM restriction_plan"):
+        assert (saved, saved_run) == (k * per_group, k * per_group_run)
+
+
+def test_a_rerun_keeps_the_run_and_replace_replaces_it(stored, lm, tmp_path):
+    db = tmp_path / "w.duckdb"
+    shutil.copy(stored, db)
+    tables = ("runs", "restriction_runs", "restriction_groups", "restriction_plan", "restriction_losses")
+
+    def counts() -> dict[str, int]:
+        return {t: rows(db, f"SELECT count(*) FROM {t}")[0][0] for t in tables}
+
+    before, first = counts(), rows(db, "SELECT run_id FROM runs")
+    assert before["restriction_losses"] == (1 + 4 + len(GRID)) * SEQUENCES
+    cli_main("ingest", "restriction", "--model", str(lm), "--db", str(db), *SETTINGS)
+    assert counts() == before and rows(db, "SELECT run_id FROM runs") == first
+    cli_main("ingest", "restriction", "--model", str(lm), "--db", str(db), *SETTINGS, "--replace")
+    replaced = rows(db, "SELECT run_id FROM runs")
+    assert counts() == before and replaced != first
+    assert {r[0] for r in rows(db, "SELECT DISTINCT run_id FROM restriction_losses")} == {replaced[0][0]}
+
+
+def test_an_encoder_and_a_grid_past_the_groups_are_refused_in_one_line(lm, monkeypatch, capsys, tmp_path):
+    bert = make_tiny("bert", tmp_path / "bert")
+    db = tmp_path / "w.duckdb"
+    code, _, err = run(monkeypatch, capsys, "ingest", "restriction", "--model", str(bert), "--db", str(db))
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "is an encoder" in err and "Traceback" not in err
+    code, _, err = run(
+        monkeypatch,
+        capsys,
+        "ingest",
+        "restriction",
+        "--model",
+        str(lm),
+        "--window",
+        "4",
+        "--grid",
+        "0,9",
+        "--db",
+        str(db),
+    )
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "4 key/value groups" in err
+    assert not db.exists() or rows(db, "SELECT count(*) FROM runs") == [(0,)]
+
+
+def test_the_chosen_set_for_a_loss_budget(stored, tmp_path):
+    """The largest measured k whose Δ is within the budget, on the stored curve and on a copy
+    whose Δ are set by hand (one that is not monotone: the largest k within wins)."""
+    wh = api.Warehouse(stored)
+    curve = wh.restriction_plan()
+    assert curve["k"].to_list() == GRID and (curve["saved_share"] <= 1).all()
+    every = {(layer, group) for layer in range(2) for group in range(2)}
+
+    def check(wh: api.Warehouse, budget: float, want: int) -> None:
+        chosen = wh.restriction_choice(budget)
+        assert chosen.k == want and chosen.delta <= budget
+        restricted = set(zip(chosen.restricted["layer"], chosen.restricted["kv_group"], strict=True))
+        kept = set(zip(chosen.whole_context["layer"], chosen.whole_context["kv_group"], strict=True))
+        assert len(restricted) == want and restricted | kept == every and not restricted & kept
+        ranked = rows(wh.path, "SELECT layer, kv_group FROM restriction_groups ORDER BY rank")
+        assert restricted == set(ranked[:want])
+
+    for budget in sorted({max(0.0, d) for d in curve["delta"].to_list()}):
+        check(wh, budget, max(k for k, d in zip(curve["k"], curve["delta"], strict=True) if d <= budget))
+    db = tmp_path / "w.duckdb"
+    shutil.copy(stored, db)
+    with duckdb.connect(str(db)) as con:
+        for k, delta in ((1, 0.01), (2, 0.5), (4, 0.03)):
+            con.execute("UPDATE restriction_plan SET delta = ? WHERE k = ?", [delta, k])
+    edited = api.Warehouse(db)
+    for budget, want in ((0.0, 0), (0.005, 0), (0.02, 1), (0.03, 4), (0.4, 4), (1.0, 4)):
+        check(edited, budget, want)
+    with pytest.raises(api.UsageError, match="loss budget"):
+        wh.restriction_choice(-1.0)
+    with pytest.raises(api.UsageError, match="no restriction run"):
+        wh.restriction_choice(0.1, run=999)
+
+
+def test_the_report_draws_the_curve_and_the_groups(stored, lm, tmp_path):
+    db = tmp_path / "w.duckdb"
+    shutil.copy(stored, db)
+    cli_main("ingest", "--model", str(lm), "--task", "prose", "--limit", "2", "--max-length", "32", "--db", str(db))
+    page = api.Warehouse(db).build_report()
+    ids = [block.id for section in page.sections for block in section.blocks]
+    assert "chart-restriction-curve" in ids and "table-whole-context" in ids
+    spec = json.dumps(next(b for s in page.sections for b in s.blocks if b.id == "chart-restriction-curve").spec())
+    assert "whole context everywhere" in spec and "all 4 groups restricted" in spec
