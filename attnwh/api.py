@@ -841,7 +841,7 @@ def restriction(
 ) -> Done:
     """Find which key/value groups of a decoder need the whole context. Each group (under grouped-query attention the cache is per group, shared by its query heads) is restricted alone to the first S tokens and the last W (StreamingLLM's sinks and window; DuoAttention), its attention renormalised over them, and ranked by the change in next-token loss on held-out text; then the k least harmed are restricted together for each k of --grid, each set's loss measured with exactly that set, with the KV-cache bytes it saves at --kv-context tokens.
 
-    Each loss change gets a paired test over sequences (Wilcoxon signed-rank; Benjamini–Hochberg across groups) and a bootstrap interval; every set's loss per sequence is kept. Stored in restriction_runs, restriction_groups, restriction_plan and restriction_losses (docs/whole-context.md). A stored run with the same model, text and settings is kept unless --replace.
+    Each loss change gets a paired test over sequences (sign-flip permutation, as the loss sweep's; Benjamini–Hochberg across groups) and a bootstrap interval; every set's loss per sequence is kept. Stored in restriction_runs, restriction_groups, restriction_plan and restriction_losses (docs/whole-context.md). A stored run with the same model, text and settings is kept unless --replace.
     """
     console = Console(stderr=True)
     ks = _grid(grid)

@@ -6,7 +6,7 @@
 -- S tokens and the last W up to each query (every query head of the group; DuoAttention,
 -- Xiao et al. 2024), its attention renormalised over them. delta = loss − the unrestricted
 -- loss (nats per token) with its 95 % paired bootstrap interval over sequences; p_value: a
--- two-sided Wilcoxon signed-rank test of the per-sequence change per token; p_adjusted:
+-- two-sided paired sign-flip permutation test of delta over sequences; p_adjusted:
 -- Benjamini–Hochberg across the run's groups. kv_bytes_saved: the group's cache beyond its
 -- sinks and window for one sequence of kv_context tokens. NULL = all.
 SELECT

@@ -5,7 +5,7 @@
 -- k key/value groups whose own restriction to S sinks + a window of W harmed the loss least
 -- (restriction_groups.rank 1..k), restricted together, their loss measured with exactly that
 -- set (nats per token); delta = loss − the unrestricted loss, with its 95 % paired bootstrap
--- interval over sequences and a Wilcoxon signed-rank p. kv_bytes_saved: the KV-cache bytes one
+-- interval over sequences and a paired sign-flip permutation p. kv_bytes_saved: the KV-cache bytes one
 -- sequence of kv_context tokens no longer needs, Σ_layers |R_l| · (n_l − S − W) · 2 · d_head ·
 -- bytes per value (kv_dtype), of kv_bytes for the whole cache (saved_share); the same at the
 -- run's own context_length in kv_bytes_saved_run. k = 0 is the model as it is. NULL = all.

@@ -39,6 +39,7 @@ def test_every_db_option_reads_attnwh_db_with_one_default():
         "attnwh ingest relations",
         "attnwh ingest ablation",
         "attnwh ingest roles",
+        "attnwh ingest restriction",
         "attnwh sql",
         "attnwh query",
         "attnwh schema",

@@ -147,10 +147,10 @@ def test_hostile_names_show_as_text_in_chromium(browser, hostile_warehouse, tmp_
 def test_every_section_renders_in_chromium(browser, tmp_path):
     """The synthetic warehouse has data for every section: each chart draws, with no error."""
     from attnwh.reports.build import build_report
-    from fixtures.synthetic_warehouse import add_head_roles
+    from fixtures.synthetic_warehouse import add_head_roles, add_restriction
 
-    # With a fine-tuning run, for its table, and head-roles runs.
-    db = add_head_roles(tuned_synthetic(tmp_path / "synthetic.duckdb"))
+    # With a fine-tuning run, for its table, head-roles runs and a restriction run.
+    db = add_restriction(add_head_roles(tuned_synthetic(tmp_path / "synthetic.duckdb")))
     ids = tuple(c.id for c in build_report(db).charts())
     out = tmp_path / "all.html"
     _report(db, out)

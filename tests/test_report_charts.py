@@ -159,8 +159,9 @@ def test_massive_activations_without_a_massive_entry_is_a_sentence(tmp_path):
     assert section.note and section.note.startswith("No massive activations found")
     assert "chart-massive-activations" not in {c.id for c in report.charts()}
     # Not counted among the sections with data (the count `attnwh report` prints): the
-    # synthetic warehouse has no fine-tuning run (nor head-roles run) either.
-    assert {s.section.id for s in report.sections if s.note} == {"finetuning", "head-roles", "massive-activations"}
+    # synthetic warehouse has no fine-tuning run (nor head-roles or restriction run) either.
+    expected = {"finetuning", "head-roles", "whole-context", "massive-activations"}
+    assert {s.section.id for s in report.sections if s.note} == expected
     html = write_html(report, tmp_path / "r.html").read_text(encoding="utf-8")
     assert (
         'id="note-massive-activations"' in html

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy import stats
 
 from attnwh.errors import DataError
 from attnwh.ingest.encoder.loading import EncoderModel
+from attnwh.ingest.measures import lm_loss
 from attnwh.ingest.measures import restriction as rs
 from attnwh.ingest.measures.significance import benjamini_hochberg
 from attnwh.ingest.sources.examples import Example, TaskData
@@ -124,30 +124,12 @@ def paired_tests(
     baseline: np.ndarray, restricted: np.ndarray, tokens: np.ndarray, resamples: int = RESAMPLES, seed: int = 0
 ) -> list[PairedLoss]:
     """Each row of `restricted` (sets, sequences) of summed nats against `baseline`
-    (sequences,): Δ = Σ (nats − baseline) / Σ tokens, a paired percentile bootstrap interval
-    of Δ (the same resamples of sequences for every set) and a two-sided Wilcoxon
-    signed-rank test of the per-sequence change per token, (nats − baseline) / tokens; p = 1
-    where no sequence changes."""
-    baseline, restricted = np.asarray(baseline, np.float64), np.atleast_2d(np.asarray(restricted, np.float64))
-    tokens = np.asarray(tokens, np.float64)
-    n = len(tokens)
-    picks = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-    tail = (1 - CONFIDENCE) / 2 * 100
-    out = []
-    for nats in restricted:
-        diff = nats - baseline
-        boot = diff[picks].sum(-1) / tokens[picks].sum(-1)
-        low, high = np.percentile(boot, [tail, 100 - tail])
-        out.append(PairedLoss(float(diff.sum() / tokens.sum()), float(low), float(high), wilcoxon_p(diff / tokens)))
-    return out
-
-
-def wilcoxon_p(changes: np.ndarray) -> float:
-    """Two-sided Wilcoxon signed-rank p of per-sequence changes against 0 (scipy's defaults:
-    zero changes left out, exact for small samples); 1 where every change is 0."""
-    if not np.any(changes != 0):
-        return 1.0
-    return float(stats.wilcoxon(changes).pvalue)
+    (sequences,): Δ = Σ (nats − baseline) / Σ tokens, its paired percentile bootstrap interval
+    over sequences and the paired sign-flip permutation p of Δ — the comparison the loss
+    sweep makes (`lm_loss.compare_losses`), so a restriction's change and a disabled head's
+    are tested alike."""
+    compared = lm_loss.compare_losses(lm_loss.ALL, baseline, restricted, tokens, resamples, seed, CONFIDENCE)
+    return [PairedLoss(r.delta, r.ci_low, r.ci_high, r.p_value) for r in compared]
 
 
 def batches(sequences: Sequence[tuple[int, ...]], pad_id: int, size: int) -> list[dict[str, torch.Tensor]]:

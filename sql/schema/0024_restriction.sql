@@ -88,7 +88,7 @@ COMMENT ON COLUMN restriction_groups.loss IS 'Next-token cross-entropy with this
 COMMENT ON COLUMN restriction_groups.delta IS 'loss − the unrestricted loss (restriction_runs.loss), nats per token; positive = the group needs more than its sinks and window.';
 COMMENT ON COLUMN restriction_groups.ci_low IS 'Lower end of the 95 % paired percentile bootstrap interval of delta: sequences resampled with replacement, Σ (nats_restricted − nats_unrestricted) / Σ tokens over each resample.';
 COMMENT ON COLUMN restriction_groups.ci_high IS 'Upper end of the 95 % bootstrap interval of delta.';
-COMMENT ON COLUMN restriction_groups.p_value IS 'Two-sided Wilcoxon signed-rank test (scipy.stats.wilcoxon) of the per-sequence change in loss per token, (nats_restricted − nats_unrestricted) / tokens, against 0; 1 where no sequence changes.';
+COMMENT ON COLUMN restriction_groups.p_value IS 'Two-sided paired sign-flip permutation test of delta (scipy.stats.permutation_test: each sequence''s nats_restricted − nats_unrestricted keeps or flips its sign; exact when 2^n ≤ the run''s resamples), as the loss sweep tests a disabled head (ablations, metric loss); 1 where no sequence changes.';
 COMMENT ON COLUMN restriction_groups.p_adjusted IS 'p_value adjusted with Benjamini–Hochberg across the run''s groups (false discovery rate).';
 COMMENT ON COLUMN restriction_groups.kv_bytes_saved IS 'KV bytes one sequence of kv_context tokens no longer caches with this group restricted: (n_l − S − W) · 2 · d_head · bytes per value (0 where n_l ≤ S + W).';
 
@@ -100,7 +100,7 @@ COMMENT ON COLUMN restriction_plan.loss IS 'Next-token cross-entropy with these 
 COMMENT ON COLUMN restriction_plan.delta IS 'loss − the unrestricted loss (restriction_runs.loss), nats per token.';
 COMMENT ON COLUMN restriction_plan.ci_low IS 'Lower end of the 95 % paired bootstrap interval of delta over sequences (as restriction_groups.ci_low).';
 COMMENT ON COLUMN restriction_plan.ci_high IS 'Upper end of the 95 % bootstrap interval of delta.';
-COMMENT ON COLUMN restriction_plan.p_value IS 'Two-sided Wilcoxon signed-rank test of the per-sequence change in loss per token against 0 (1 where none changes); not adjusted: the sets are nested.';
+COMMENT ON COLUMN restriction_plan.p_value IS 'Two-sided paired sign-flip permutation test of delta (as restriction_groups.p_value); not adjusted: the sets are nested.';
 COMMENT ON COLUMN restriction_plan.kv_bytes_saved IS 'KV bytes saved for one sequence of kv_context tokens: Σ_layers |R_l| · (n_l − S − W) · 2 · d_head · bytes per value (restriction_runs.kv_bytes is the whole cache).';
 COMMENT ON COLUMN restriction_plan.kv_bytes_saved_run IS 'kv_bytes_saved at the run''s own context_length.';
 
