@@ -4,11 +4,12 @@ as a small model folder with a word-level tokenizer and a ``known_answer.json`` 
 heads: a model where the answer to "which head does induction, and which previous-token
 head feeds it" is known, for end-to-end checks of attnwh's head-role scores and ablations.
 
-The model is a GPT-2 (``model_type`` gpt2: learned absolute positions, pre-LayerNorm blocks)
-of 2 layers × 4 heads, width 64, with an untied unembedding. It is attention-only exactly:
-each block's MLP output projection (``mlp.c_proj``, weight and bias) is zero and frozen, so
-the MLP adds exactly 0 to the residual stream; its input projection is frozen too (its
-gradient is 0 anyway). The tokenizer is a ``tokenizers`` WordLevel model over the words
+The model is a GPT-2 (``--family gpt2``, the default: learned absolute positions,
+pre-LayerNorm) or a Llama (``--family llama``: RoPE, RMSNorm) of 2 layers × 4 heads, width
+64, with an untied unembedding. It is attention-only exactly: each block's MLP output
+projection (GPT-2's ``mlp.c_proj``, weight and bias; Llama's ``mlp.down_proj``, which has no
+bias) is zero and frozen, so the MLP adds exactly 0 to the residual stream; the rest of the
+MLP is frozen too (its gradient is 0 anyway). The tokenizer is a ``tokenizers`` WordLevel model over the words
 ``t0`` … ``t99`` (ids 4 … 103) after ``<pad>``, ``<unk>``, ``<bos>`` and ``<eos>`` (0 … 3),
 split on whitespace, with ``<bos>`` put first: ``"t5 t17 t5"`` → ``[2, 9, 21, 9]``.
 
@@ -18,11 +19,12 @@ drawn uniformly among all earlier positions (about half of all words are copies)
 per batch, from 2 or 3 for the first 800 steps and from 2 … 12 after; the starts per copy. So
 neither the span's length nor the distance between a span and its copy is fixed, and a head
 attending at a fixed offset (which solves fixed-length spans without any induction circuit)
-does not solve it. The short spans first are what make the circuit the canonical one: trained
-on longer spans from the start (2 … 10, or 3 … 16), both GPT-2 and Llama found a lagged
-circuit instead (layer-0 heads at a fixed lag of 5 to 9 tokens, read by layer-1 heads at the
-matching distance), which predicts a copy only after its first few words and scores near 0
-on the induction probe. The loss is the next-token cross-entropy on every position; AdamW,
+does not solve it. The short spans first were meant to favour a previous-token head (a
+2-word copy can be predicted only through one); so far, with these and with longer spans
+from the start, both families learn a lagged circuit instead (layer-0 heads at a lag of 3 to
+10 tokens, read by layer-1 heads a few places after the earlier occurrence), which predicts
+a copy only after its first few words and scores near 0 on the induction probe, and the
+script exits 1. The loss is the next-token cross-entropy on every position; AdamW,
 peak learning rate 3e-3 with a cosine schedule, batches of 64, one CPU thread.
 
 Verification (plain torch on the saved folder, reloaded with eager attention and
@@ -32,7 +34,7 @@ Per head: previous-token score, the mean of A[i, i−1] over rows i ≥ 1; induc
 mean of A[m+k, k+1] over k = 1..m; duplicate-token score, the mean of A[m+k, k]. Loss of the
 first half (targets at positions 1..m) and of the repeat (targets at m+2..2m; position m+1
 follows t_m, which nothing predicts). Disabling a head zeroes its slice of the input of its
-layer's attention output projection (``attn.c_proj``), so it adds nothing to the residual.
+layer's attention output projection (``attn.c_proj``, ``self_attn.o_proj``), so it adds nothing to the residual.
 The script exits with status 1 and one line saying why unless: the best induction head is in
 layer 1 with a score above 0.5 and no layer-0 head scores above 0.3 on induction (no
 fixed-offset shortcut); the best layer-0 previous-token head scores above 0.5; the repeat's
@@ -43,7 +45,7 @@ less than 0.2; disabling the previous-token head raises the repeat's loss by mor
 
 Usage: ``python tools/train_induction.py [--out tests/fixtures/induction-2l] [--steps N]``.
 
-Measured (this script as it stands, 2 shared CPU cores): see tools/README.md.
+What it measured, run by run (the canonical circuit has not formed yet): tools/README.md.
 """
 
 from __future__ import annotations
@@ -313,9 +315,13 @@ def verify(model: PreTrainedModel) -> tuple[dict, list[str]]:
         failures.append(f"loss on the repeat {repeat:.2f} (needs < 1) against the first half {first:.2f} (needs > 3.5)")
     ind = changes["induction_head"]
     if ind["repeat"] <= 1.0 or abs(ind["first_half"]) >= 0.2:
-        failures.append(f"disabling the induction head moves the repeat's loss by {ind['repeat']:+.2f}, the first half's by {ind['first_half']:+.2f}")
+        failures.append(
+            f"disabling the induction head moves the repeat's loss by {ind['repeat']:+.2f}, the first half's by {ind['first_half']:+.2f}"
+        )
     if changes["previous_token_head"]["repeat"] <= 1.0:
-        failures.append(f"disabling the previous-token head moves the repeat's loss only {changes['previous_token_head']['repeat']:+.2f}")
+        failures.append(
+            f"disabling the previous-token head moves the repeat's loss only {changes['previous_token_head']['repeat']:+.2f}"
+        )
     return answer, failures
 
 
@@ -332,18 +338,22 @@ def table(answer: dict) -> str:
     lines.append("")
     lines.append(f"loss (nats): first half {loss['first_half']:.3f}, repeat {loss['repeat']:.3f}")
     for name, change in answer["loss_change_when_disabled"].items():
-        lines.append(
-            f"{name} disabled: first half {change['first_half']:+.3f}, repeat {change['repeat']:+.3f}"
-        )
+        lines.append(f"{name} disabled: first half {change['first_half']:+.3f}, repeat {change['repeat']:+.3f}")
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description="Train a two-layer attention-only decoder on copied spans and check that an induction circuit formed."
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="model folder to write")
     parser.add_argument("--steps", type=int, default=STEPS, help=f"training steps (default {STEPS})")
-    parser.add_argument("--family", choices=("gpt2", "llama"), default="gpt2", help="gpt2: learned positions; llama: RoPE")
-    parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE, help=f"peak learning rate (default {LEARNING_RATE})")
+    parser.add_argument(
+        "--family", choices=("gpt2", "llama"), default="gpt2", help="gpt2: learned positions; llama: RoPE"
+    )
+    parser.add_argument(
+        "--learning-rate", type=float, default=LEARNING_RATE, help=f"peak learning rate (default {LEARNING_RATE})"
+    )
     args = parser.parse_args()
     torch.use_deterministic_algorithms(True)
     # One thread: the same reduction order, so the same weights, on any machine; and on a
