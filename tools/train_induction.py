@@ -43,7 +43,7 @@ induction head raises the repeat's loss by more than 1 nat and moves the first h
 less than 0.2; disabling the previous-token head raises the repeat's loss by more than 1 nat
 (the induction head's keys are composed from it: K-composition).
 
-Usage: ``python tools/train_induction.py [--out tests/fixtures/induction-2l] [--steps N]``.
+Usage: ``python tools/train_induction.py [--out tests/fixtures/induction-2l] [--steps N] [--warm-steps N]``.
 
 What it measured, run by run (the canonical circuit has not formed yet): tools/README.md.
 """
@@ -196,7 +196,9 @@ def probe_inputs(length: int = PROBE_LENGTH, examples: int = PROBE_EXAMPLES, see
 # ---------------------------------------------------------------- training
 
 
-def train(model: PreTrainedModel, steps: int, learning_rate: float = LEARNING_RATE) -> float:
+def train(
+    model: PreTrainedModel, steps: int, learning_rate: float = LEARNING_RATE, warm_spans: int = WARM_SPANS
+) -> float:
     """Train in place; return the seconds it took."""
     generator = torch.Generator().manual_seed(TRAIN_SEED)
     choices = random.Random(TRAIN_SEED)
@@ -211,7 +213,7 @@ def train(model: PreTrainedModel, steps: int, learning_rate: float = LEARNING_RA
     started = time.perf_counter()
     model.train()
     for step in range(1, steps + 1):
-        ids = training_batch(generator, choices, SHORT_SPANS if step <= WARM_SPANS else SPAN_LENGTHS)
+        ids = training_batch(generator, choices, SHORT_SPANS if step <= warm_spans else SPAN_LENGTHS)
         loss = model(input_ids=ids, labels=ids).loss
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
@@ -354,13 +356,19 @@ def main() -> None:
     parser.add_argument(
         "--learning-rate", type=float, default=LEARNING_RATE, help=f"peak learning rate (default {LEARNING_RATE})"
     )
+    parser.add_argument(
+        "--warm-steps",
+        type=int,
+        default=WARM_SPANS,
+        help=f"steps on spans of {SHORT_SPANS} words before longer ones (default {WARM_SPANS})",
+    )
     args = parser.parse_args()
     torch.use_deterministic_algorithms(True)
     # One thread: the same reduction order, so the same weights, on any machine; and on a
     # shared CPU, tiny matrices run several times faster on one thread than on two.
     torch.set_num_threads(1)
     model = make_model(args.family)
-    seconds = train(model, args.steps, args.learning_rate)
+    seconds = train(model, args.steps, args.learning_rate, args.warm_steps)
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out)
     make_tokenizer().save_pretrained(args.out)
