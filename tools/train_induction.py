@@ -5,27 +5,30 @@ heads: a model where the answer to "which head does induction, and which previou
 head feeds it" is known, for end-to-end checks of attnwh's head-role scores and ablations.
 
 The model is a GPT-2 (``--family gpt2``, the default: learned absolute positions,
-pre-LayerNorm) or a Llama (``--family llama``: RoPE, RMSNorm) of 2 layers × 4 heads, width
-64, with an untied unembedding. It is attention-only exactly: each block's MLP output
+pre-LayerNorm) or a Llama (``--family llama``: RoPE, RMSNorm) of 2 layers × 2 heads (``--heads``), width
+64, with an untied unembedding. With 4 heads per layer the copying is shared between
+three (GPT-2) or four (Llama) layer-1 induction heads, so no single one is needed (disabling the best raised the
+repeat's loss by 0.71 nats in the GPT-2, 0.05 in the Llama); with 2, each matters. It is attention-only exactly: each block's MLP output
 projection (GPT-2's ``mlp.c_proj``, weight and bias; Llama's ``mlp.down_proj``, which has no
 bias) is zero and frozen, so the MLP adds exactly 0 to the residual stream; the rest of the
 MLP is frozen too (its gradient is 0 anyway). The tokenizer is a ``tokenizers`` WordLevel model over the words
 ``t0`` … ``t99`` (ids 4 … 103) after ``<pad>``, ``<unk>``, ``<bos>`` and ``<eos>`` (0 … 3),
 split on whitespace, with ``<bos>`` put first: ``"t5 t17 t5"`` → ``[2, 9, 21, 9]``.
 
-Training data (seeded): ``<bos>`` then 64 words, each drawn uniformly, except that after any
-word, with probability 1/ℓ, the next ℓ words copy ℓ consecutive earlier ones from a start
-drawn uniformly among all earlier positions (about half of all words are copies). ℓ is drawn
-per batch, from 2 or 3 for the first 800 steps and from 2 … 12 after; the starts per copy. So
-neither the span's length nor the distance between a span and its copy is fixed, and a head
-attending at a fixed offset (which solves fixed-length spans without any induction circuit)
-does not solve it. The short spans first were meant to favour a previous-token head (a
-2-word copy can be predicted only through one); so far, with these and with longer spans
-from the start, both families learn a lagged circuit instead (layer-0 heads at a lag of 3 to
-10 tokens, read by layer-1 heads a few places after the earlier occurrence), which predicts
-a copy only after its first few words and scores near 0 on the induction probe, and the
-script exits 1. The loss is the next-token cross-entropy on every position; AdamW,
-peak learning rate 3e-3 with a cosine schedule, batches of 64, one CPU thread.
+Training data (seeded), in-context bigrams (Bietti et al. 2023, "Birth of a Transformer: a
+memory viewpoint"): each sequence is ``<bos>`` then 64 words. Per sequence, 3 to 8 trigger
+words are drawn, each with its own output word (a non-trigger); wherever a trigger occurs,
+the next word is its output; any other word is a trigger with probability 0.3 and otherwise
+a uniform non-trigger word, so each trigger occurs a few times. The words before each
+occurrence are random, so matching on several earlier words is useless (data that copied
+spans of consecutive words taught the model exactly that: lagged heads, no previous-token
+head; tools/README.md), and a trigger's output after its second occurrence is known only
+from the word that followed its first: a layer-0 previous-token head (each output learns
+"my previous word was T") feeding a layer-1 induction head (the query T finds the keys
+whose previous word was T and copies their word). The loss is the next-token cross-entropy
+on every position, a trigger's output weighted 10 times (``--output-weight``; with weight 1
+nothing formed in 2000 steps: the predictable words are too few); AdamW, peak learning
+rate 3e-3 with a cosine schedule, batches of 64, one CPU thread.
 
 Verification (plain torch on the saved folder, reloaded with eager attention and
 ``output_attentions=True``), on the induction probe of the warehouse's design (§12):
@@ -43,9 +46,20 @@ induction head raises the repeat's loss by more than 1 nat and moves the first h
 less than 0.2; disabling the previous-token head raises the repeat's loss by more than 1 nat
 (the induction head's keys are composed from it: K-composition).
 
-Usage: ``python tools/train_induction.py [--out tests/fixtures/induction-2l] [--steps N] [--warm-steps N]``.
+The model is written to a temporary folder beside ``--out`` and moved there only once it
+passes, so a failed run leaves nothing behind.
 
-What it measured, run by run (the canonical circuit has not formed yet): tools/README.md.
+Usage: ``python tools/train_induction.py [--out tests/fixtures/induction-2l] [--steps N]
+[--family gpt2|llama] [--heads N] [--learning-rate LR] [--output-weight W]``.
+
+Measured (the defaults: GPT-2, 2 × 2 heads, 2000 steps; the committed
+tests/fixtures/induction-2l; two runs gave byte-identical weights): layer-0 head 0 is the
+previous-token head (previous-token score 0.639; head 1: 0.382), layer-1 head 0 the
+induction head (induction score 0.968; layer-1 head 1 is one too, 0.959; layer-0 heads
+≤ 0.004); probe loss 4.613 nats on the first half, 0.180 on the repeat; disabling the
+induction head: first half +0.025, repeat +1.077; disabling the previous-token head: first
+half +0.044, repeat +3.120. Training took 94 s on one thread of a shared CPU (191 s with
+another run beside it). Every configuration tried: tools/README.md.
 """
 
 from __future__ import annotations
@@ -54,7 +68,9 @@ import argparse
 import json
 import math
 import random
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -73,11 +89,13 @@ from transformers import (
 
 SPECIALS = ("<pad>", "<unk>", "<bos>", "<eos>")
 WORDS = 100  # t0 .. t99
-LAYERS, HEADS, WIDTH, POSITIONS = 2, 4, 64, 128
+LAYERS, HEADS, WIDTH, POSITIONS = 2, 2, 64, 128
 SEQUENCE = 64  # random words after <bos> in a training sequence
-# Span lengths: 2 or 3 words for the first WARM_SPANS steps, then 2..12 (the probe's halves,
-# 20 words, are longer than any).
-SHORT_SPANS, SPAN_LENGTHS, WARM_SPANS = [2, 3], list(range(2, 13)), 800
+# Triggers per sequence (inclusive range), and the chance that a word not forced to be an
+# output is a trigger.
+TRIGGERS, TRIGGER_RATE = (3, 8), 0.3
+# The loss weighs a trigger's output (the only predictable words) this much more than others.
+OUTPUT_WEIGHT = 10.0
 PROBE_LENGTH, PROBE_EXAMPLES, PROBE_SEED = 20, 64, 1234
 TRAIN_SEED, BATCH, STEPS, LEARNING_RATE = 0, 64, 2000, 3e-3
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "induction-2l"
@@ -105,8 +123,8 @@ def make_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def make_model(family: str = "gpt2") -> PreTrainedModel:
-    """A seeded causal LM of 2 × 4 heads whose MLPs add exactly nothing (output projection
+def make_model(family: str = "gpt2", heads: int = HEADS) -> PreTrainedModel:
+    """A seeded causal LM of 2 layers × `heads` heads whose MLPs add exactly nothing (output projection
     zero and frozen), without dropout, with eager attention (for output_attentions)."""
     special = {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3, "tie_word_embeddings": False}
     config: GPT2Config | LlamaConfig
@@ -116,7 +134,7 @@ def make_model(family: str = "gpt2") -> PreTrainedModel:
             n_positions=POSITIONS,
             n_embd=WIDTH,
             n_layer=LAYERS,
-            n_head=HEADS,
+            n_head=heads,
             n_inner=4,  # unused width: the MLP's output is zero whatever its input projection
             resid_pdrop=0.0,
             embd_pdrop=0.0,
@@ -131,8 +149,8 @@ def make_model(family: str = "gpt2") -> PreTrainedModel:
             hidden_size=WIDTH,
             intermediate_size=4,
             num_hidden_layers=LAYERS,
-            num_attention_heads=HEADS,
-            num_key_value_heads=HEADS,
+            num_attention_heads=heads,
+            num_key_value_heads=heads,
             architectures=["LlamaForCausalLM"],
             **special,
         )
@@ -162,25 +180,33 @@ def output_projection(model: PreTrainedModel, layer: int) -> torch.nn.Module:
 # ---------------------------------------------------------------- data
 
 
-def training_batch(generator: torch.Generator, choices: random.Random, lengths: list[int]) -> torch.Tensor:
-    """(BATCH, 1 + SEQUENCE) ids: random words in which, after each word, with probability
-    1/ℓ, the next ℓ words copy ℓ consecutive earlier ones from a random start. ℓ is drawn for
-    the batch; the starts, and so the distances between copies, for each copy: about half of
-    the words are copies, of spans that sit anywhere earlier."""
-    length = choices.choice(lengths)
-    words = (torch.randint(WORDS, (BATCH, SEQUENCE), generator=generator) + len(SPECIALS)).tolist()
-    for row in words:
-        position = length
-        while position < SEQUENCE:
-            if choices.random() < 1 / length:
-                start = choices.randrange(position - length + 1)
-                for k in range(min(length, SEQUENCE - position)):
-                    row[position + k] = row[start + k]
-                position += length
+def training_batch(generator: random.Random) -> tuple[torch.Tensor, torch.Tensor]:
+    """(BATCH, 1 + SEQUENCE) ids of in-context bigrams: per sequence, a few trigger words,
+    each with its own output word; the rest random. Wherever a trigger occurs, the next
+    word is its output; otherwise a trigger with probability TRIGGER_RATE, else a uniform
+    non-trigger word. The words before each occurrence are random, so only the current
+    word says what comes next: after a trigger's second occurrence its output is known
+    from the word that followed its first, which a previous-token head feeding an
+    induction head predicts and a match on several earlier words does not. Also returns
+    (BATCH, SEQUENCE) booleans: which targets (positions 1..) are a trigger's output."""
+    rows, outputs = [], []
+    for _ in range(BATCH):
+        count = generator.randint(*TRIGGERS)
+        vocabulary = list(range(WORDS))
+        generator.shuffle(vocabulary)
+        triggers, others = vocabulary[:count], vocabulary[count:]
+        output = {t: generator.choice(others) for t in triggers}
+        row: list[int] = []
+        while len(row) < SEQUENCE:
+            if row and row[-1] in output:
+                row.append(output[row[-1]])
+            elif generator.random() < TRIGGER_RATE:
+                row.append(generator.choice(triggers))
             else:
-                position += 1
-    bos = torch.full((BATCH, 1), SPECIALS.index("<bos>"))
-    return torch.cat([bos, torch.tensor(words)], dim=1)
+                row.append(generator.choice(others))
+        rows.append([SPECIALS.index("<bos>"), *(w + len(SPECIALS) for w in row)])
+        outputs.append([False, *(w in output for w in row[:-1])])
+    return torch.tensor(rows), torch.tensor(outputs)
 
 
 def probe_inputs(length: int = PROBE_LENGTH, examples: int = PROBE_EXAMPLES, seed: int = PROBE_SEED) -> torch.Tensor:
@@ -197,11 +223,10 @@ def probe_inputs(length: int = PROBE_LENGTH, examples: int = PROBE_EXAMPLES, see
 
 
 def train(
-    model: PreTrainedModel, steps: int, learning_rate: float = LEARNING_RATE, warm_spans: int = WARM_SPANS
+    model: PreTrainedModel, steps: int, learning_rate: float = LEARNING_RATE, output_weight: float = OUTPUT_WEIGHT
 ) -> float:
     """Train in place; return the seconds it took."""
-    generator = torch.Generator().manual_seed(TRAIN_SEED)
-    choices = random.Random(TRAIN_SEED)
+    generator = random.Random(TRAIN_SEED)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimiser = torch.optim.AdamW(trainable, lr=learning_rate, weight_decay=0.01)
     warmup = 100
@@ -213,8 +238,10 @@ def train(
     started = time.perf_counter()
     model.train()
     for step in range(1, steps + 1):
-        ids = training_batch(generator, choices, SHORT_SPANS if step <= warm_spans else SPAN_LENGTHS)
-        loss = model(input_ids=ids, labels=ids).loss
+        ids, outputs = training_batch(generator)
+        each = F.cross_entropy(model(input_ids=ids).logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
+        weights = 1 + (output_weight - 1) * outputs.float()
+        loss = (each * weights).sum() / weights.sum()
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
@@ -265,7 +292,7 @@ def role_scores(model: PreTrainedModel, ids: torch.Tensor, m: int = PROBE_LENGTH
 @contextmanager
 def disabled(model: PreTrainedModel, layer: int, head: int) -> Iterator[None]:
     """Head (layer, head) adds nothing: its slice of the input of W_O (attn.c_proj) is zero."""
-    size = WIDTH // HEADS
+    size = WIDTH // model.config.num_attention_heads
 
     def zero(_module: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         merged = args[0].clone()
@@ -285,7 +312,7 @@ def verify(model: PreTrainedModel) -> tuple[dict, list[str]]:
     ids = probe_inputs()
     scores = role_scores(model, ids)
     induction = scores["induction"]
-    layer, head = divmod(int(induction.argmax()), HEADS)
+    layer, head = divmod(int(induction.argmax()), induction.shape[1])
     previous = int(scores["previous_token"][0].argmax())
     first, repeat = half_losses(model, ids)
     changes = {}
@@ -331,7 +358,7 @@ def table(answer: dict) -> str:
     """The per-head scores and the losses, as printed and as tools/README.md holds them."""
     lines = ["| head | previous-token | induction | duplicate |", "|---|---|---|---|"]
     for l in range(LAYERS):
-        for h in range(HEADS):
+        for h in range(len(answer["scores"]["induction"][l])):
             cells = [answer["scores"][s][l][h] for s in ("previous_token", "induction", "duplicate")]
             marks = " (induction)" if [l, h] == answer["induction_head"] else ""
             marks += " (previous-token)" if [l, h] == answer["previous_token_head"] else ""
@@ -346,7 +373,7 @@ def table(answer: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description="Train a two-layer attention-only decoder on copied spans and check that an induction circuit formed."
+        description="Train a two-layer attention-only decoder on in-context bigrams and check that an induction circuit formed."
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="model folder to write")
     parser.add_argument("--steps", type=int, default=STEPS, help=f"training steps (default {STEPS})")
@@ -357,30 +384,47 @@ def main() -> None:
         "--learning-rate", type=float, default=LEARNING_RATE, help=f"peak learning rate (default {LEARNING_RATE})"
     )
     parser.add_argument(
-        "--warm-steps",
-        type=int,
-        default=WARM_SPANS,
-        help=f"steps on spans of {SHORT_SPANS} words before longer ones (default {WARM_SPANS})",
+        "--output-weight",
+        type=float,
+        default=OUTPUT_WEIGHT,
+        help=f"loss weight of a trigger's output against other words' 1 (default {OUTPUT_WEIGHT})",
     )
+    parser.add_argument("--heads", type=int, default=HEADS, help=f"heads per layer (default {HEADS})")
     args = parser.parse_args()
     torch.use_deterministic_algorithms(True)
     # One thread: the same reduction order, so the same weights, on any machine; and on a
     # shared CPU, tiny matrices run several times faster on one thread than on two.
     torch.set_num_threads(1)
-    model = make_model(args.family)
-    seconds = train(model, args.steps, args.learning_rate, args.warm_steps)
-    args.out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(args.out)
-    make_tokenizer().save_pretrained(args.out)
-    # Verify what was saved, reloaded, not the object in memory.
-    saved = AutoModelForCausalLM.from_pretrained(args.out, attn_implementation="eager").eval()
-    answer, failures = verify(saved)
-    (args.out / "known_answer.json").write_text(json.dumps(answer, indent=2) + "\n", encoding="utf-8")
-    print(table(answer))
-    print(f"trained {args.steps} steps in {seconds:.1f} s; saved to {args.out}")
-    if failures:
-        print("no induction circuit: " + "; ".join(failures), file=sys.stderr)
-        sys.exit(1)
+    model = make_model(args.family, args.heads)
+    seconds = train(model, args.steps, args.learning_rate, args.output_weight)
+    # Write and verify in a temporary folder beside --out; only a verified model replaces it.
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{args.out.name}-", dir=args.out.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; the model folder is for everyone to read
+    try:
+        model.save_pretrained(staging)
+        make_tokenizer().save_pretrained(staging)
+        # Verify what was saved, reloaded, not the object in memory.
+        saved = AutoModelForCausalLM.from_pretrained(staging, attn_implementation="eager").eval()
+        answer, failures = verify(saved)
+        answer["training"] = {
+            "family": args.family,
+            "steps": args.steps,
+            "learning_rate": args.learning_rate,
+            "output_weight": args.output_weight,
+        }
+        (staging / "known_answer.json").write_text(json.dumps(answer, indent=2) + "\n", encoding="utf-8")
+        print(table(answer))
+        print(f"trained {args.steps} steps in {seconds:.1f} s")
+        if failures:
+            print("no induction circuit, nothing saved: " + "; ".join(failures), file=sys.stderr)
+            sys.exit(1)
+        if args.out.exists():
+            shutil.rmtree(args.out)
+        staging.rename(args.out)
+        print(f"saved to {args.out}")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 if __name__ == "__main__":
