@@ -10,23 +10,9 @@
 -- heads are those with a retrieval score above 0.1 (Wu et al. 2025); the other roles have no
 -- threshold in their papers (NULL). model is a model name as stored; NULL = all.
 WITH means AS (
-    SELECT
-        m.name                 AS model,
-        r.task                 AS probe,
-        h.run_id,
-        h.layer,
-        h.head,
-        count(*)               AS probes,
-        avg(h.previous_token)  AS previous_token,
-        avg(h.induction)       AS induction,
-        avg(h.duplicate)       AS duplicate,
-        avg(h.retrieval)       AS retrieval
-    FROM head_roles AS h
-    JOIN runs AS r USING (run_id)
-    JOIN models AS m USING (model_id)
-    WHERE r.kind = 'roles'
-      AND ($model IS NULL OR m.name = $model)
-    GROUP BY ALL
+    SELECT model, probe, run_id, layer, head, probes, previous_token, induction, duplicate, retrieval
+    FROM head_role_means
+    WHERE $model IS NULL OR model = $model
 ),
 scores AS (
     UNPIVOT means ON induction, previous_token, duplicate, retrieval INTO NAME role VALUE value

@@ -133,13 +133,11 @@ profile AS (
            NULL, NULL, NULL, NULL, u.examples
     FROM (
         UNPIVOT (
-            SELECT h.run_id, h.layer, h.head, count(*) AS examples, avg(h.previous_token) AS previous_token,
-                   avg(h.induction) AS induction, avg(h.duplicate) AS duplicate, avg(h.retrieval) AS retrieval,
-                   avg(h.sink) AS sink, avg(h.local_mass) AS local_mass
-            FROM head_roles AS h
+            SELECT h.run_id, h.layer, h.head, h.probes AS examples, h.previous_token, h.induction, h.duplicate,
+                   h.retrieval, h.sink, h.local_mass
+            FROM head_role_means AS h
             WHERE ($layer IS NULL OR h.layer = $layer)
               AND ($head IS NULL OR h.head = $head)
-            GROUP BY ALL
         )
         ON previous_token, induction, duplicate, retrieval, sink, local_mass INTO NAME column_name VALUE value
     ) AS u

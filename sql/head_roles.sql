@@ -8,28 +8,11 @@
 -- heads by that score (1 = highest; ties share a rank). kv_group is the key/value group the
 -- head reads under grouped-query attention (head_groups).
 WITH means AS (
-    SELECT
-        m.name                 AS model,
-        r.task                 AS probe,
-        h.run_id,
-        h.layer,
-        h.head,
-        g.kv_group,
-        count(*)               AS probes,
-        avg(h.previous_token)  AS previous_token,
-        avg(h.induction)       AS induction,
-        avg(h.duplicate)       AS duplicate,
-        avg(h.retrieval)       AS retrieval,
-        avg(h.sink)            AS sink,
-        avg(h.local_mass)      AS local_mass
-    FROM head_roles AS h
-    JOIN runs AS r USING (run_id)
-    JOIN models AS m USING (model_id)
-    LEFT JOIN head_groups AS g ON g.model_id = r.model_id AND g.head = h.head
-    WHERE ($model IS NULL OR m.name = $model)
-      AND ($run IS NULL OR h.run_id = CAST($run AS INTEGER))
-      AND ($probe IS NULL OR r.task = $probe)
-    GROUP BY ALL
+    SELECT *
+    FROM head_role_means
+    WHERE ($model IS NULL OR model = $model)
+      AND ($run IS NULL OR run_id = CAST($run AS INTEGER))
+      AND ($probe IS NULL OR probe = $probe)
 )
 SELECT
     *,

@@ -10,27 +10,9 @@
 -- the key/value group the head reads under grouped-query attention (head_groups). model is a
 -- model name as stored; NULL = all.
 WITH means AS (
-    SELECT
-        m.name                 AS model,
-        r.task                 AS probe,
-        h.run_id,
-        h.layer,
-        h.head,
-        g.kv_group,
-        count(*)               AS probes,
-        avg(h.previous_token)  AS previous_token,
-        avg(h.induction)       AS induction,
-        avg(h.duplicate)       AS duplicate,
-        avg(h.retrieval)       AS retrieval,
-        avg(h.sink)            AS sink,
-        avg(h.local_mass)      AS local_mass
-    FROM head_roles AS h
-    JOIN runs AS r USING (run_id)
-    JOIN models AS m USING (model_id)
-    LEFT JOIN head_groups AS g ON g.model_id = r.model_id AND g.head = h.head
-    WHERE r.kind = 'roles'
-      AND ($model IS NULL OR m.name = $model)
-    GROUP BY ALL
+    SELECT *
+    FROM head_role_means
+    WHERE $model IS NULL OR model = $model
 ),
 scores AS (
     UNPIVOT means

@@ -44,6 +44,7 @@ def test_every_table_view_and_column_has_a_comment(db):
         "head_patterns_named",
         "ablation_sink_scores",
         "head_groups",
+        "head_role_means",
     }
     assert any(c.startswith("ablation_results.") for c, _ in columns)  # view columns are listed and checked
     assert [o for o, comment in objects if not (comment or "").strip()] == []

@@ -73,3 +73,42 @@ COMMENT ON COLUMN head_roles.duplicate IS 'Duplicate-token score: on an inductio
 COMMENT ON COLUMN head_roles.retrieval IS 'Retrieval score (Wu et al. 2025): on a needle probe, at each answer step (the row before answer token w, teacher-forced) the head retrieves when the key of its largest weight is a payload position holding w not retrieved at an earlier step; the score is the steps that retrieve over the payload''s length (0..1). NULL on induction probes.';
 COMMENT ON COLUMN head_roles.sink IS 'Sink share: the mean over rows of A[i, 0], the weight on the first token (BOS, or the first real token where the tokenizer adds none).';
 COMMENT ON COLUMN head_roles.local_mass IS 'Local mass: the mean over rows of the weight on keys i-W+1..i, the last W tokens with the row''s own (W: role_settings.local_window, --local-window, default 64). Near 1: a head a window of W recent tokens would serve.';
+
+-- Per head-roles run, layer and query head: each score's mean over the run's probes, the
+-- grain of every role query and of the report.
+CREATE VIEW head_role_means AS
+SELECT
+    m.name                 AS model,
+    r.task                 AS probe,
+    h.run_id,
+    h.layer,
+    h.head,
+    g.kv_group,
+    count(*)               AS probes,
+    avg(h.previous_token)  AS previous_token,
+    avg(h.induction)       AS induction,
+    avg(h.duplicate)       AS duplicate,
+    avg(h.retrieval)       AS retrieval,
+    avg(h.sink)            AS sink,
+    avg(h.local_mass)      AS local_mass
+FROM head_roles AS h
+JOIN runs AS r USING (run_id)
+JOIN models AS m USING (model_id)
+LEFT JOIN head_groups AS g ON g.model_id = r.model_id AND g.head = h.head
+WHERE r.kind = 'roles'
+GROUP BY ALL;
+
+COMMENT ON VIEW head_role_means IS 'Per head-roles run, layer and query head: the mean of each head_roles score over the run''s probes (NULL where the probe kind does not define it), with the model''s name, the probe kind (runs.task) and the head''s key/value group (head_groups). The queries head_roles, head_roles_top and findings_roles read it.';
+COMMENT ON COLUMN head_role_means.model IS 'The model''s name as stored (models.name).';
+COMMENT ON COLUMN head_role_means.probe IS 'The run''s probe kind: induction or needle (runs.task).';
+COMMENT ON COLUMN head_role_means.run_id IS 'The head-roles run (runs.run_id).';
+COMMENT ON COLUMN head_role_means.layer IS 'Layer, 0-based.';
+COMMENT ON COLUMN head_role_means.head IS 'Query head within the layer, 0-based.';
+COMMENT ON COLUMN head_role_means.kv_group IS 'The key/value group the head reads under grouped-query attention (head_groups.kv_group).';
+COMMENT ON COLUMN head_role_means.probes IS 'Probes the means are over.';
+COMMENT ON COLUMN head_role_means.previous_token IS 'Mean of head_roles.previous_token.';
+COMMENT ON COLUMN head_role_means.induction IS 'Mean of head_roles.induction (NULL on needle runs).';
+COMMENT ON COLUMN head_role_means.duplicate IS 'Mean of head_roles.duplicate (NULL on needle runs).';
+COMMENT ON COLUMN head_role_means.retrieval IS 'Mean of head_roles.retrieval (NULL on induction runs).';
+COMMENT ON COLUMN head_role_means.sink IS 'Mean of head_roles.sink.';
+COMMENT ON COLUMN head_role_means.local_mass IS 'Mean of head_roles.local_mass.';
