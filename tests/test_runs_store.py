@@ -17,7 +17,7 @@ from attnwh.sql import runs, warehouse
 from helpers import ingest_args, pair_args, run, write_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = {"statistics", "compare", "ablation", "relations", "finetune"}
+KINDS = {"statistics", "compare", "ablation", "relations", "finetune", "roles", "restriction"}
 
 
 def _run_tables_from_schema(con) -> set[str]:
@@ -35,8 +35,8 @@ def _run_tables_from_schema(con) -> set[str]:
 @pytest.fixture(scope="module")
 def every_kind(tiny_model_dir, tmp_path_factory):
     """A warehouse with a run of every kind (statistics with thumbnails, statistics of a
-    decoder read through a prompt, compare, ablation,
-    relations dependencies and frames, finetune, the synthetic-maps fixture with hand
+    decoder read through a prompt, compare, ablation (of a classifier, and of the decoder's
+    loss on induction probes), head roles, restriction, relations dependencies and frames, finetune, the synthetic-maps fixture with hand
     labels), built through the CLI; and the run ids that `create_run` handed out."""
     from _pytest.monkeypatch import MonkeyPatch
 
@@ -55,6 +55,8 @@ def every_kind(tiny_model_dir, tmp_path_factory):
     framenet.write_text(framebert_text(), encoding="utf-8")
     bert, tuned = tiny_model_dir("bert"), tmp / "tuned"
     lm = make_causal_lm("llama", tmp / "lm", positions=256)  # read through a prompt: prompt_predictions
+    text = tmp / "text.txt"
+    text.write_text(" ".join(["the dog saw a cat and the cat ran off."] * 12) + "\n", encoding="utf-8")
     pair_columns = ["--text-column", "premise", "--pair-column", "hypothesis", "--label-column", "label"]
     sweep = ["--resamples", "100", "--top-k", "2"]
     commands = [
@@ -93,6 +95,54 @@ def every_kind(tiny_model_dir, tmp_path_factory):
         ],  # fmt: skip
         ["ingest", "compare", "--base", str(bert), "--tuned", str(tuned), *pair_args(data, db, batch_size=6)],
         ["ingest", "ablation", "--model", str(tuned), *pair_args(data, db, batch_size=6), *sweep],
+        [
+            "ingest",
+            "ablation",
+            "--model",
+            str(lm),
+            "--probe",
+            "induction",
+            "--repeat-length",
+            "6",
+            "--limit",
+            "2",
+            "--resamples",
+            "100",
+            "--db",
+            str(db),
+        ],
+        [
+            "ingest",
+            "roles",
+            "--model",
+            str(lm),
+            "--examples",
+            "2",
+            "--repeat-length",
+            "6",
+            "--context-length",
+            "160",
+            "--db",
+            str(db),
+        ],
+        [
+            "ingest",
+            "restriction",
+            "--model",
+            str(lm),
+            "--text",
+            str(text),
+            "--context-length",
+            "32",
+            "--sink-tokens",
+            "1",
+            "--window",
+            "4",
+            "--limit",
+            "2",
+            "--db",
+            str(db),
+        ],
         [
             "ingest",
             "relations",
