@@ -710,12 +710,7 @@ def roles(
     unknown = sorted(set(kinds) - {"induction", "needle"})
     if not kinds or unknown:
         raise UsageError(f"--probes {probes!r}: choose from induction, needle (comma-separated)")
-    try:
-        at = tuple(float(d) for d in depths.split(",") if d.strip())
-    except ValueError:
-        raise UsageError(f"--depths {depths!r}: give fractions from 0 to 1, comma-separated") from None
-    if not at or any(not 0.0 <= d <= 1.0 for d in at):
-        raise UsageError(f"--depths {depths!r}: give fractions from 0 to 1, comma-separated")
+    at = _depths(depths)
     if text is not None and not text.is_file():
         raise DataError(f"text file {text} does not exist")
     warehouse.check_writable(db)
@@ -827,6 +822,18 @@ def restriction(
     kv_dtype: Annotated[Dtype, typer.Option(help="The dtype of a cached key or value in the KV byte counts.")] = (
         Dtype.bfloat16
     ),
+    needles: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Needle-in-a-haystack probes of --context-length tokens built from the text, every restriction set "
+            "also scored on their answers (greedy accuracy and loss); 0: none.",
+        ),
+    ] = 5,
+    depths: Annotated[
+        str, typer.Option(help="Where the needles go, fractions of the haystack from 0 to 1, comma-separated.")
+    ] = "0,0.25,0.5,0.75,1",
+    seed: Annotated[int, typer.Option(help="Seed the needle probes are drawn with.")] = 42,
     batch_size: Annotated[int, typer.Option(min=1, help="Sequences per forward pass.")] = 4,
     sets_per_pass: Annotated[
         int | None,
@@ -839,12 +846,13 @@ def restriction(
     db: DbOpt = DEFAULT_DB,
     replace: ReplaceOpt = False,
 ) -> Done:
-    """Find which key/value groups of a decoder need the whole context. Each group (under grouped-query attention the cache is per group, shared by its query heads) is restricted alone to the first S tokens and the last W (StreamingLLM's sinks and window; DuoAttention), its attention renormalised over them, and ranked by the change in next-token loss on held-out text; then the k least harmed are restricted together for each k of --grid, each set's loss measured with exactly that set, with the KV-cache bytes it saves at --kv-context tokens.
+    """Find which key/value groups of a decoder need the whole context. Each group (under grouped-query attention the cache is per group, shared by its query heads) is restricted alone to the first S tokens and the last W (StreamingLLM's sinks and window; DuoAttention), its attention renormalised over them, and ranked by the change in next-token loss on held-out text; then the k least harmed are restricted together for each k of --grid, each set's loss measured with exactly that set, with the KV-cache bytes it saves at --kv-context tokens. Every set is also scored on --needles needle-in-a-haystack probes cut from the same text: the share of answer tokens the model still predicts, and the answer's loss.
 
     Each loss change gets a paired test over sequences (sign-flip permutation, as the loss sweep's; Benjamini–Hochberg across groups) and a bootstrap interval; every set's loss per sequence is kept. Stored in restriction_runs, restriction_groups, restriction_plan and restriction_losses (docs/whole-context.md). A stored run with the same model, text and settings is kept unless --replace.
     """
     console = Console(stderr=True)
     ks = _grid(grid)
+    at = _depths(depths)
     with loading(console, db, models=[model]):
         from attnwh.ingest.runs import restriction as runs_of
 
@@ -864,29 +872,33 @@ def restriction(
                 f"--context-length {length} is not longer than --sink-tokens + --window ({sink_tokens + window}): "
                 "a restriction would drop nothing"
             )
-        cut = runs_of.cut_text(data, encoder.tokenizer, length, limit)
-    config: Any = encoder.model.config  # Any: torch types a module attribute as Tensor | Module
-    groups = int(config.num_hidden_layers) * int(getattr(config, "num_key_value_heads", None) or encoder.num_heads)
-    if ks is not None and max(ks) > groups:
-        raise UsageError(f"--grid {grid}: {model} has {groups} key/value groups in all")
-    per_pass = sets_per_pass or (4 if encoder.device.type == "cuda" else 1)
-    options = runs_of.RestrictionOptions(
-        sink_tokens,
-        window,
-        length,
-        kv_context,
-        kv_dtype.value,
-        tuple(ks) if ks is not None else None,
-        limit,
-        batch_size,
-        per_pass,
-        parse_memory(attention_memory),
-        replace,
-        command_line(),
-    )
+        per_pass = sets_per_pass or (4 if encoder.device.type == "cuda" else 1)
+        options = runs_of.RestrictionOptions(
+            sink_tokens,
+            window,
+            length,
+            kv_context,
+            kv_dtype.value,
+            tuple(ks) if ks is not None else None,
+            limit,
+            batch_size,
+            per_pass,
+            parse_memory(attention_memory),
+            replace,
+            command_line(),
+            needles,
+            at,
+            seed,
+        )
+        config: Any = encoder.model.config  # Any: torch types a module attribute as Tensor | Module
+        groups = int(config.num_hidden_layers) * int(getattr(config, "num_key_value_heads", None) or encoder.num_heads)
+        if ks is not None and max(ks) > groups:
+            raise UsageError(f"--grid {grid}: {model} has {groups} key/value groups in all")
+        cut = runs_of.cut_text(data, encoder.tokenizer, options, runs_of.needle_documents(text, data))
+    probes = f", {len(cut.needles)} needle probes" if cut.needles else ""
     console.print(
-        f"{describe(encoder)}: {groups} key/value groups, {len(cut.sequences)} sequences of up to {length} tokens, "
-        f"sinks {sink_tokens} + window {window}",
+        f"{describe(encoder)}: {groups} key/value groups, {len(cut.sequences)} sequences of up to {length} tokens"
+        f"{probes}, sinks {sink_tokens} + window {window}",
         highlight=False,
     )
     started = time.perf_counter()
@@ -894,6 +906,17 @@ def restriction(
     with Bars(console, "set") as bars, interrupts_as(message):
         summary = runs_of.ingest_restriction(db, encoder, cut, options, bars.starter("restriction sets"), bars.advance)
     return Done([summary], time.perf_counter() - started, db)
+
+
+def _depths(text: str) -> tuple[float, ...]:
+    """--depths as fractions of a haystack: numbers from 0 to 1, separated by commas."""
+    try:
+        at = tuple(float(d) for d in text.split(",") if d.strip())
+    except ValueError:
+        raise UsageError(f"--depths {text!r}: give fractions from 0 to 1, comma-separated") from None
+    if not at or any(not 0.0 <= d <= 1.0 for d in at):
+        raise UsageError(f"--depths {text!r}: give fractions from 0 to 1, comma-separated")
+    return at
 
 
 def _grid(text: str | None) -> list[int] | None:

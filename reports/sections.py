@@ -393,17 +393,28 @@ def _whole_context(ctx: ReportContext) -> list[Block]:
             plan,
             restriction_charts.restriction_curve,
             "The restriction runs of this report hold no plan; query restriction_plan.",
-        )
+        ),
+        chart_or_note(
+            "chart-restriction-needles",
+            "What the same sets do to retrieval from long context: the share of the needle probes' answer tokens "
+            "(a needle sentence in a haystack of the run's text, the question, the answer teacher-forced) the model "
+            "still predicts greedily, against the KV memory saved. Query restriction_plan, column needle_accuracy.",
+            plan.filter(pl.col("needles") > 0),
+            restriction_charts.needle_curve,
+            "No restriction run of this report read needle probes (runs made with --needles 0); "
+            "query restriction_plan.",
+        ),
     ]
     rows = []
     for run_id in sorted(set(plan["run_id"].to_list())):
         chosen = choose(ctx.con, DEFAULT_LOSS_BUDGET, run_id)
         keep = chosen.whole_context
         listed = [f"L{r['layer']}.G{r['kv_group']} (Δ alone {r['delta']:+.4f})" for r in keep.iter_rows(named=True)]
+        needles = [] if chosen.needle_accuracy is None else [f"needle accuracy {chosen.needle_accuracy:.0%}"]
         rows.append(
             [
                 [f"run {run_id}", str(plan.filter(pl.col("run_id") == run_id)["model"][0])],
-                [f"{chosen.k} of {chosen.k + keep.height} groups", f"Δ {chosen.delta:+.4f} nats/token"],
+                [f"{chosen.k} of {chosen.k + keep.height} groups", f"Δ {chosen.delta:+.4f} nats/token", *needles],
                 [
                     f"{chosen.kv_bytes_saved / 2**20:,.1f} MiB of {chosen.kv_bytes / 2**20:,.1f} MiB at {chosen.kv_context:,}"
                 ],

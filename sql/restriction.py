@@ -22,7 +22,8 @@ class RestrictionChoice:
     """The largest k of a run's plan whose measured loss increase `delta` is within
     `loss_budget` (nats per token): `restricted` keep only sinks and window, `whole_context`
     (layer, kv_group, rank, delta alone) keep every token; `kv_bytes_saved` of `kv_bytes` at
-    `kv_context` tokens."""
+    `kv_context` tokens; `needle_accuracy` the share of the needle probes' answer tokens
+    still predicted with that set restricted (None where the run read no needles)."""
 
     run_id: int
     loss_budget: float
@@ -33,6 +34,7 @@ class RestrictionChoice:
     kv_bytes_saved: int
     kv_bytes: int
     kv_context: int
+    needle_accuracy: float | None
     restricted: pl.DataFrame
     whole_context: pl.DataFrame
 
@@ -81,6 +83,7 @@ def choose(con: duckdb.DuckDBPyConnection, loss_budget: float, run: int | None =
         kv_bytes_saved=point["kv_bytes_saved"],
         kv_bytes=point["kv_bytes"],
         kv_context=point["kv_context"],
+        needle_accuracy=point["needle_accuracy"],
         restricted=chosen.sort("layer", "kv_group"),
         whole_context=keep.sort("layer", "kv_group"),
     )

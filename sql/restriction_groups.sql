@@ -8,7 +8,10 @@
 -- loss (nats per token) with its 95 % paired bootstrap interval over sequences; p_value: a
 -- two-sided paired sign-flip permutation test of delta over sequences; p_adjusted:
 -- Benjamini–Hochberg across the run's groups. kv_bytes_saved: the group's cache beyond its
--- sinks and window for one sequence of kv_context tokens. NULL = all.
+-- sinks and window for one sequence of kv_context tokens. With needle probes (needles > 0):
+-- needle_accuracy, the share of their answer tokens still predicted greedily with the group
+-- restricted (needle_accuracy_unrestricted without), and needle_delta, the answer tokens'
+-- loss change; NULL otherwise. NULL = all.
 SELECT
     m.name                        AS model,
     g.run_id,
@@ -23,6 +26,10 @@ SELECT
     g.p_adjusted,
     g.p_adjusted < 0.05           AS significant,
     g.kv_bytes_saved,
+    g.needle_accuracy,
+    g.needle_delta,
+    s.needle_accuracy             AS needle_accuracy_unrestricted,
+    s.needles,
     s.kv_context,
     s.sinks,
     s."window"

@@ -8,7 +8,10 @@
 -- interval over sequences and a paired sign-flip permutation p. kv_bytes_saved: the KV-cache bytes one
 -- sequence of kv_context tokens no longer needs, Σ_layers |R_l| · (n_l − S − W) · 2 · d_head ·
 -- bytes per value (kv_dtype), of kv_bytes for the whole cache (saved_share); the same at the
--- run's own context_length in kv_bytes_saved_run. k = 0 is the model as it is. NULL = all.
+-- run's own context_length in kv_bytes_saved_run. With needle probes (needles > 0):
+-- needle_accuracy, the share of their answer tokens predicted greedily with exactly this set
+-- restricted, and needle_delta, the answer tokens' loss change; NULL otherwise. k = 0 is the
+-- model as it is. NULL = all.
 SELECT
     m.name                                          AS model,
     p.run_id,
@@ -20,6 +23,9 @@ SELECT
     p.ci_low,
     p.ci_high,
     p.p_value,
+    p.needle_accuracy,
+    p.needle_delta,
+    s.needles,
     p.kv_bytes_saved,
     s.kv_bytes,
     p.kv_bytes_saved / s.kv_bytes                   AS saved_share,

@@ -58,7 +58,7 @@ def warehouse(tmp_path_factory) -> Path:
     text.write_text(" ".join(words) + "\n", encoding="utf-8")
     cli_main(
         "ingest", "restriction", *common, "--text", str(text), "--sink-tokens", "1", "--window", "8",
-        "--context-length", str(4 * HALF),
+        "--context-length", str(4 * HALF), "--needles", "0",
     )  # fmt: skip
     return db
 

@@ -87,16 +87,27 @@ ROWS: dict[int, list[str]] = {
         "INSERT INTO restriction_plan VALUES ({run}, 1, [{{'layer': 0, 'kv_group': 1}}], 2.6, 0.1, 0.05, 0.15, 0.01, 50, 9)",
         "INSERT INTO restriction_losses VALUES ({run}, 'group', 0, 1, NULL, 0, 2660.4, 1023)",
     ],
+    25: [],  # the restriction tables' needle columns (0025_restriction_needles.sql): no new table
 }
 # Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
 # (dep_to_head) into head_to_dep.
 ROWS_AFTER = {"dependency_baselines": 2}
+# The columns migration 25 appends to the restriction tables, as a file at 25 or later has them.
+NEEDLE_VALUES = {
+    "restriction_runs": ", 0, NULL, NULL, NULL, NULL, NULL",
+    "restriction_groups": ", NULL, NULL",
+    "restriction_plan": ", NULL, NULL",
+    "restriction_losses": ", 'text', NULL",
+}
 
 
 def _as_of(sql: str, version: int) -> str:
-    """`sql` as attnwh at `version` writes it: from migration 20 on, a baseline has a direction."""
+    """`sql` as attnwh at `version` writes it: from migration 20 on, a baseline has a direction;
+    from 25 on, the restriction tables have their needle columns."""
     if version >= 20 and _table(sql) == "dependency_baselines":
         return sql.replace("'det', ", "'det', 'dep_to_head', ")
+    if version >= 25 and _table(sql) in NEEDLE_VALUES:
+        return sql[: sql.rindex(")")] + NEEDLE_VALUES[_table(sql)] + ")"
     return sql
 
 

@@ -36,8 +36,8 @@ SINKS, WINDOW = 2, 4
 FAMILIES = ("llama", "gpt2", "mistral")  # GQA (4 query heads on 2 groups); MHA; GQA with a window of 5
 
 
-def make_lm(family: str, out: Path) -> Path:
-    base = make_tiny_decoder(family, out / "base", LAYERS, HEADS)
+def make_lm(family: str, out: Path, positions: int = 64) -> Path:
+    base = make_tiny_decoder(family, out / "base", LAYERS, HEADS, positions=positions)
     torch.manual_seed(0)
     folder = out / "lm"
     AutoModelForCausalLM.from_pretrained(base).save_pretrained(folder)
@@ -166,6 +166,60 @@ def test_restriction_equals_keys_masked_before_the_softmax(lms, family, side):
         np.testing.assert_allclose(loss.nats[s], reference_nats(aligned, batch), atol=1e-5, rtol=1e-6)
     # Every restriction moves the loss, or the comparison would prove little.
     assert (np.abs(loss.nats[1:] - loss.nats[0]).max(axis=1) > 1e-3).all()
+
+
+def greedy_batch(path: Path, restricted: set[tuple[int, int]], side: str) -> dict[str, torch.Tensor]:
+    """batch_of's texts cut to 8 tokens, each continued by 12 tokens the reference model
+    predicts greedily under `restricted`, padded on `side`: under that set every continued
+    token is the model's greedy prediction, so the hits counted are many and exact."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    prompts = batch_of(tokenizer, "right")
+    rows = [ids[mask.bool()][:8].tolist() for ids, mask in zip(prompts["input_ids"], prompts["attention_mask"])]
+    for _ in range(12):
+        batch = {
+            "input_ids": torch.tensor(rows),
+            "attention_mask": torch.ones(len(rows), len(rows[0]), dtype=torch.long),
+        }
+        nxt = reference_logits(path, batch, restricted, positions=True)[:, -1].argmax(-1)
+        rows = [row + [int(t)] for row, t in zip(rows, nxt)]
+    width = len(rows[0]) + 3  # padding on every row
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    cols = slice(0, len(rows[0])) if side == "right" else slice(3, width)
+    ids[:, cols], mask[:, cols] = torch.tensor(rows), 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def test_greedy_hits_and_scored_spans_equal_the_masked_reference(lms):
+    """The tokens the model ranks first, counted by `restricted_lm_loss` under each set, equal
+    the argmax of the masked-before-softmax reference; with `scored`, the loss and the count
+    cover exactly the tokens named (left-padded: the mask moves with the tokens)."""
+    encoder = load_encoder(str(lms["llama"]), "cpu", language_model=True)
+    sets = sets_for(2)
+    batch = greedy_batch(lms["llama"], sets[3], "left")
+    mask = batch["attention_mask"].bool()
+    scored = torch.zeros_like(mask)
+    first = mask.int().argmax(-1)
+    for row, start in enumerate(first.tolist()):
+        scored[row, start + 10 : start + 16] = True  # 6 of the greedy tokens
+    whole = restricted_lm_loss(encoder.model, batch, sets, SINKS, WINDOW, sets_per_pass=2)
+    span = restricted_lm_loss(encoder.model, batch, sets, SINKS, WINDOW, scored=scored)
+    assert span.tokens.tolist() == [6] * len(first)
+    for s, restricted in enumerate(sets):
+        logits = reference_logits(lms["llama"], batch, restricted, positions=True)
+        hits = (logits[:, :-1].argmax(-1) == batch["input_ids"][:, 1:]) & mask[:, 1:] & mask[:, :-1]
+        assert whole.correct[s].tolist() == hits.sum(-1).tolist(), s
+        assert span.correct[s].tolist() == (hits & scored[:, 1:]).sum(-1).tolist(), s
+        losses = nn.functional.cross_entropy(
+            logits[:, :-1].double().transpose(1, 2), batch["input_ids"][:, 1:], reduction="none"
+        )
+        np.testing.assert_allclose(span.nats[s], (losses * scored[:, 1:]).sum(-1).numpy(), atol=1e-5, rtol=1e-6)
+    # Under the set the text was generated with, every continued token is a hit; not so under
+    # every other set, or the comparison would prove little.
+    assert (whole.correct[3] >= 12).all() and (span.correct[3] == 6).all()
+    assert (whole.correct[:3] != whole.correct[3]).any()
 
 
 def test_left_and_right_padding_give_the_same_loss(lms):

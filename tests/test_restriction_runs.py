@@ -24,9 +24,11 @@ from attnwh import api
 from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures.restriction import loss_measure, plan, rank_groups
 from attnwh.ingest.sources.examples import Example
+from attnwh.ingest.sources.probes import needle_probes
 from attnwh.ingest.sources.text import cut_documents, load_sample_text
+from attnwh.reports.sections import NoteBlock
 from helpers import cli_main, run
-from test_restriction import make_lm
+from test_restriction import make_lm, reference_logits
 from tiny_models import make_tiny
 
 SINKS, WINDOW, CONTEXT, SEQUENCES = 2, 4, 24, 5
@@ -35,8 +37,12 @@ KV_CONTEXT = 4096
 SETTINGS = (
     "--sink-tokens", str(SINKS), "--window", str(WINDOW), "--context-length", str(CONTEXT),
     "--limit", str(SEQUENCES), "--grid", ",".join(map(str, GRID)), "--kv-context", str(KV_CONTEXT),
-    "--kv-dtype", "float16", "--device", "cpu",
+    "--kv-dtype", "float16", "--needles", "0", "--device", "cpu",
 )  # fmt: skip
+# A run with needle probes: a tiny Llama that reads 256 positions (its tokenizer spends 130
+# tokens on a needle, its question and the answer), 2 probes with the needle mid-haystack.
+NEEDLE_CONTEXT, NEEDLES = 160, 2
+NEEDLE_GRID = [0, 2, 4]
 
 
 @pytest.fixture(scope="module")
@@ -231,3 +237,66 @@ def test_the_report_draws_the_curve_and_the_groups(stored, lm, tmp_path):
     assert "chart-restriction-curve" in ids and "table-whole-context" in ids
     spec = json.dumps(next(b for s in page.sections for b in s.blocks if b.id == "chart-restriction-curve").spec())
     assert "whole context everywhere" in spec and "all 4 groups restricted" in spec
+    # The run read no needles: their chart is a sentence saying so.
+    needles = next(b for s in page.sections for b in s.blocks if b.id == "chart-restriction-needles")
+    assert isinstance(needles, NoteBlock) and "--needles 0" in needles.text
+
+
+def test_needle_accuracy_and_loss_of_each_set_equal_the_masked_reference(tmp_path):
+    """Each plan set's and each group's needle accuracy (greedy hits on the answer) and answer
+    loss change equal the masked-before-softmax reference model's on the same probes; the
+    unrestricted accuracy equals plain transformers' eager model's; the rows add up."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    lm = make_lm("llama", tmp_path, positions=256)
+    db = tmp_path / "w.duckdb"
+    cli_main(
+        "ingest", "restriction", "--model", str(lm), "--db", str(db), "--sink-tokens", str(SINKS),
+        "--window", str(WINDOW), "--context-length", str(NEEDLE_CONTEXT), "--limit", "2",
+        "--grid", ",".join(map(str, NEEDLE_GRID)), "--needles", str(NEEDLES), "--depths", "0.5", "--device", "cpu",
+    )  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(lm)
+    paragraphs = [e.text_a for e in load_sample_text("prose").examples]
+    probes = needle_probes(tokenizer, paragraphs, NEEDLES, NEEDLE_CONTEXT, (0.5,), 42)
+    batch = {"input_ids": torch.tensor([p.token_ids for p in probes])}
+    batch["attention_mask"] = torch.ones_like(batch["input_ids"])
+    # Token t of an answer is predicted at t − 1.
+    answer = torch.zeros_like(batch["input_ids"], dtype=torch.bool)
+    for row, probe in enumerate(probes):
+        answer[row, list(probe.span("answer"))] = True
+    scored, targets = answer[:, 1:], batch["input_ids"][:, 1:]
+
+    def reference(logits: torch.Tensor) -> tuple[float, float]:
+        """Accuracy and loss (nats per token) on the answers."""
+        hits = (logits[:, :-1].argmax(-1) == targets) & scored
+        nats = torch.nn.functional.cross_entropy(logits[:, :-1].double().transpose(1, 2), targets, reduction="none")
+        return float(hits.sum() / scored.sum()), float((nats * scored).sum() / scored.sum())
+
+    (run,) = rows(
+        db, "SELECT needles, needle_tokens, needle_accuracy, needle_loss, needle_depths FROM restriction_runs"
+    )
+    assert run[0] == NEEDLES and run[1] == int(scored.sum()) and run[4] == [0.5]
+    with torch.no_grad():
+        plain = AutoModelForCausalLM.from_pretrained(lm, attn_implementation="eager")(**batch).logits
+    accuracy, loss = reference(plain)
+    assert run[2] == pytest.approx(accuracy, abs=1e-12) and run[3] == pytest.approx(loss, rel=1e-6)
+    plan_rows = rows(db, "SELECT k, groups, needle_accuracy, needle_delta FROM restriction_plan ORDER BY k")
+    group_rows = rows(db, "SELECT layer, kv_group, needle_accuracy, needle_delta FROM restriction_groups")
+    sets = [({(g["layer"], g["kv_group"]) for g in p[1]}, p[2], p[3]) for p in plan_rows]
+    sets += [({(g[0], g[1])}, g[2], g[3]) for g in group_rows]
+    deltas = []
+    for restricted, stored_accuracy, stored_delta in sets:
+        accuracy, restricted_loss = reference(reference_logits(lm, batch, restricted, positions=True))
+        assert stored_accuracy == pytest.approx(accuracy, abs=1e-12), restricted
+        assert stored_delta == pytest.approx(restricted_loss - loss, abs=1e-5), restricted
+        deltas.append(stored_delta)
+    assert max(abs(d) for d in deltas) > 1e-3  # the restrictions reach the answers
+    summed = rows(
+        db,
+        "SELECT k, sum(correct) / sum(tokens), count(*) FROM restriction_losses "
+        "WHERE input = 'needle' AND kind = 'plan' GROUP BY k ORDER BY k",
+    )
+    assert [(k, n) for k, _, n in summed] == [(k, NEEDLES) for k in NEEDLE_GRID]
+    assert [a for _, a, _ in summed] == pytest.approx([p[2] for p in plan_rows], abs=1e-12)
+    assert rows(db, "SELECT count(*) FROM restriction_losses WHERE input = 'text'") == [((1 + 4 + 3) * 2,)]
+    assert api.Warehouse(db).restriction_choice(10.0).needle_accuracy == plan_rows[-1][2]

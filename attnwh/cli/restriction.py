@@ -18,17 +18,21 @@ def show_restriction(done: api.Done) -> None:
             continue
         plan = api.Warehouse(done.db).restriction_plan(run=summary.run_id)
         table = Table(title=f"restriction run {summary.run_id}: the k least harmed groups restricted together")
-        for column in ("k", "loss (nats/token)", "Δ loss", "95 % interval", "KV saved", "of the cache"):
+        needles = bool(plan["needles"][0])
+        columns = ("k", "loss (nats/token)", "Δ loss", "95 % interval", "needle accuracy", "KV saved", "of the cache")
+        for column in columns if needles else (c for c in columns if c != "needle accuracy"):
             table.add_column(column, justify="right")
         for row in plan.iter_rows(named=True):
-            table.add_row(
+            cells = [
                 str(row["k"]),
                 f"{row['loss']:.4f}",
                 f"{row['delta']:+.4f}",
                 f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]",
+                *([f"{row['needle_accuracy']:.0%}"] if needles else []),
                 f"{row['kv_bytes_saved'] / 2**20:,.1f} MiB at {row['kv_context']:,}",
                 f"{row['saved_share']:.0%}",
-            )
+            ]
+            table.add_row(*cells)
         out.print(table)
         out.print(f"run {summary.run_id} {summary.outcome} in {summary.seconds:.1f} s → {done.db.resolve()}")
 

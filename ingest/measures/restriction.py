@@ -140,11 +140,13 @@ def restriction_rows(sets: Sequence[Collection[Group]], layers: int, groups: int
 
 @dataclass(frozen=True)
 class SequenceLoss:
-    """Summed next-token cross-entropy per (restriction set, sequence), in nats, and the
-    number of tokens predicted per sequence (its real tokens but the first)."""
+    """Summed next-token cross-entropy per (restriction set, sequence), in nats, the number of
+    tokens scored per sequence (its real tokens but the first, or those asked for) and how many
+    of them the model ranks first (its greedy prediction is the token)."""
 
     nats: np.ndarray  # (sets, sequences) float64
     tokens: np.ndarray  # (sequences,) int64
+    correct: np.ndarray  # (sets, sequences) int64
 
     def per_token(self) -> np.ndarray:
         """Each set's mean loss per token over all the sequences (sets,)."""
@@ -159,13 +161,17 @@ def restricted_lm_loss(
     window: int = DEFAULT_WINDOW,
     sets_per_pass: int = 1,
     attention_memory: int | None = None,
+    scored: torch.Tensor | None = None,
 ) -> SequenceLoss:
     """The summed next-token loss of each sequence of `batch` (input_ids, attention_mask)
     under each restriction set of `sets` (an empty set: the model as it is), from a causal
-    LM loaded with attnwh's attention function. `sets_per_pass` sets run side by side in one
-    forward pass (rows = set × sequence). `attention_memory` (bytes) computes long layers in
-    tiles. A left-padded row is read with its real tokens moved to the front, so every
-    sequence gives what it gives alone (positions 0..n−1), padded on either side."""
+    LM loaded with attnwh's attention function, and how many of the scored tokens are the
+    model's greedy prediction. `scored` (the batch's shape, boolean) names the tokens scored
+    (a needle probe's answer); by default every real token but the first. `sets_per_pass`
+    sets run side by side in one forward pass (rows = set × sequence). `attention_memory`
+    (bytes) computes long layers in tiles. A left-padded row is read with its real tokens
+    moved to the front, so every sequence gives what it gives alone (positions 0..n−1),
+    padded on either side."""
     if getattr(model.config, "_attn_implementation", None) != capture.ATTENTION_NAME:
         raise ValueError("restricted_lm_loss needs a model loaded with attnwh's attention function")
     config = model.config
@@ -178,10 +184,13 @@ def restricted_lm_loss(
     sequences = ids.shape[0]
     # Position t predicts token t + 1 where both are real.
     targets = key_mask[:, 1:] & key_mask[:, :-1]
+    if scored is not None:
+        targets &= _roll(scored.bool(), start)[:, 1:]
     tokens = targets.sum(-1).cpu().numpy().astype(np.int64)
     observer = StreamingRestriction(sinks, window)
     inputs = sweep_inputs(model, rolled)
     nats = np.zeros((len(sets), sequences), dtype=np.float64)
+    correct = np.zeros((len(sets), sequences), dtype=np.int64)
     step = max(1, sets_per_pass)
     with torch.inference_mode(), capture.attention_memory(attention_memory):
         for lo in range(0, len(sets), step):
@@ -194,11 +203,12 @@ def restricted_lm_loss(
             # A row at a time: on long inputs a row's log-probabilities over the vocabulary
             # are already large (4096 tokens × 49k words: 800 MB in float32).
             for row in range(k * sequences):
-                sequence = row % sequences
-                losses = nn.functional.cross_entropy(logits[row, :-1].float(), ids[sequence, 1:], reduction="none")
-                summed = (losses.double() * targets[sequence].double()).sum()
-                nats[lo + row // sequences, sequence] = float(summed)
-    return SequenceLoss(nats, tokens)
+                sequence, at = row % sequences, lo + row // sequences
+                predicted, target = logits[row, :-1].float(), ids[sequence, 1:]
+                losses = nn.functional.cross_entropy(predicted, target, reduction="none")
+                nats[at, sequence] = float((losses.double() * targets[sequence].double()).sum())
+                correct[at, sequence] = int(((predicted.argmax(-1) == target) & targets[sequence]).sum())
+    return SequenceLoss(nats, tokens, correct)
 
 
 def _layers_and_groups(config: Any) -> tuple[int, int]:
@@ -241,11 +251,12 @@ def loss_measure(
     window: int = DEFAULT_WINDOW,
     sets_per_pass: int = 1,
     attention_memory: int | None = None,
+    scored: torch.Tensor | None = None,
 ) -> Measure:
     """:func:`restricted_lm_loss` on `batch` with these settings, as a :data:`Measure`."""
 
     def measure(sets: Sequence[Collection[Group]]) -> SequenceLoss:
-        return restricted_lm_loss(model, batch, sets, sinks, window, sets_per_pass, attention_memory)
+        return restricted_lm_loss(model, batch, sets, sinks, window, sets_per_pass, attention_memory, scored)
 
     return measure
 

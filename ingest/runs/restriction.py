@@ -3,6 +3,9 @@ context. Each group is restricted alone to its sinks and a window (`attnwh.inges
 restriction`), ranked by the change in next-token loss on held-out text; then the k least
 harmed are restricted together for a grid of k. Every restriction set's loss is kept per
 sequence, with a paired test against the unrestricted model, and the KV-cache bytes it saves.
+With needle probes (`attnwh.ingest.sources.probes`), every set is also scored on their
+teacher-forced answers: the answer's loss and the share of its tokens the model still
+predicts (greedy), so a plan says what a restriction does to retrieval from long context.
 
 A run is written with all its rows in one transaction at the end, so a run row exists only
 when its rows do; a stored run with the same identity (weights, sequences, settings) is kept
@@ -22,17 +25,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnwh.errors import DataError
+from attnwh.errors import DataError, UsageError
 from attnwh.ingest.encoder.loading import EncoderModel
 from attnwh.ingest.measures import lm_loss
 from attnwh.ingest.measures import restriction as rs
 from attnwh.ingest.measures.significance import benjamini_hochberg
 from attnwh.ingest.sources.examples import Example, TaskData
+from attnwh.ingest.sources.probes import ProbeSequence
 
 # Bootstrap resamples of the sequences, and their seed: every set is scored on the same ones.
 RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
 CONFIDENCE = 0.95
+# The needle columns of restriction_groups and restriction_plan.
+NEEDLE_COLUMNS = ("needle_accuracy", "needle_delta")
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,8 @@ class RestrictionOptions:
     """Settings of a restriction run. `grid`: the k of the plan (None: 0, 10 %, …, 100 % of
     the model's key/value groups); `kv_context` and `kv_dtype`: where and in what the KV
     bytes are counted; `batch_size` sequences and `sets_per_pass` restriction sets per forward
-    pass; `attention_memory` (bytes) computes long layers in tiles."""
+    pass; `attention_memory` (bytes) computes long layers in tiles. `needles` needle probes
+    of `context_length` tokens, at `needle_depths` in turn, drawn with `needle_seed`."""
 
     sinks: int = rs.DEFAULT_SINKS
     window: int = rs.DEFAULT_WINDOW
@@ -54,17 +61,22 @@ class RestrictionOptions:
     attention_memory: int | None = None
     replace: bool = False
     command: str | None = None
+    needles: int = 0
+    needle_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    needle_seed: int = 42
 
 
 @dataclass(frozen=True)
 class Text:
-    """The held-out text, cut: each sequence's token ids, and where it came from."""
+    """The held-out text, cut: each sequence's token ids, and where it came from; the needle
+    probes built from the same text (none unless asked for)."""
 
     dataset: str
     task: str
     split: str
     source: str
     sequences: list[tuple[int, ...]]
+    needles: tuple[ProbeSequence, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -103,16 +115,35 @@ def read_text(text: str | None) -> TaskData:
     return load_text(text, documents="file" if whole else None)
 
 
-def cut_text(data: TaskData, tokenizer: Any, context_length: int, limit: int | None) -> Text:
-    """`data` cut into sequences of `context_length` tokens (the last of a document may be
-    shorter; one that predicts no token is left out), the first `limit` of them."""
+def needle_documents(text: str | None, data: TaskData) -> list[str]:
+    """The documents needle haystacks are cut from (each haystack starts at a random one):
+    `data`'s, or for the bundled sample its paragraphs, before :func:`read_text` joined them."""
+    from attnwh.ingest.sources.text import load_sample_text
+
+    examples = load_sample_text("prose").examples if text is None else data.examples
+    return [e.text_a for e in examples]
+
+
+def cut_text(data: TaskData, tokenizer: Any, options: RestrictionOptions, documents: Sequence[str] = ()) -> Text:
+    """`data` cut into sequences of `options.context_length` tokens (the last of a document
+    may be shorter; one that predicts no token is left out), the first `options.limit` of
+    them, and `options.needles` needle probes of that length with haystacks from `documents`
+    (:func:`needle_documents`)."""
+    from attnwh.ingest.sources.probes import needle_probes
     from attnwh.ingest.sources.text import cut_documents
 
-    cut = cut_documents(data, tokenizer, context_length)
+    cut = cut_documents(data, tokenizer, options.context_length)
     sequences = [e.token_ids for e in cut.examples if e.token_ids is not None and len(e.token_ids) > 1]
     if not sequences:
         raise DataError(f"{data.source}: no sequence of two tokens or more")
-    return Text(cut.dataset, cut.task, cut.split, cut.source, sequences[:limit])
+    needles: tuple[ProbeSequence, ...] = ()
+    if options.needles:
+        depths, seed = options.needle_depths, options.needle_seed
+        try:
+            needles = tuple(needle_probes(tokenizer, documents, options.needles, options.context_length, depths, seed))
+        except UsageError as error:
+            raise UsageError(f"{error}; or measure no needles: --needles 0") from None
+    return Text(cut.dataset, cut.task, cut.split, cut.source, sequences[: options.limit], needles)
 
 
 def default_grid(groups: int) -> list[int]:
@@ -132,24 +163,34 @@ def paired_tests(
     return [PairedLoss(r.delta, r.ci_low, r.ci_high, r.p_value) for r in compared]
 
 
-def batches(sequences: Sequence[tuple[int, ...]], pad_id: int, size: int) -> list[dict[str, torch.Tensor]]:
-    """The sequences in batches of `size`, right-padded with `pad_id`."""
-    out = []
+# A batch of sequences, and which of its tokens are scored (None: all but each one's first).
+Batch = tuple[dict[str, torch.Tensor], torch.Tensor | None]
+
+
+def batches(
+    sequences: Sequence[tuple[int, ...]], pad_id: int, size: int, scored: Sequence[range] | None = None
+) -> list[Batch]:
+    """The sequences in batches of `size`, right-padded with `pad_id`; with `scored` (the
+    positions scored in each sequence, e.g. a needle probe's answer) the mask of them."""
+    out: list[Batch] = []
     for lo in range(0, len(sequences), size):
         chunk = sequences[lo : lo + size]
         width = max(len(s) for s in chunk)
         ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        scores = torch.zeros((len(chunk), width), dtype=torch.bool) if scored is not None else None
         for row, seq in enumerate(chunk):
             ids[row, : len(seq)] = torch.tensor(seq)
             mask[row, : len(seq)] = 1
-        out.append({"input_ids": ids, "attention_mask": mask})
+            if scores is not None and scored is not None:
+                scores[row, list(scored[lo + row])] = True
+        out.append(({"input_ids": ids, "attention_mask": mask}, scores))
     return out
 
 
 def batched_measure(
     model: torch.nn.Module,
-    inputs: Sequence[dict[str, torch.Tensor]],
+    inputs: Sequence[Batch],
     options: RestrictionOptions,
     on_sets: Callable[[int], None] | None = None,
 ) -> rs.Measure:
@@ -159,29 +200,36 @@ def batched_measure(
 
     def measure(sets: Sequence[Collection[rs.Group]]) -> rs.SequenceLoss:
         step = max(1, options.sets_per_pass)
-        nats, tokens = [], np.zeros(0, np.int64)
+        nats, correct, tokens = [], [], np.zeros(0, np.int64)
         for lo in range(0, len(sets), step):
             chunk = sets[lo : lo + step]
             parts = [
                 rs.restricted_lm_loss(
-                    model, batch, chunk, options.sinks, options.window, step, options.attention_memory
+                    model, batch, chunk, options.sinks, options.window, step, options.attention_memory, scored
                 )
-                for batch in inputs
+                for batch, scored in inputs
             ]
             nats.append(np.concatenate([p.nats for p in parts], axis=1))
+            correct.append(np.concatenate([p.correct for p in parts], axis=1))
             tokens = np.concatenate([p.tokens for p in parts])
             if on_sets:
                 on_sets(len(chunk))
-        return rs.SequenceLoss(np.concatenate(nats, axis=0), tokens)
+        return rs.SequenceLoss(np.concatenate(nats, axis=0), tokens, np.concatenate(correct, axis=0))
 
     return measure
 
 
 def run_identity(encoder: EncoderModel, text: Text, options: RestrictionOptions, grid: Sequence[int]) -> dict:
     """What a restriction run's key is made of (`attnwh.sql.runs.run_key`): the sequences'
-    tokens stand for the text, the context length, --limit and the tokenizer together."""
+    tokens stand for the text, the context length, --limit and the tokenizer together, and
+    the needle probes' tokens and answers for theirs."""
     digest = hashlib.blake2b(json.dumps(text.sequences).encode(), digest_size=16).hexdigest()
+    needles = {}
+    if text.needles:
+        probes = [[p.token_ids, p.segments["answer"]] for p in text.needles]
+        needles["needles"] = hashlib.blake2b(json.dumps(probes).encode(), digest_size=16).hexdigest()
     return {
+        **needles,
         "kind": "restriction",
         "weights": encoder.weights_hash,
         "name": encoder.name,
@@ -221,22 +269,34 @@ def ingest_restriction(
         if found and not options.replace:
             return RestrictionSummary(found.run_id, "already complete", None, None)
         if on_start:
-            on_start(1 + layers * groups + len(grid))
+            on_start((1 + layers * groups + len(grid)) * (2 if text.needles else 1))
         started = time.perf_counter()
-        pad = encoder.tokenizer.pad_token_id
-        inputs = batches(text.sequences, 0 if pad is None else int(pad), options.batch_size)
-        measured = batched_measure(encoder.model, inputs, options, on_sets)
-        counted: list[np.ndarray] = []
+        pad = 0 if encoder.tokenizer.pad_token_id is None else int(encoder.tokenizer.pad_token_id)
+        measured = batched_measure(encoder.model, batches(text.sequences, pad, options.batch_size), options, on_sets)
+        answers = [p.span("answer") for p in text.needles]
+        on_needles = batched_measure(
+            encoder.model,
+            batches([p.token_ids for p in text.needles], pad, options.batch_size, answers),
+            options,
+            on_sets,
+        )
+        # The losses call by call: the ranking's sets (nothing, then each group alone, layer
+        # by layer), then the plan's; on the text, and on the needles under the same sets.
+        texts: list[rs.SequenceLoss] = []
+        needles: list[rs.SequenceLoss] = []
 
         def measure(sets: Sequence[Collection[rs.Group]]) -> rs.SequenceLoss:
-            loss = measured(sets)
-            counted.append(loss.tokens)  # the same every call: the sequences' predicted tokens
-            return loss
+            texts.append(measured(sets))
+            if text.needles:
+                needles.append(on_needles(sets))
+            return texts[-1]
 
         ranking = rs.rank_groups(measure, layers, groups)
         points = rs.plan(measure, ranking, grid)
         seconds = time.perf_counter() - started
-        tables = _tables(config, ranking, points, counted[0], options)
+        tables = _tables(
+            config, ranking, points, options, (texts[0], texts[1]), (needles[0], needles[1]) if needles else None
+        )
         with warehouse.transaction(con):
             model_id = runs.upsert_model(con, encoder.facts())
             state = runs.create_run(
@@ -278,10 +338,17 @@ def _versions() -> dict[str, str]:
 
 
 def _tables(
-    config: object, ranking: rs.Ranking, points: list[rs.Restricted], tokens: np.ndarray, options: RestrictionOptions
+    config: object,
+    ranking: rs.Ranking,
+    points: list[rs.Restricted],
+    options: RestrictionOptions,
+    texts: tuple[rs.SequenceLoss, rs.SequenceLoss],
+    needles: tuple[rs.SequenceLoss, rs.SequenceLoss] | None = None,
 ) -> dict[str, dict[str, list]]:
-    """The rows of restriction_runs, restriction_groups, restriction_plan and restriction_losses;
-    `tokens`: the tokens predicted per sequence."""
+    """The rows of restriction_runs, restriction_groups, restriction_plan and restriction_losses
+    from the losses measured on the text (`texts`) and the needle probes' answers (`needles`),
+    each under the ranking's sets (nothing, then each group alone, layer by layer) and the plan's."""
+    tokens = texts[0].tokens
     base = ranking.baseline.nats
     singles = paired_tests(base, np.stack([r.nats for r in ranking.groups]), tokens, RESAMPLES, BOOTSTRAP_SEED)
     q = benjamini_hochberg(np.array([t.p_value for t in singles]))
@@ -291,23 +358,42 @@ def _tables(
     def saved(chosen: Collection[rs.Group], context: int) -> int:
         return rs.kv_bytes_saved(config, chosen, context, s, w, dtype)
 
-    n = len(tokens)
-    losses: dict[str, list] = {k: [] for k in ("kind", "layer", "kv_group", "k", "sequence", "nats", "tokens")}
+    columns = ("input", "kind", "layer", "kv_group", "k", "sequence", "nats", "tokens", "correct")
+    losses: dict[str, list] = {c: [] for c in columns}
 
-    def add(kind: str, nats: np.ndarray, layer: int | None = None, group: int | None = None, k: int | None = None):
-        losses["kind"] += [kind] * n
-        losses["layer"] += [layer] * n
-        losses["kv_group"] += [group] * n
-        losses["k"] += [k] * n
+    def add(
+        input: str,
+        kind: str,
+        loss: rs.SequenceLoss,
+        row: int,
+        layer: int | None = None,
+        group: int | None = None,
+        k: int | None = None,
+    ) -> None:
+        n = len(loss.tokens)
+        for column, value in zip(columns[:5], (input, kind, layer, group, k), strict=True):
+            losses[column] += [value] * n
         losses["sequence"] += list(range(n))
-        losses["nats"] += [float(v) for v in nats]
-        losses["tokens"] += [int(t) for t in tokens]
+        losses["nats"] += [float(v) for v in loss.nats[row]]
+        losses["tokens"] += [int(t) for t in loss.tokens]
+        losses["correct"] += [int(c) for c in loss.correct[row]]
 
-    add("unrestricted", base)
-    for r in ranking.groups:
-        add("group", r.nats, *r.groups[0])
-    for p in points:
-        add("plan", p.nats, k=len(p.groups))
+    _, groups = rs._layers_and_groups(config)
+
+    def alone(group: rs.Group) -> int:
+        """The row of `group` among the ranking's sets."""
+        return 1 + group[0] * groups + group[1]
+
+    rows = [alone(r.groups[0]) for r in ranking.groups]
+    measured = {"text": texts} | ({"needle": needles} if needles is not None else {})
+    for input, (ranked, planned_sets) in measured.items():
+        add(input, "unrestricted", ranked, 0)
+        for r, row in zip(ranking.groups, rows, strict=True):
+            add(input, "group", ranked, row, *r.groups[0])
+        for row, p in enumerate(points):
+            add(input, "plan", planned_sets, row, k=len(p.groups))
+    needle_runs, needle_groups, needle_plan = _needle_columns(needles, rows, len(points), options)
+    n = len(tokens)
     return {
         "restriction_runs": {
             "sinks": [s],
@@ -322,6 +408,7 @@ def _tables(
             "kv_bytes_run": [rs.kv_cache_bytes(config, options.context_length, dtype)],
             "resamples": [RESAMPLES],
             "seed": [BOOTSTRAP_SEED],
+            **needle_runs,
         },
         "restriction_groups": {
             "layer": [r.groups[0][0] for r in ranking.groups],
@@ -334,6 +421,7 @@ def _tables(
             "p_value": [t.p_value for t in singles],
             "p_adjusted": [float(v) for v in q],
             "kv_bytes_saved": [saved(r.groups, options.kv_context) for r in ranking.groups],
+            **needle_groups,
         },
         "restriction_plan": {
             "k": [len(p.groups) for p in points],
@@ -345,6 +433,46 @@ def _tables(
             "p_value": [t.p_value for t in planned],
             "kv_bytes_saved": [saved(p.groups, options.kv_context) for p in points],
             "kv_bytes_saved_run": [saved(p.groups, options.context_length) for p in points],
+            **needle_plan,
         },
         "restriction_losses": losses,
     }
+
+
+def _needle_columns(
+    needles: tuple[rs.SequenceLoss, rs.SequenceLoss] | None, rows: list[int], plans: int, options: RestrictionOptions
+) -> tuple[dict[str, list], dict[str, list], dict[str, list]]:
+    """The needle columns of restriction_runs, restriction_groups (the groups' `rows` among the
+    ranking's sets, in rank order) and restriction_plan (`plans` points): the answers' greedy
+    accuracy and their loss change, over all the probes' answer tokens; NULL without needles."""
+    runs: dict[str, list]
+    if needles is None:
+        runs = {"needles": [0]} | {c: [None] for c in ("needle_tokens", "needle_loss", "needle_accuracy")}
+        runs |= {"needle_seed": [None], "needle_depths": [None]}
+        return runs, {c: [None] * len(rows) for c in NEEDLE_COLUMNS}, {c: [None] * plans for c in NEEDLE_COLUMNS}
+    ranked, planned = needles
+    answer_tokens = int(ranked.tokens.sum())
+
+    def accuracy(loss: rs.SequenceLoss, row: int) -> float:
+        return float(loss.correct[row].sum() / answer_tokens)
+
+    def delta(loss: rs.SequenceLoss, row: int) -> float:
+        return float((loss.nats[row].sum() - ranked.nats[0].sum()) / answer_tokens)
+
+    runs = {
+        "needles": [len(ranked.tokens)],
+        "needle_tokens": [answer_tokens],
+        "needle_loss": [float(ranked.nats[0].sum() / answer_tokens)],
+        "needle_accuracy": [accuracy(ranked, 0)],
+        "needle_seed": [options.needle_seed],
+        "needle_depths": [list(options.needle_depths)],
+    }
+    groups: dict[str, list] = {
+        "needle_accuracy": [accuracy(ranked, r) for r in rows],
+        "needle_delta": [delta(ranked, r) for r in rows],
+    }
+    plan: dict[str, list] = {
+        "needle_accuracy": [accuracy(planned, r) for r in range(plans)],
+        "needle_delta": [delta(planned, r) for r in range(plans)],
+    }
+    return runs, groups, plan
