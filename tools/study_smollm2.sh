@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# SmolLM2-135M-Instruct read by attnwh, as in docs/results/smollm2-135m.md, then the page
-# itself: statistics on 200 SST-2 dev examples and on the bundled prose sample, the zero-shot
-# prompted SST-2 sweep of every head and layer on 100 of those examples and the statistics
-# of those 100 prompts. Every
+# SmolLM2-135M-Instruct read by attnwh, as in docs/results/smollm2-135m-roles.md and
+# docs/results/smollm2-135m.md, then the pages themselves. The first: statistics of the
+# bundled prose sample, every head's role scores on seeded probes, every head and layer
+# disabled and scored by next-token loss, and which key/value groups need the whole context
+# at 2,048 tokens. The second: statistics on 200 SST-2 dev examples, the zero-shot prompted
+# SST-2 sweep of every head and layer on 100 of those examples and the statistics of those
+# 100 prompts. Every
 # step skips what is done, so rerunning after an interruption resumes.
 #
 #   bash tools/study_smollm2.sh [WORK_DIR]    (default: study-smollm2/ in the repository root)
@@ -26,8 +29,25 @@ step() {
     /usr/bin/time -v -o "time-$name.txt" "$@" && touch "done-$name"
 }
 
-step stats-sst2 "$A" ingest --model "$MODEL" --glue-dir "$GLUE" --task sst2 --limit 200 --db smol.duckdb || exit 1
+# Head roles, the loss sweep and the restriction first (their page needs only the prose
+# statistics), then the SST-2 statistics and sweep of the main page.
 step stats-prose "$A" ingest --model "$MODEL" --task prose --db smol.duckdb || exit 1
+# Head roles: 20 induction probes (the default 50 random tokens twice) and 20 needle
+# probes of 1,024 tokens cut from the bundled prose, the needle at depths 0 to 100 %.
+step roles "$A" ingest roles --model "$MODEL" --probes induction,needle --examples 20 --db smol.duckdb || exit 1
+# Every head and layer disabled, scored by next-token loss on 16 paragraphs of the prose
+# sample. 16 sequences and 2^16 resamples make the sign-flip test exact, its smallest p
+# 2^-15, small enough to pass Benjamini–Hochberg over 300 configurations.
+step loss-sweep "$A" ingest ablation --model "$MODEL" --task prose --limit 16 --resamples 65536 \
+    --db smol.duckdb || exit 1
+# Which key/value groups need the whole context, at 2,048 tokens: one sequence of the prose
+# and one needle probe, each forward pass about 15 s on a 2-core CPU, 102 restriction sets.
+step restriction "$A" ingest restriction --model "$MODEL" --context-length 2048 --limit 1 --needles 1 \
+    --db smol.duckdb || exit 1
+"${PYTHON:-python}" "$ROOT/tools/roles_results_page.py" --db smol.duckdb --name SmolLM2-135M-Instruct \
+    --time-dir . --companion smollm2-135m.md --out "$ROOT/docs/results/smollm2-135m-roles.md" || exit 1
+
+step stats-sst2 "$A" ingest --model "$MODEL" --glue-dir "$GLUE" --task sst2 --limit 200 --db smol.duckdb || exit 1
 step sweep-sst2 "$A" ingest ablation --model "$MODEL" --glue-dir "$GLUE" --task sst2 --prompt --limit 100 \
     --db smol.duckdb || exit 1
 # The statistics of the same 100 prompts (and the answers, read in the same pass). In the
@@ -36,4 +56,4 @@ step sweep-sst2 "$A" ingest ablation --model "$MODEL" --glue-dir "$GLUE" --task 
 step stats-sst2-prompt "$A" ingest --model "$MODEL" --glue-dir "$GLUE" --task sst2 --prompt --limit 100 \
     --db smol.duckdb || exit 1
 "${PYTHON:-python}" "$ROOT/tools/decoder_results_page.py" --db smol.duckdb --name SmolLM2-135M-Instruct \
-    --model "$MODEL" --time-dir . --out "$ROOT/docs/results/smollm2-135m.md"
+    --model "$MODEL" --time-dir . --companion smollm2-135m-roles.md --out "$ROOT/docs/results/smollm2-135m.md"
