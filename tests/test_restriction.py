@@ -362,3 +362,19 @@ def test_kv_cache_of_smollm2():
     assert (config.num_hidden_layers, config.num_key_value_heads, config.hidden_size) == (30, 3, 576)
     assert kv_cache_bytes(config, 2048, "bfloat16") == 30 * 3 * 2048 * 2 * 64 * 2
     assert kv_bytes_saved(config, [(5, 1)], 2048, dtype="bfloat16") == (2048 - 68) * 2 * 64 * 2
+
+
+def test_paired_tests_enumerate_the_sign_flips_of_one_and_of_two_sequences():
+    """A restriction measured on one sequence (a long context on a CPU) gets p = 1: its two
+    sign flips, ±d, are equally extreme; on two, the exact p is the share of the 4 flips whose
+    |Σ d| reaches the observed one. The interval of one sequence is its own change."""
+    from attnwh.ingest.runs.restriction import paired_tests
+
+    one = paired_tests(np.array([10.0]), np.array([[12.0], [9.0]]), np.array([4]))
+    assert [r.p_value for r in one] == [1.0, 1.0]
+    assert (one[0].delta, one[0].ci_low, one[0].ci_high) == pytest.approx((0.5, 0.5, 0.5))
+    d = np.array([1.0, 3.0])
+    flips = [abs(a * d[0] + b * d[1]) for a in (1, -1) for b in (1, -1)]
+    exact = sum(f >= abs(d.sum()) for f in flips) / len(flips)
+    [two] = paired_tests(np.array([10.0, 10.0]), np.array([10.0, 10.0]) + d[None], np.array([4, 4]))
+    assert two.p_value == pytest.approx(exact) and exact == 0.5

@@ -125,8 +125,9 @@ def compare_losses(
 
 def paired_permutation_p(x: np.ndarray, y: np.ndarray, n_resamples: int, seed: int) -> float:
     """Two-sided p-value of Σ (x − y) under sign flips of each pair (scipy's paired
-    permutation test); 1 where every pair is equal."""
-    if np.array_equal(x, y):
+    permutation test); 1 where every pair is equal, and for a single pair: its two sign
+    flips give ±d, equally extreme, so p = 1 exactly (scipy refuses a sample of one)."""
+    if np.array_equal(x, y) or len(x) < 2:
         return 1.0
     found = stats.permutation_test(
         (x, y),
