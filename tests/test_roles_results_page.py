@@ -136,6 +136,8 @@ def test_restriction_plan_and_needles_are_the_warehouses(page):
     for k, loss, accuracy in plan:
         cells = re.escape(f"| {k} | {loss:.3f} | {loss - base:+.3f} | ")
         assert re.search(cells + re.escape("[") + r"[^]]+\] " + re.escape(f"| {100 * accuracy:.0f} % |"), body)
+    # Which of the top role heads' groups keep the whole context at the page's larger budget.
+    assert "At a budget of 0.05 nats per token, the top induction heads' groups: L" in body
     # Three sequences: the page says no change can be significant.
     assert "With 3 sequences no change can be significant" in body
 

@@ -57,6 +57,13 @@ def mib(n: int | None) -> str:
     return "–" if n is None else f"{n / 2**20:,.0f} MiB"
 
 
+def interval(row: dict, sequences: int, digits: int = 3) -> str:
+    """The 95 % interval of a row's Δ; '–' over one sequence, whose resamples are all itself."""
+    if sequences < 2:
+        return "–"
+    return f"[{row['ci_low']:+.{digits}f}, {row['ci_high']:+.{digits}f}]"
+
+
 def heads_list(rows: Sequence[dict]) -> str:
     return ", ".join(f"L{r['layer']}H{r['head']}" for r in rows)
 
@@ -257,7 +264,7 @@ def whole_context(con, figures: dict[str, str]) -> list[str]:
                         p["k"],
                         f"{p['loss']:.3f}",
                         f"{p['delta']:+.3f}",
-                        f"[{p['ci_low']:+.3f}, {p['ci_high']:+.3f}]",
+                        interval(p, r["sequences"]),
                         *((f"{100 * p['needle_accuracy']:.0f} %",) if needles else ()),
                         mib(p["kv_bytes_saved"]),
                         f"{100 * p['saved_share']:.0f} %",
@@ -270,16 +277,20 @@ def whole_context(con, figures: dict[str, str]) -> list[str]:
         ]
         for budget in BUDGETS:
             chosen = choose(con, budget, run_id)
-            needle = (
-                f", needle accuracy {100 * chosen.needle_accuracy:.0f} %" if chosen.needle_accuracy is not None else ""
-            )
+            change = f"Δ {chosen.delta:+.3f}"
+            if r["sequences"] > 1:
+                change += f" [{chosen.ci_low:+.3f}, {chosen.ci_high:+.3f}]"
+            if chosen.needle_accuracy is not None:
+                change += f", needle accuracy {100 * chosen.needle_accuracy:.0f} %"
+            keep = ", ".join(f"L{g['layer']}G{g['kv_group']}" for g in chosen.whole_context.iter_rows(named=True))
             lines += [
-                f"For a budget of {budget:g} nats per token: k = {chosen.k} groups restricted (Δ {chosen.delta:+.3f} "
-                f"[{chosen.ci_low:+.3f}, {chosen.ci_high:+.3f}]{needle}), {mib(chosen.kv_bytes_saved)} of "
-                f"{mib(chosen.kv_bytes)} saved at {chosen.kv_context:,} tokens; {chosen.whole_context.height} groups "
-                "keep the whole context.",
+                f"For a budget of {budget:g} nats per token: k = {chosen.k} groups restricted ({change}), "
+                f"{mib(chosen.kv_bytes_saved)} of {mib(chosen.kv_bytes)} saved at {chosen.kv_context:,} tokens; "
+                f"{chosen.whole_context.height} groups keep the whole context"
+                + (f" (layer L, key/value group G): {keep}." if keep else "."),
                 "",
             ]
+        lines += _role_groups(con, choose(con, BUDGETS[-1], run_id).whole_context, BUDGETS[-1])
         harmed = groups.sort("rank", descending=True).head(10)
         lines += [
             "The ten groups whose own restriction harmed the loss most (layer, key/value group):",
@@ -300,7 +311,7 @@ def whole_context(con, figures: dict[str, str]) -> list[str]:
                         g["layer"],
                         g["kv_group"],
                         f"{g['delta']:+.4f}",
-                        f"[{g['ci_low']:+.4f}, {g['ci_high']:+.4f}]",
+                        interval(g, r["sequences"], 4),
                         f"{g['p_adjusted']:.3g}",
                         *((f"{100 * g['needle_accuracy']:.0f} %",) if needles else ()),
                     )
@@ -319,6 +330,26 @@ def whole_context(con, figures: dict[str, str]) -> list[str]:
                 "",
             ]
     return lines + figure(figures, "chart-restriction-curve") + figure(figures, "chart-restriction-needles")
+
+
+def _role_groups(con, whole: pl.DataFrame, budget: float) -> list[str]:
+    """Whether the key/value groups of the top induction and retrieval heads keep the whole
+    context at `budget`: the roles that copy from far back should need it."""
+    top = query(con, "head_roles_top", top=TOP)
+    keep = set(zip(whole["layer"].to_list(), whole["kv_group"].to_list()))
+    sentences = []
+    for probe, score, words in (("induction", "induction", "induction"), ("needle", "retrieval", "retrieval")):
+        chosen = top.filter((pl.col("probe") == probe) & (pl.col("score") == score)).sort("rank", "layer", "head")
+        if not chosen.height:
+            continue
+        marks = [
+            f"L{h['layer']}H{h['head']} ({'kept whole' if (h['layer'], h['kv_group']) in keep else 'restricted'})"
+            for h in chosen.iter_rows(named=True)
+        ]
+        sentences.append(f"the top {words} heads' groups: {', '.join(marks)}")
+    if not sentences:
+        return []
+    return [f"At a budget of {budget:g} nats per token, " + "; ".join(sentences) + ".", ""]
 
 
 def build_page(
