@@ -28,6 +28,7 @@ from attnwh.errors import ModelError
 from attnwh.ingest.encoder import capture
 from attnwh.ingest.encoder.encoding import collate, encode_task
 from attnwh.ingest.encoder.loading import load_encoder
+from attnwh.ingest.measures import patterns
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS
 from attnwh.ingest.runs.loop import StatisticsCapture
 from attnwh.ingest.runs.rows import CAUSAL_NULL_COLUMNS
@@ -164,8 +165,8 @@ def test_statistics_match_eager_output_attentions(decoders, family, pair):
 @pytest.mark.parametrize("family", ["llama", "mistral", "gemma2"])
 def test_long_inputs_in_tiles_of_whole_row_blocks_are_bit_identical(tmp_path, family):
     """An input of 150 tokens in tiles of 16, 48 and 112 rows (whole blocks of
-    `tiles.ROW_BLOCK` rows, as budgets give them): the same float32 value of every column,
-    and the reference's within 1e-5; Mistral and Gemma 2 with sliding windows of 5 keys
+    `tiles.ROW_BLOCK` rows, as budgets give them): the same float32 value of every column (the
+    key-side pattern features to the last bit or two), and the reference's within 1e-5; Mistral and Gemma 2 with sliding windows of 5 keys
     across every tile edge, Gemma 2 soft-capped, all with grouped-query attention."""
     path = make_tiny_decoder(family, tmp_path / family, LAYERS, HEADS, positions=160)
     encoder = load_encoder(str(path), device="cpu")
@@ -193,8 +194,15 @@ def test_long_inputs_in_tiles_of_whole_row_blocks_are_bit_identical(tmp_path, fa
     share = cells[16] / (LAYERS * n * n)
     print(f"\n{family}: tiles of 16 rows hold {share:.3f} of the whole maps' cells")
     assert share <= 0.5 + 16 / n
+    # Every row-side value is bit-identical. The key-side sums (the mass each key column
+    # receives: the pattern features) add the same blocks of rows in the same order, but each
+    # block is a float32 matrix product whose grouping of terms can follow the tile's width on
+    # some CPUs (seen on an AMD EPYC): there, a last-bit difference, nothing more.
+    key_side = [OBSERVED_COLUMNS.index(c) for c in (*patterns.FEATURE_COLUMNS, *patterns.LOOK_COLUMNS)]
     for rows, values in runs.items():
-        np.testing.assert_array_equal(values, runs[16], err_msg=f"tiles of {rows} rows")
+        differ = (values != runs[16]) & ~(np.isnan(values) & np.isnan(runs[16]))
+        assert set(np.nonzero(differ)[-1].tolist()) <= set(key_side), f"tiles of {rows} rows"
+        np.testing.assert_array_max_ulp(values[differ], runs[16][differ], maxulp=2)
     check_example(family, runs[16][0], decoder_reference(eager, encoder.tokenizer, ids), f"{family}, 150 tokens")
 
 

@@ -12,7 +12,9 @@ import torch
 # Tiles computed from a budget hold a multiple of this many query rows (all but a map's last
 # one), so that sums over rows can be taken in blocks of ROW_BLOCK rows aligned to the map's
 # first row: the same blocks, added in the same order, whatever the tile height
-# (`patterns.MapFeatures`), and so the same float32 result under any budget.
+# (`patterns.MapFeatures`), and so the same float32 result under any budget — where the
+# float32 product of a block does not group its terms by the tile's width, which some CPUs
+# do for a decoder's causal tiles (docs/long-inputs.md: a last-bit difference there).
 ROW_BLOCK = 16
 
 

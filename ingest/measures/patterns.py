@@ -215,17 +215,15 @@ class PatternMasks:
 def column_mass(weight: torch.Tensor, a: torch.Tensor, start: int) -> torch.Tensor:
     """Σ_i weight_i a[…, i, :] over the rows of a tile `a` (B, H, rows, keys) that begins at
     the map's row `start`, with the rows' weights `weight` (B, rows): (B, H, keys) in float64.
-    Summed over blocks of :data:`tiles.ROW_BLOCK` rows of the map (aligned to its first row),
-    then the blocks in row order: tiles whose heights are whole blocks (as the budget gives
-    them) sum the same blocks in the same order as whole maps, so the sums do not depend on the
-    tile height. Each block's product is taken in float64, where the products of float32
-    values are exact: in float32 the matrix product's grouping of a block's terms depends on
-    the tile's width (its keys) on some CPUs, and the sums then differed in the last bit from
-    one tile height to another. One product per block (a product over the blocks at once would
-    copy a tile whose height is not a whole number of them)."""
+    Summed in float32 over blocks of :data:`tiles.ROW_BLOCK` rows of the map (aligned to its first
+    row), then the blocks in float64 in row order: tiles whose heights are whole blocks (as
+    the budget gives them) sum the same blocks in the same order as whole maps, so the sums
+    do not depend on the tile height. One product per block, each a view of the tile (a
+    product over the blocks at once would copy a tile whose height is not a whole number of
+    them)."""
     total = a.new_zeros((*a.shape[:-2], a.shape[-1]), dtype=torch.float64)
     for rows in row_blocks(start, a.shape[-2]):
-        total += (weight[:, None, None, rows].double() @ a[..., rows, :].double())[..., 0, :]
+        total += (weight[:, None, None, rows] @ a[..., rows, :])[..., 0, :]
     return total
 
 
