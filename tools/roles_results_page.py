@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
-from decoder_results_page import costs, decoder_runs
+from decoder_results_page import costs, decoder_runs, f3
 from results_page import figure, query, source, stored_as, table, write_figures
 
 from attnwh.sql import warehouse
@@ -47,10 +47,6 @@ ROLE_WORDS = {
     "duplicate": "duplicate token",
     "retrieval": "retrieval",
 }
-
-
-def f3(value: float | None) -> str:
-    return "–" if value is None else f"{value:.3f}"
 
 
 def mib(n: int | None) -> str:
