@@ -80,7 +80,7 @@ from attnwh.ingest.encoder.gguf import model_path as gguf_model_path
 from attnwh.ingest.runs.folders import check_out_dir
 from attnwh.ingest.sources.tasks import load_tasks
 from attnwh.sql import queries as named
-from attnwh.sql import warehouse
+from attnwh.sql import sharing, warehouse
 
 if TYPE_CHECKING:
     import altair as alt
@@ -91,6 +91,7 @@ if TYPE_CHECKING:
     from attnwh.reports.build import Report
     from attnwh.reports.example_view import ExampleView
     from attnwh.sql.restriction import RestrictionChoice
+    from attnwh.sql.status import WarehouseStatus
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -173,7 +174,10 @@ def python_arguments(function: F) -> F:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()  # the command line's defaults, for the options a caller leaves out
         coerced = {name: _coerce(name, hints[name], value) for name, value in bound.arguments.items()}
-        return function(**coerced)
+        # A call that writes a warehouse is a command (attnwh.sql.sharing.writing): `attnwh
+        # status` follows it; inside the command line's own, this adds nothing.
+        with sharing.writing(command_line()):
+            return function(**coerced)
 
     return call  # type: ignore[return-value]
 
@@ -234,6 +238,21 @@ class Warehouse:
         from attnwh.sql.catalog import describe
 
         return self._read(lambda con: describe(con, table))
+
+    def status(self) -> WarehouseStatus:
+        """What the command writing this warehouse is doing (command, study stage, each task's
+        done of total, elapsed time and what is left), or how the last one ended, from the
+        status file it keeps; with no writer running, also the runs it left unfinished. Never
+        waits for the writer."""
+        import polars as pl
+
+        from attnwh.sql.status import read_status
+
+        found = read_status(self.path)
+        if found.running:
+            return found
+        runs = self.query("runs").filter(pl.col("status") != "complete")
+        return dataclasses.replace(found, runs=runs.to_dicts())
 
     def restriction_plan(self, run: int | None = None) -> pl.DataFrame:
         """The restriction curve of `run` (None: the latest restriction run): per k, the k least

@@ -13,11 +13,12 @@ import re
 from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 
 from attnwh.errors import AttnwhError, DatabaseInUseError, UsageError
+from attnwh.sql import sharing
 
 _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
 # Bytes 8–11 of every DuckDB database file (after a checksum). DuckDB opens an existing file
@@ -40,26 +41,17 @@ def connect(path: Path | str, read_only: bool = False, apply_migrations: bool = 
     """Open the warehouse; a writable connection also applies pending migrations, unless
     `apply_migrations` is False.
 
-    Raises DatabaseInUseError when another process holds the file, and UsageError when a
-    read-only open finds no warehouse there.
+    One attnwh process may write a warehouse while others read it (attnwh.sql.sharing): a
+    writable connection hands the file to waiting readers between units of work, and a
+    reader waits for that a bounded time. Raises DatabaseInUseError when another attnwh
+    process writes it (a writable open), when another program holds the file, or when a
+    reader's wait runs out; UsageError when a read-only open finds no warehouse there.
     """
     path = Path(path)
     if read_only and not path.exists():
         raise UsageError(f"no warehouse at {path}; create one with `attnwh ingest`")
     check_file(path)
-    try:
-        con = duckdb.connect(str(path), read_only=read_only)
-    except duckdb.IOException as exc:
-        text = str(exc)
-        if "lock" in text.lower():
-            pid = re.search(r"PID (\d+)", text)
-            holder = f" (process {pid.group(1)})" if pid else ""
-            raise DatabaseInUseError(
-                f"database {path} is in use by another process{holder}; wait for it to finish or use another --db"
-            ) from None
-        raise AttnwhError(f"cannot open database {path}: {text.splitlines()[0]}") from None
-    except duckdb.Error as exc:
-        raise AttnwhError(f"cannot open database {path}: {str(exc).splitlines()[0]}") from None
+    con = _open(path, read_only)
     if read_only:
         version = schema_version(con)
         if version == 0:
@@ -71,10 +63,26 @@ def connect(path: Path | str, read_only: bool = False, apply_migrations: bool = 
             # and go on reading.
             con.close()
             _upgrade(path, version)
-            con = duckdb.connect(str(path), read_only=True)
+            con = _open(path, True)
     elif apply_migrations:
-        migrate(con)
+        try:
+            migrate(con)
+        except BaseException:
+            con.close()
+            raise
     return con
+
+
+def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """A shared connection (attnwh.sql.sharing), as a duckdb connection: it has every method
+    of one. DuckDB's own errors become one line."""
+    try:
+        con = sharing.open_reader(path) if read_only else sharing.open_writer(path)
+    except duckdb.Error as exc:
+        raise AttnwhError(f"cannot open database {path}: {str(exc).splitlines()[0]}") from None
+    except OSError as exc:  # the lock files beside it: a folder that is not there, or not ours
+        raise AttnwhError(f"cannot open database {path}: {exc.strerror} ({exc.filename})") from None
+    return cast(duckdb.DuckDBPyConnection, con)
 
 
 def _upgrade(path: Path, version: int) -> None:
@@ -134,9 +142,17 @@ def _looks_like(head: bytes) -> str:
 
 
 def check_writable(path: Path | str) -> None:
-    """Fail early, before expensive work, if another process holds the file."""
-    if Path(path).exists():
+    """Fail early, before expensive work, if another process writes or holds the file. Inside
+    a command's :func:`attnwh.sql.sharing.writing` block, its writer lock is kept from here on."""
+    path = Path(path)
+    check_file(path)
+    if path.exists():
         connect(path, read_only=False, apply_migrations=False).close()
+    else:  # no file to open yet; its writer lock all the same (two new studies on one path)
+        try:
+            sharing.release_writer(sharing.acquire_writer(path))
+        except OSError as exc:
+            raise AttnwhError(f"cannot create database {path}: {exc.strerror} ({exc.filename})") from None
 
 
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:

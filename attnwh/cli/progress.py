@@ -17,6 +17,7 @@ from rich.console import Console, ConsoleOptions, RenderableType
 
 from attnwh.errors import Interrupted
 from attnwh.memory import gib
+from attnwh.sql import status
 
 if TYPE_CHECKING:
     from rich.progress import Progress, ProgressColumn
@@ -132,7 +133,8 @@ LOG_EVERY = 60.0
 
 class Bars:
     """A bar per task, shown from the first `start` until `close`: `start` and `advance` are the
-    callbacks the ingest loops take.
+    callbacks the ingest loops take. Each bar is also the status `attnwh status` shows of a
+    command writing a warehouse (attnwh.sql.status).
 
     Where stderr is not a terminal (a log: nohup, a batch job, CI) rich draws no live bar, only
     the finished bars at `close`; a stage of a study on a 12-layer model can then say nothing
@@ -143,6 +145,7 @@ class Bars:
         self, console: Console, unit: str = "ex", stat: ProgressColumn | None = None, log_every: float = LOG_EVERY
     ) -> None:
         self._make = lambda: make_progress(console, unit, stat)
+        self._unit = unit
         self._console = console
         self._log_every = log_every
         self._logged = 0.0
@@ -155,6 +158,7 @@ class Bars:
             self._progress.start()
         self._current = self._progress.add_task(name, total=total, **fields)
         self._logged = time.monotonic()
+        status.on_bar(name, total, self._unit)
 
     def _log(self) -> None:
         if self._console.is_terminal or self._progress is None:
@@ -174,17 +178,20 @@ class Bars:
         if self._progress is not None and self._current is not None:
             self._progress.advance(self._current, n)
             self._log()
+            status.on_progress(advance=n)
 
     def update(self, completed: int, total: int | None, **fields: Any) -> None:
         if self._progress is not None and self._current is not None:
             self._progress.update(self._current, completed=completed, total=total, **fields)
             self._log()
+            status.on_progress(done=completed, total=total)
 
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
             self._current = None
+            status.on_bars_closed()
 
     def __enter__(self) -> Bars:
         return self
@@ -273,9 +280,11 @@ class StudyHooks:
         self.close()
         self.bars = self.steps if name == "finetune" else self.examples
         self.console.print(f"[bold]stage {index}/{total}: {name}[/] — {STAGE_HELP[name]}", highlight=False)
+        status.on_stage(name, index, total)
 
     def stage_done(self, result: StageResult) -> None:
         self.close()
+        status.on_stage_done(result.outcome)
         for line in result.detail:
             self.console.print(f"  {line}", highlight=False)
         peak = f"peak memory {gib(result.peak_bytes)}" + ("" if result.peak_sampled else " (the process's so far)")

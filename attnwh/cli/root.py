@@ -16,20 +16,35 @@ from attnwh.cli.finetune import finetune
 from attnwh.cli.helpformat import HelpCommand, HelpGroup
 from attnwh.cli.ingest import ingest_app
 from attnwh.cli.merge import merge
-from attnwh.cli.options import TYPED
+from attnwh.cli.options import TYPED, command_line
 from attnwh.cli.patterns import patterns_app
 from attnwh.cli.report import report
 from attnwh.cli.schema import schema
 from attnwh.cli.show import show
 from attnwh.cli.sql import queries, query, sql
+from attnwh.cli.status import status
 from attnwh.cli.study import study
-from attnwh.errors import AttnwhError
+from attnwh.errors import AttnwhError, Interrupted
 from attnwh.ingest.runs import threads
+from attnwh.sql import sharing
 
 # The panels of `attnwh --help`, and the order of the commands in them: what a newcomer runs
 # first, then what reads the warehouse, then the rest.
 RUN, READ, MORE = "Run models", "Read the warehouse", "More"
-ORDER = ("study", "ingest", "finetune", "report", "show", "query", "queries", "sql", "schema", "patterns", "merge")
+ORDER = (
+    "study",
+    "ingest",
+    "finetune",
+    "status",
+    "report",
+    "show",
+    "query",
+    "queries",
+    "sql",
+    "schema",
+    "patterns",
+    "merge",
+)
 
 
 class _RootGroup(HelpGroup):
@@ -69,6 +84,7 @@ app.command(cls=HelpCommand, rich_help_panel=RUN)(study)
 # A group: bare `attnwh ingest` runs the statistics ingest; `attnwh ingest compare | relations | ablation`.
 app.add_typer(ingest_app, name="ingest", rich_help_panel=RUN)
 app.command(cls=HelpCommand, rich_help_panel=RUN)(finetune)
+app.command(cls=HelpCommand, rich_help_panel=READ)(status)
 app.command(cls=HelpCommand, rich_help_panel=READ)(report)
 app.command(cls=HelpCommand, rich_help_panel=READ)(show)
 app.command(cls=HelpCommand, rich_help_panel=READ)(query)
@@ -90,8 +106,11 @@ def main() -> None:
         # standalone_mode=False: click's own errors reach us too, to be shown as one line.
         # Typer turns a Ctrl-C outside the commands' own handling (while a model loads, say)
         # into the return value 130 rather than an exception.
-        if app(standalone_mode=False) == 130:
-            raise typer.Abort()
+        # writing(): a command that writes a warehouse holds it to its end and keeps its
+        # status there for `attnwh status`.
+        with sharing.writing(command_line()):
+            if app(standalone_mode=False) == 130:
+                raise Interrupted("interrupted")
     except AttnwhError as exc:
         _fail(str(exc), exc.exit_code)
     except typer.TyperException as exc:

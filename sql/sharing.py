@@ -1,0 +1,434 @@
+"""One writer and any number of readers on one warehouse file, at the same time.
+
+DuckDB lets one process open a file for writing, or any number of processes open it
+read-only, never both at once. So an attnwh writer holds the file only while it works on
+it: between units of work (after a commit, with no transaction or registered rows open) it
+hands the file to readers that wait, and takes it back when it next needs it, once they are
+done. A reader waits at most :data:`READ_WAIT_S` seconds (``ATTNWH_READ_WAIT``) for that:
+usually the rest of the unit being stored, well under a second.
+
+Two small lock files beside the warehouse say who is there (``flock``, released by the
+system when a process ends, however it ends):
+
+- ``DB.lock``, held exclusively for a whole command by the one attnwh process that writes the
+  warehouse: a second writer is refused at once. It holds that writer's process id and
+  command line, for the message.
+- ``DB.readers``, held shared by every attnwh reader from before it opens the warehouse
+  until it closes it: the writer looks at it to know that readers wait, and to tell them
+  from another program holding the file (which is refused at once, not waited for).
+
+What a reader sees is what was committed: whole units (an example's rows are committed
+together) and the runs table, where a run being written has the status ``running``.
+No torch here: every reader imports this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from attnwh.errors import AttnwhError, DatabaseInUseError
+from attnwh.sql import status
+
+# How long a reader waits for the writer to hand the file over (seconds): one unit's store,
+# normally; more only when the writer cannot take the file back from other readers.
+READ_WAIT_S = float(os.environ.get("ATTNWH_READ_WAIT", "60"))
+# How long a writer waits to take the file back from readers before it gives up.
+WRITE_WAIT_S = 600.0
+# How often a writer between units looks for waiting readers, and a waiting process retries.
+POLL_S = 0.02
+# A writer starting while a reader or `attnwh status` probes its lock tries this long before
+# it calls the lock another writer's.
+LOCK_GRACE_S = 1.0
+
+
+def lock_path(db: Path) -> Path:
+    return db.with_name(db.name + ".lock")
+
+
+def readers_path(db: Path) -> Path:
+    return db.with_name(db.name + ".readers")
+
+
+def _lock_error(exc: duckdb.Error) -> str | None:
+    """The holder's process id (or "") when DuckDB could not lock the file; None for any
+    other error."""
+    text = str(exc)
+    if "lock" not in text.lower():
+        return None
+    pid = re.search(r"PID (\d+)", text)
+    return pid.group(1) if pid else ""
+
+
+def _held_by(path: Path, pid: str) -> str:
+    holder = f" (process {pid})" if pid else ""
+    return f"database {path} is in use by another process{holder}, not an attnwh command; wait for it to finish or use another --db"
+
+
+def _open_lock_file(path: Path) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+
+def _try_flock(fd: int, mode: int) -> bool:
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def writer_running(db: Path) -> dict[str, Any] | None:
+    """The attnwh writer holding `db` now (its pid and command, as it wrote them), or None."""
+    path = lock_path(db)
+    if not path.exists():
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _try_flock(fd, fcntl.LOCK_SH):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        try:
+            return json.loads(os.pread(fd, 65536, 0) or b"{}")
+        except ValueError:
+            return {}
+    finally:
+        os.close(fd)
+
+
+def _readers_waiting(fd: int) -> bool:
+    """Whether an attnwh reader holds (or waits on) the readers' lock whose file is `fd`."""
+    if _try_flock(fd, fcntl.LOCK_EX):
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    return True
+
+
+# -- the writer --------------------------------------------------------------------------------
+
+
+class WriterLock:
+    """This process's hold on writing one warehouse: ``DB.lock`` held exclusively while any
+    :class:`SharedConnection` to it is open, or a :func:`writing` block around them is."""
+
+    def __init__(self, db: Path, command: str) -> None:
+        self.db = db
+        self.users = 0  # open connections, and the command holding it
+        self.fd = _open_lock_file(lock_path(db))
+        deadline = time.monotonic() + LOCK_GRACE_S
+        while not _try_flock(self.fd, fcntl.LOCK_EX):
+            if time.monotonic() > deadline:
+                holder = _holder_text(self.fd)
+                os.close(self.fd)
+                raise DatabaseInUseError(
+                    f"database {db} is being written by another attnwh command{holder}; wait for it to finish or "
+                    "use another --db (read it meanwhile: attnwh status, sql, query, report)"
+                )
+            time.sleep(POLL_S)
+        note = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command}).encode()
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, note, 0)
+        self.readers_fd = _open_lock_file(readers_path(db))
+
+    def release(self) -> None:
+        os.close(self.readers_fd)
+        os.ftruncate(self.fd, 0)
+        if not self.db.exists():  # nothing was written (bad input): leave nothing beside it
+            for path in (lock_path(self.db), readers_path(self.db)):
+                path.unlink(missing_ok=True)
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def _holder_text(fd: int) -> str:
+    try:
+        note = json.loads(os.pread(fd, 65536, 0) or b"{}")
+    except ValueError:
+        return ""
+    if "pid" not in note:
+        return ""
+    return f" (process {note['pid']}: {' '.join(str(note.get('command', '')).split())[:80]})"
+
+
+_locks: dict[Path, WriterLock] = {}
+_locks_guard = threading.RLock()
+
+
+class _Command:
+    """A command running in this process (:func:`writing`): the warehouses it writes, each
+    with the writer lock it holds to its end and the status it keeps there."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.writes: list[tuple[WriterLock, status.Activity]] = []
+
+
+_command: _Command | None = None
+
+
+def acquire_writer(db: Path) -> WriterLock:
+    """This process's writer lock on `db`, taken now if it is not held yet (one more user).
+    Raises DatabaseInUseError naming the other writer when another process holds it."""
+    key = db.resolve()
+    with _locks_guard:
+        lock = _locks.get(key)
+        if lock is None:
+            lock = _locks[key] = WriterLock(db, _command.command if _command else " ".join(sys.argv))
+            if _command is not None:  # the command holds it to its end, and keeps its status
+                lock.users += 1
+                _command.writes.append((lock, status.start(db, _command.command)))
+        lock.users += 1
+        return lock
+
+
+def release_writer(lock: WriterLock) -> None:
+    with _locks_guard:
+        lock.users -= 1
+        if lock.users == 0:
+            del _locks[lock.db.resolve()]
+            lock.release()
+
+
+@contextlib.contextmanager
+def writing(command: str) -> Iterator[None]:
+    """The block is the command `command`: each warehouse it writes is held for writing
+    from its first writable connection (or :func:`attnwh.sql.warehouse.check_writable`) to
+    the block's end, as its stages open and close connections and no other writer may come
+    in between; and it keeps the status `attnwh status` reads there, ended as finished,
+    failed or interrupted. A command that writes nothing (a reader, a static shard, bad
+    input) takes nothing. Inside another command's block, the outer one counts."""
+    global _command
+    with _locks_guard:
+        if _command is not None:
+            nested = True
+        else:
+            nested, _command = False, _Command(command)
+            running = _command
+    if nested:
+        yield
+        return
+    outcome, message = "finished", None
+    try:
+        yield
+    except BaseException as exc:
+        from attnwh.errors import Interrupted
+
+        if isinstance(exc, KeyboardInterrupt | Interrupted):
+            outcome, message = "interrupted", " ".join(str(exc).split()) or "interrupted"
+        elif getattr(exc, "exit_code", None) != 0:  # typer.Exit(0) is a normal end
+            outcome, message = "failed", " ".join(str(exc).split()) or type(exc).__name__
+        raise
+    finally:
+        with _locks_guard:
+            _command = None
+            for lock, activity in running.writes:
+                status.stop(activity, outcome, message)
+                release_writer(lock)
+
+
+def _connect_waiting(
+    db: Path, read_only: bool, deadline: float, waiting: Callable[[], bool]
+) -> duckdb.DuckDBPyConnection:
+    """duckdb.connect, retried while DuckDB's own lock is held and `waiting()` says the holder
+    is an attnwh process that will let go; another program's lock is refused at once."""
+    foreign_since: float | None = None
+    while True:
+        try:
+            return duckdb.connect(str(db), read_only=read_only)
+        except duckdb.IOException as exc:
+            pid = _lock_error(exc)
+            if pid is None:
+                raise
+            now = time.monotonic()
+            if waiting():
+                foreign_since = None
+            else:
+                # Give an attnwh process a moment to take its lock file after the database's.
+                foreign_since = foreign_since or now
+                if now - foreign_since > LOCK_GRACE_S:
+                    raise DatabaseInUseError(_held_by(db, pid)) from None
+            if now > deadline:
+                raise TimeoutError(pid) from None
+            time.sleep(POLL_S)
+
+
+class SharedConnection:
+    """A writable connection that lets readers in between units of work.
+
+    It stands for a duckdb connection (every attribute is the open connection's). After a
+    commit or an unregister that leaves no transaction and no registered rows open, it is
+    *parked*: a watcher thread then closes the underlying connection as soon as a reader
+    waits; the next use opens it again, waiting for the readers to finish. A result must be
+    fetched before its transaction commits (attnwh always does: DuckDB needs it too).
+    """
+
+    def __init__(self, db: Path, lock: WriterLock, con: duckdb.DuckDBPyConnection) -> None:
+        self._db = db
+        self._lock = lock
+        self._con: duckdb.DuckDBPyConnection | None = con
+        self._guard = threading.RLock()
+        self._depth = 0  # open transactions and registered relations
+        self._parked = False
+        self._closed = False
+        self.handovers = 0  # times the file was handed to readers
+        self._watcher = threading.Thread(target=self._watch, name=f"attnwh-share-{db.name}", daemon=True)
+        self._watcher.start()
+
+    # The connection methods that open or close what must stay on one connection.
+    def begin(self) -> Any:
+        with self._guard:
+            result = self._use().begin()
+            self._depth += 1
+            return result
+
+    def commit(self) -> Any:
+        with self._guard:
+            result = self._use().commit()
+            self._leave()
+            return result
+
+    def rollback(self) -> Any:
+        with self._guard:
+            result = self._use().rollback()
+            self._leave()
+            return result
+
+    def register(self, name: str, rows: Any) -> Any:
+        with self._guard:
+            result = self._use().register(name, rows)
+            self._depth += 1
+            return result
+
+    def unregister(self, name: str) -> Any:
+        with self._guard:
+            result = self._use().unregister(name)
+            self._leave()
+            return result
+
+    def close(self) -> None:
+        with self._guard:
+            if self._closed:
+                return
+            self._closed = True
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+        self._watcher.join()
+        release_writer(self._lock)
+
+    def __getattr__(self, name: str) -> Any:
+        with self._guard:
+            return getattr(self._use(), name)
+
+    def __enter__(self) -> SharedConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _leave(self) -> None:
+        self._depth = max(0, self._depth - 1)
+        self._parked = self._depth == 0
+
+    def _use(self) -> duckdb.DuckDBPyConnection:
+        """The open connection, opened again if readers had it; no longer parked."""
+        if self._closed:
+            raise duckdb.ConnectionException("Connection already closed!")
+        self._parked = False
+        if self._con is None:
+            deadline = time.monotonic() + WRITE_WAIT_S
+            try:
+                self._con = _connect_waiting(self._db, False, deadline, lambda: _readers_waiting(self._lock.readers_fd))
+            except TimeoutError:
+                raise AttnwhError(
+                    f"readers kept {self._db} for over {WRITE_WAIT_S:.0f} s; the work so far is kept, rerun to resume"
+                ) from None
+        return self._con
+
+    def _watch(self) -> None:
+        while not self._closed:
+            time.sleep(POLL_S)
+            if not (self._parked and self._con is not None) or not _readers_waiting(self._lock.readers_fd):
+                continue
+            with self._guard:
+                if self._parked and self._con is not None and not self._closed:
+                    self._con.close()  # commits nothing: parked means nothing is open
+                    self._con = None
+                    self.handovers += 1
+
+
+def open_writer(db: Path) -> SharedConnection:
+    """A shared writable connection to `db`, under this process's writer lock."""
+    lock = acquire_writer(db)
+    try:
+        con = _connect_waiting(db, False, time.monotonic() + WRITE_WAIT_S, lambda: _readers_waiting(lock.readers_fd))
+    except TimeoutError:
+        release_writer(lock)
+        raise DatabaseInUseError(f"readers kept {db} for over {WRITE_WAIT_S:.0f} s; try again") from None
+    except BaseException:
+        release_writer(lock)
+        raise
+    return SharedConnection(db, lock, con)
+
+
+# -- readers -----------------------------------------------------------------------------------
+
+
+class ReadConnection:
+    """A read-only connection that holds the readers' lock until it is closed."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, readers_fd: int) -> None:
+        self._con = con
+        self._readers_fd: int | None = readers_fd
+
+    def close(self) -> None:
+        self._con.close()
+        if self._readers_fd is not None:
+            os.close(self._readers_fd)  # releases its shared lock
+            self._readers_fd = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+    def __del__(self) -> None:
+        if getattr(self, "_readers_fd", None) is not None:
+            os.close(self._readers_fd)  # type: ignore[arg-type]
+
+    def __enter__(self) -> ReadConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_reader(db: Path, wait: float | None = None) -> ReadConnection:
+    """A read-only connection to `db`, waiting up to `wait` seconds (default READ_WAIT_S)
+    for an attnwh writer to hand it over; another program holding it is refused at once."""
+    wait = READ_WAIT_S if wait is None else wait
+    fd = _open_lock_file(readers_path(db))
+    fcntl.flock(fd, fcntl.LOCK_SH)  # blocks only while a writer looks at it (microseconds)
+    try:
+        con = _connect_waiting(db, True, time.monotonic() + wait, lambda: writer_running(db) is not None)
+    except TimeoutError:
+        os.close(fd)
+        writer = writer_running(db) or {}
+        who = f" (process {writer['pid']}: {writer.get('command', '')})" if "pid" in writer else ""
+        raise DatabaseInUseError(
+            f"database {db} is being written{who} and was not free to read within {wait:g} s; "
+            "try again, or wait longer with ATTNWH_READ_WAIT=SECONDS"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return ReadConnection(con, fd)

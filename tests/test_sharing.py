@@ -1,0 +1,221 @@
+"""One process writes a warehouse while others read it (attnwh.sql.sharing), and `attnwh status`
+follows the writer (attnwh.sql.status): readers get exactly the committed rows, a second
+writer is refused in one line, a reader waits for a unit's commit and no longer than it
+was told, and the status of a running study matches the rows it has written."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from attnwh.api import Warehouse
+from attnwh.sql import warehouse
+from attnwh.sql.status import read_status
+from helpers import ingest_args, run
+
+# A writer that stops after each committed batch until the test says go (a line on stdin),
+# printing how many examples it has committed: the test reads at known points.
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from attnwh.ingest.sources.files import load_file
+    from attnwh.ingest.encoder.loading import load_encoder
+    from attnwh.ingest.runs.loop import IngestOptions, ingest_statistics, prepare_tasks
+    from attnwh.sql import sharing
+
+    model, data, db = sys.argv[1:4]
+    encoder = load_encoder(model, device="cpu")
+    options = IngestOptions(batch_size=4)
+    tasks = prepare_tasks(encoder, [load_file(Path(data), "premise", "hypothesis", "label")], options)
+    done = 0
+
+    def on_batch(n):
+        global done
+        done += n
+        print(done, flush=True)
+        sys.stdin.readline()
+
+    with sharing.writing("the test's writer"):
+        ingest_statistics(Path(db), encoder, tasks, options, on_batch=on_batch)
+    print("end", flush=True)
+    """
+)
+
+
+def env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", **extra}
+
+
+def attnwh(*args: str, **extra: str) -> subprocess.CompletedProcess:
+    """The command in a process of its own, as a user in another terminal runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "attnwh", *args], capture_output=True, text=True, env=env(**extra), timeout=120
+    )
+
+
+def test_readers_get_the_committed_rows_while_another_process_writes(
+    monkeypatch, capsys, tiny_model_dir, pairs, tmp_path
+):
+    db = tmp_path / "w.duckdb"
+    model = tiny_model_dir("bert")
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(model), str(pairs), str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+
+    def go() -> None:
+        writer.stdin.write("\n")
+        writer.stdin.flush()
+
+    try:
+        for committed in (4, 12):
+            while (line := writer.stdout.readline().strip()) != str(committed):
+                assert line.isdigit() and int(line) < committed, line
+                go()
+            # The writer is between batches, holding its connection: every reader gets in.
+            cli = attnwh("sql", "SELECT count(*) AS n FROM run_examples", "--db", str(db), "--format", "csv")
+            assert cli.returncode == 0, cli.stderr
+            assert cli.stdout.split() == ["n", str(committed)]
+            code, out, err = run(monkeypatch, capsys, "query", "runs", "--db", str(db), "--format", "csv")
+            assert code == 0, err
+            assert out.splitlines()[1].split(",")[list(out.splitlines()[0].split(",")).index("status")] == "running"
+            code, out, err = run(monkeypatch, capsys, "schema", "head_stats", "--db", str(db))
+            assert code == 0 and "head_stats" in out, err
+            found = Warehouse(db)
+            stats = found.sql("SELECT count(*) AS rows, count(DISTINCT example_id) AS examples FROM head_stats")
+            assert stats.row(0) == (committed * 2 * 4, committed)  # 2 layers × 4 heads per example
+            assert found.runs()["status"].to_list() == ["running"]
+            status = found.status()
+            assert status.running and status.command == "the test's writer" and status.pid == writer.pid
+
+            # A second writer is refused at once, in one line naming the first.
+            code, _, err = run(monkeypatch, capsys, *ingest_args(model, pairs, db, "--replace"))
+            lines = err.strip().splitlines()
+            assert code != 0 and len(lines) == 1, err
+            assert "being written by another attnwh command" in lines[0] and str(writer.pid) in lines[0]
+            go()
+        writer.stdin.close()  # go on to the end without stopping
+        assert writer.stdout.read().split()[-1] == "end"
+        assert writer.wait(timeout=120) == 0
+    finally:
+        writer.kill()
+        writer.wait()
+    found = Warehouse(db)
+    assert found.runs()["status"].to_list() == ["complete"]
+    assert found.sql("SELECT count(*) AS n FROM run_examples")["n"][0] == 24
+    assert found.status().state == "finished"
+
+
+def test_a_reader_waits_for_the_commit_and_no_longer_than_told(tmp_path):
+    db = tmp_path / "w.duckdb"
+    con = warehouse.connect(db)  # this process writes
+    try:
+        with warehouse.transaction(con):
+            con.execute("CREATE TABLE t (x INTEGER)")
+            con.execute("INSERT INTO t VALUES (1)")
+        count = ["sql", "SELECT count(*) AS n FROM t", "--db", str(db), "--format", "csv"]
+        # Between units the writer hands the file over: the reader sees the committed row.
+        cli = attnwh(*count)
+        assert cli.returncode == 0 and cli.stdout.split() == ["n", "1"], cli.stderr
+        # The writer takes it back for its next unit, and holds it to the commit: a reader
+        # that comes meanwhile waits, then sees the whole unit.
+        with warehouse.transaction(con):
+            con.execute("INSERT INTO t VALUES (2), (3)")
+            reader = subprocess.Popen(
+                [sys.executable, "-m", "attnwh", *count], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            time.sleep(4.0)  # the reader is up and waiting by now
+            assert reader.poll() is None
+        out, err = reader.communicate(timeout=120)
+        assert reader.returncode == 0 and out.split() == ["n", "3"], err
+        # A reader told to wait at most 0.5 s gives up in one line while a unit takes longer.
+        with warehouse.transaction(con):
+            con.execute("INSERT INTO t VALUES (4)")
+            late = attnwh(*count, ATTNWH_READ_WAIT="0.5")
+        lines = late.stderr.strip().splitlines()
+        assert late.returncode != 0 and len(lines) == 1, late.stderr
+        assert "not free to read within 0.5 s" in lines[0]
+        # The writer goes on writing after the readers.
+        con.execute("INSERT INTO t VALUES (5)")
+        assert con.execute("SELECT count(*) FROM t").fetchall() == [(5,)]
+    finally:
+        con.close()
+
+
+@pytest.mark.slow
+def test_status_of_a_running_study_matches_its_rows(tiny_model_dir, tmp_path):
+    db = tmp_path / "w.duckdb"
+    args = [
+        "study",
+        "--model",
+        str(tiny_model_dir("bert")),
+        "--tasks",
+        "sentiment",
+        "--limit",
+        "400",
+        "--ablation-limit",
+        "8",
+        "--max-train-examples",
+        "16",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--resamples",
+        "100",
+        "--device",
+        "cpu",
+        "--db",
+        str(db),
+        "--out-dir",
+        str(tmp_path / "models"),
+        "--report",
+        str(tmp_path / "report.html"),
+    ]
+    study = subprocess.Popen(
+        [sys.executable, "-m", "attnwh", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env()
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while True:  # until the base model's statistics are part written
+            assert study.poll() is None and time.monotonic() < deadline, study.stderr.read().decode()
+            found = read_status(db)
+            bar, stage = found.current, found.stage
+            if bar and stage and stage.name == "ingest-base" and 0 < bar.done < (bar.total or 0):
+                break
+            time.sleep(0.005)
+        # While a reader holds the warehouse the writer cannot commit: the status then counts
+        # exactly the rows written.
+        con = warehouse.connect(db, read_only=True)
+        try:
+            time.sleep(0.5)  # a status write under way ends
+            found = read_status(db)
+            written = con.execute(
+                "SELECT count(*) FROM run_examples JOIN runs USING (run_id) WHERE runs.status = 'running'"
+            ).fetchall()[0][0]
+        finally:
+            con.close()
+        assert found.running and found.pid == study.pid and found.command.startswith("attnwh study --model")
+        assert (found.stage.name, found.stage.index, found.stage.of) == ("ingest-base", 1, 6)
+        bar = found.current
+        assert (bar.name, bar.stage, bar.unit, bar.total) == ("sentiment", "ingest-base", "ex", 400)
+        assert bar.done == written and 0 < written < 400
+        assert bar.eta_seconds is not None and bar.eta_seconds > 0
+        study.send_signal(signal.SIGKILL)
+        study.wait()
+        killed = read_status(db)
+        assert killed.state == "interrupted" and "ended without finishing" in killed.message
+        assert [run["status"] for run in Warehouse(db).status().runs] == ["running"]
+    finally:
+        study.kill()
+        study.wait()
