@@ -40,6 +40,8 @@ from rich.console import Console
 from attnwh.cli.options import (
     DEFAULT_DB,
     AttentionMemoryOpt,
+    CheckpointMinutesOpt,
+    CheckpointStepsOpt,
     DatasetConfigOpt,
     DatasetOpt,
     DataSource,
@@ -55,9 +57,12 @@ from attnwh.cli.options import (
     GpusPerWorkerOpt,
     LabelColumnOpt,
     MassiveOpt,
+    MicroBatchOpt,
     MixingOpt,
     Mode,
     PairColumnOpt,
+    Precision,
+    PrecisionOpt,
     ProbeKind,
     RayAddressOpt,
     ReadDbOpt,
@@ -1242,6 +1247,10 @@ def finetune(
     from_scratch: Annotated[
         bool, typer.Option(help="Same architecture with random weights (the paper's Table 1 baseline).")
     ] = False,
+    micro_batch_size: MicroBatchOpt = None,
+    checkpoint_steps: CheckpointStepsOpt = None,
+    checkpoint_minutes: CheckpointMinutesOpt = 10.0,
+    precision: PrecisionOpt = Precision.float32,
     device: Annotated[Device, typer.Option(help="auto, cpu or cuda.")] = Device.auto,
     db: RecordDbOpt = DEFAULT_DB,
 ) -> Finetuned:
@@ -1283,7 +1292,7 @@ def finetune(
         dev = load(eval_split, eval_data)
         # The data and the model's name are checked; now the model libraries.
         from attnwh.ingest.encoder.loading import load_encoder
-        from attnwh.ingest.runs.finetune import FinetuneOptions, record
+        from attnwh.ingest.runs.finetune import Checkpoints, FinetuneOptions, record
         from attnwh.ingest.runs.finetune import finetune as run_finetune
 
         options = FinetuneOptions(
@@ -1294,10 +1303,15 @@ def finetune(
             warmup=warmup,
             seed=seed,
             from_scratch=from_scratch,
+            precision=precision.value,
         )
+        checkpoints = Checkpoints(micro_batch_size, checkpoint_steps, checkpoint_minutes or None)
     with (
         Bars(console, unit="step", stat=steps_column()) as bars,
-        interrupts_as(f"interrupted; the model was not saved to {out} and nothing was written to {db}"),
+        interrupts_as(
+            f"interrupted; rerun the same command to resume from its last checkpoint, if any (in {out}); nothing "
+            f"was written to {db}"
+        ),
     ):
         doing = "from scratch" if from_scratch else "fine-tuning" if epochs > 0 else "untrained head, no steps:"
         bars.start(f"{doing} {train.task}", None, loss="–")
@@ -1305,7 +1319,9 @@ def finetune(
         def on_step(step: int, total: int, loss: float) -> None:
             bars.update(step, total, loss=f"{loss:.4f}")
 
-        result = run_finetune(model, train, dev, out, options, device.value, on_step)
+        result = run_finetune(model, train, dev, out, options, device.value, on_step, checkpoints=checkpoints)
+    if result.resumed_from:
+        console.print(f"resumed from the checkpoint at step {result.resumed_from}", highlight=False)
     base = load_encoder(model, device.value)
     tuned = load_encoder(str(out), device.value)
     from attnwh.sql import warehouse
@@ -1394,6 +1410,10 @@ def study(
         float, typer.Option(min=0.0, help="Peak fine-tuning learning rate (AdamW, linear warm-up and decay).")
     ] = 5e-5,
     batch_size: Annotated[int, typer.Option(min=1, help="Examples per batch in every stage.")] = 32,
+    micro_batch_size: MicroBatchOpt = None,
+    checkpoint_steps: CheckpointStepsOpt = None,
+    checkpoint_minutes: CheckpointMinutesOpt = 10.0,
+    precision: PrecisionOpt = Precision.float32,
     max_length: Annotated[
         int | None,
         typer.Option(
@@ -1481,6 +1501,10 @@ def study(
         epochs=epochs,
         lr=lr,
         batch_size=batch_size,
+        micro_batch_size=micro_batch_size,
+        checkpoint_steps=checkpoint_steps,
+        checkpoint_minutes=checkpoint_minutes or None,
+        precision=precision.value,
         max_length=max_length,
         seed=seed,
         modes=tuple(dict.fromkeys(mode or ["uniform"])),

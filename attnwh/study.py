@@ -76,6 +76,10 @@ class StudyOptions:
     lr: float = 5e-5
     finetune_max_length: int = 128
     batch_size: int = 32
+    micro_batch_size: int | None = None  # fine-tuning: examples per forward and backward
+    checkpoint_steps: int | None = None  # fine-tuning checkpoints: every so many steps
+    checkpoint_minutes: float | None = 10.0  # … and every so many minutes
+    precision: str = "float32"  # fine-tuning: float32 or bfloat16 autocast
     max_length: int | None = None  # ingest/compare/ablation truncation; None: the model's limit
     seed: int = 42
     modes: tuple[str, ...] = ("uniform",)
@@ -381,6 +385,7 @@ class Study:
             batch_size=options.batch_size,
             max_length=options.finetune_max_length,
             seed=options.seed,
+            precision=options.precision,
         )
         self.ingest = IngestOptions(
             limit=options.limit,
@@ -474,7 +479,7 @@ class Study:
 
     def stage_finetune(self, result: StageResult) -> None:
         from attnwh.ingest.encoder.loading import LINEAGE_FILE
-        from attnwh.ingest.runs.finetune import finetune
+        from attnwh.ingest.runs.finetune import Checkpoints, finetune
 
         forced = "finetune" in self.options.force
         for task in self.tasks:
@@ -500,7 +505,12 @@ class Study:
                 self.options.device,
                 self.hooks.step,
                 _study_lineage(wanted[STUDY_KEY]),
+                Checkpoints(
+                    self.options.micro_batch_size, self.options.checkpoint_steps, self.options.checkpoint_minutes
+                ),
             )
+            if trained.resumed_from:
+                self.hooks.note(f"{task.name}: resumed from the checkpoint at step {trained.resumed_from}")
             self.trained[task.name] = trained
             run_id = self._store_finetune(task, trained)
             self.wrote_anything = True
@@ -764,9 +774,17 @@ def _lineage_matches(saved: dict, wanted: dict) -> bool:
     study = saved.get(STUDY_KEY)
     if not isinstance(study, dict):
         return False
+    # A note written before an option existed was trained with its default (precision).
+    options = saved.get("options")
+    if isinstance(options, dict):
+        saved = {**saved, "options": {**FINETUNE_DEFAULTS, **options}}
     return all(saved.get(k) == v for k, v in wanted.items() if k != STUDY_KEY) and all(
         study.get(k) == v for k, v in wanted[STUDY_KEY].items()
     )
+
+
+# The fine-tuning options added since the first notes, with the value they then had.
+FINETUNE_DEFAULTS = {"precision": "float32"}
 
 
 def _read_json(path: Path) -> dict | None:

@@ -43,6 +43,7 @@ def test_every_db_option_reads_attnwh_db_with_one_default():
         "attnwh sql",
         "attnwh query",
         "attnwh schema",
+        "attnwh status",
         "attnwh merge",
         "attnwh report",
         "attnwh show",

@@ -24,6 +24,7 @@ def test_commands_are_listed_study_first_merge_last(monkeypatch, capsys):
         "study",
         "ingest",
         "finetune",
+        "status",
         "report",
         "show",
         "query",

@@ -241,6 +241,49 @@ AttentionMemoryOpt = Annotated[
 ReplaceOpt = Annotated[bool, typer.Option(help="Redo runs that are already complete instead of skipping them.")]
 
 
+class Precision(str, enum.Enum):
+    """What fine-tuning computes its forward and backward in."""
+
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+
+
+# Fine-tuning: how a step is split and how often it is saved (same updates either way), and
+# its precision.
+MicroBatchOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Fine-tune in micro-batches of this many examples, their gradients accumulated into each step of "
+        "--batch-size: the same updates in a fraction of the memory. Default: the whole batch at once.",
+    ),
+]
+CheckpointStepsOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Save a fine-tuning checkpoint (weights, optimizer, schedule, random state, data position) in "
+        "OUT/attnwh-checkpoint every this many steps, besides every --checkpoint-minutes; rerunning an "
+        "interrupted command resumes from the last one.",
+    ),
+]
+CheckpointMinutesOpt = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        help="Save a fine-tuning checkpoint at the first step after this many minutes since the last (0: only "
+        "every --checkpoint-steps, and at Ctrl-C).",
+    ),
+]
+PrecisionOpt = Annotated[
+    Precision,
+    typer.Option(
+        help="Fine-tuning's forward and backward: float32, or bfloat16 autocast (weights, gradients and AdamW stay "
+        "float32; for GPUs with bfloat16).",
+    ),
+]
+
+
 @dataclasses.dataclass(frozen=True)
 class DataSource:
     """Where a command's examples come from: one source, or the bundled sample without one."""

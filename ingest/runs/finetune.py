@@ -15,12 +15,17 @@ directory and the warehouse can link the tuned model to its base.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import math
+import os
 import random
+import signal
+import threading
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,7 +35,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForSequenceClassification
 
-from attnwh.errors import DataError, ModelError
+from attnwh.errors import DataError, Interrupted, ModelError
 from attnwh.ingest.encoder import gguf
 from attnwh.ingest.encoder.encoding import collate, encode_task
 from attnwh.ingest.encoder.loading import (
@@ -57,6 +62,25 @@ class FinetuneOptions:
     weight_decay: float = 0.01
     seed: int = 42
     from_scratch: bool = False
+    # bfloat16: the forward and backward under torch.autocast in bfloat16 (weights, gradients
+    # and AdamW stay float32): about half the activation memory, faster on GPUs with bfloat16.
+    precision: str = "float32"
+
+
+PRECISIONS = ("float32", "bfloat16")
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """How training is split and saved, which does not change what it computes (the tuned
+    model's note leaves it out): `micro_batch_size` examples per forward and backward, their
+    gradients accumulated into one step of the whole batch; a checkpoint of everything the
+    next step depends on every `every_steps` steps or `every_minutes` minutes (None: never),
+    and when Ctrl-C stops training between steps."""
+
+    micro_batch_size: int | None = None
+    every_steps: int | None = None
+    every_minutes: float | None = 10.0
 
 
 @dataclass(frozen=True)
@@ -77,6 +101,10 @@ class FinetuneResult:
     finished_at: datetime | None = None
     # The split the scores were measured on (dev); None for a result rebuilt from an old note.
     dev_split: str | None = None
+    # The loss of each optimizer step (the whole batch's mean), and the step training resumed
+    # from (0: it started afresh).
+    step_losses: tuple[float, ...] = ()
+    resumed_from: int = 0
 
 
 # Called every step with (step, total steps, running loss).
@@ -141,11 +169,17 @@ def finetune(
     device: str = "auto",
     on_step: StepCallback | None = None,
     lineage_extra: LineageExtra | None = None,
+    checkpoints: Checkpoints | None = None,
 ) -> FinetuneResult:
     """Fine-tune `model_name` (None: the bundled MiniLM) on `train`, score it on `dev`
     with the task's metrics, and save it to `out_dir`. `lineage_extra` gives what a caller
     adds to the lineage note (the study's part), from the result; the note is written once,
-    complete, after the model files."""
+    complete, after the model files.
+
+    `checkpoints` splits each step into micro-batches and saves checkpoints in
+    ``out_dir/attnwh-checkpoint``; a checkpoint of the same training (base weights, data,
+    options, micro-batch size) found there is resumed from, to the same weights as a run
+    that was never stopped (on a CPU, bit for bit), and removed once the model is saved."""
     if not train.examples or not dev.examples:
         raise DataError("fine-tuning needs a non-empty train and dev split")
     if train.labels != dev.labels:
@@ -185,32 +219,60 @@ def finetune(
     total = max(1, round(options.epochs * steps_per_epoch)) if options.epochs > 0 else 0
     optimizer = torch.optim.AdamW(model.parameters(), lr=options.learning_rate, weight_decay=options.weight_decay)
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, round(options.warmup * total), total)
-    order_rng = np.random.default_rng(options.seed)
+    checkpoints = checkpoints or Checkpoints()
+    micro = min(checkpoints.micro_batch_size or options.batch_size, options.batch_size)
+    state = TrainState(order_rng=np.random.default_rng(options.seed))
+    saved = Checkpoint(out_dir, _training_key(base.weights_hash, train, options, micro, max_length))
+    resumed_from = state.step if saved.load(model, optimizer, schedule, state) else 0
     model.train()
     started_at = datetime.now().astimezone()
-    started, step, running = time.perf_counter(), 0, None
-    while step < total:
-        for start in range(0, len(train.examples), options.batch_size):
-            if step >= total:
-                break
-            if start == 0:
-                order = order_rng.permutation(len(train.examples))
-            indices = order[start : start + options.batch_size].tolist()
-            batch = collate(train_encoded, indices, tokenizer.pad_token_id, base.device)
-            target = torch.from_numpy(y_train[indices]).to(base.device)
-            loss = model(**forward_inputs(model, batch), labels=target).loss
-            loss.backward()
+    started = time.perf_counter() - state.seconds
+    last_saved = time.monotonic()
+    autocast = torch.autocast(base.device.type, dtype=torch.bfloat16, enabled=options.precision == "bfloat16")
+    with _stop_between_steps() as stop:
+        while state.step < total:
+            if state.start == 0 or state.order is None:
+                state.order = state.order_rng.permutation(len(train.examples))
+            indices = state.order[state.start : state.start + options.batch_size].tolist()
+            loss = 0.0
+            # The batch's mean loss is the micro-batches' means weighted by their sizes: their
+            # gradients add up to the whole batch's.
+            for first in range(0, len(indices), micro):
+                part = indices[first : first + micro]
+                batch = collate(train_encoded, part, tokenizer.pad_token_id, base.device)
+                target = torch.from_numpy(y_train[part]).to(base.device)
+                with autocast:
+                    part_loss = model(**forward_inputs(model, batch), labels=target).loss * (len(part) / len(indices))
+                part_loss.backward()
+                loss += part_loss.item()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             schedule.step()
             optimizer.zero_grad()
-            step += 1
-            running = loss.item() if running is None else 0.9 * running + 0.1 * loss.item()
+            state.step += 1
+            state.start = state.start + options.batch_size
+            if state.start >= len(train.examples):
+                state.start = 0
+            state.losses.append(loss)
+            state.running = loss if state.running is None else 0.9 * state.running + 0.1 * loss
             if on_step:
-                on_step(step, total, running)
+                on_step(state.step, total, state.running)
+            due = (checkpoints.every_steps and state.step % checkpoints.every_steps == 0) or (
+                checkpoints.every_minutes is not None and time.monotonic() - last_saved > 60 * checkpoints.every_minutes
+            )
+            if state.step < total and (due or stop.requested):
+                state.seconds = time.perf_counter() - started
+                saved.save(model, optimizer, schedule, state)
+                last_saved = time.monotonic()
+                if stop.requested:
+                    raise Interrupted(
+                        f"interrupted at step {state.step} of {total}; rerun the same command to resume from it "
+                        f"(checkpoint in {saved.folder}; nothing was written to the warehouse)"
+                    )
     train_seconds = time.perf_counter() - started
+    running = state.running
 
-    predictions = predict(model, tokenizer, dev_encoded, regression, options.batch_size, base.device)
+    predictions = predict(model, tokenizer, dev_encoded, regression, micro, base.device)
     scores = metrics.score(train.task, y_dev, predictions, regression)
     finished_at = datetime.now().astimezone()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -234,6 +296,8 @@ def finetune(
         started_at=started_at,
         finished_at=finished_at,
         dev_split=dev.split,
+        step_losses=tuple(state.losses),
+        resumed_from=resumed_from,
     )
     lineage = {
         "base": result.base_name,
@@ -246,7 +310,117 @@ def finetune(
     if lineage_extra is not None:
         lineage.update(lineage_extra(result))
     (out_dir / LINEAGE_FILE).write_text(json.dumps(lineage, indent=2), encoding="utf-8")
+    saved.remove()
     return result
+
+
+@dataclass
+class TrainState:
+    """Where training is, besides the weights, optimizer and schedule: what a checkpoint
+    keeps so that the next step is the one an unstopped run takes."""
+
+    order_rng: np.random.Generator
+    step: int = 0
+    start: int = 0  # position of the next batch in this epoch's order
+    order: np.ndarray | None = None  # this epoch's order of the train examples
+    running: float | None = None  # the loss shown (an exponential mean)
+    losses: list[float] = field(default_factory=list)
+    seconds: float = 0.0  # training time before this process
+
+
+CHECKPOINT_DIR = "attnwh-checkpoint"
+
+
+def _training_key(base_hash: str, train: TaskData, options: FinetuneOptions, micro: int, max_length: int) -> str:
+    """What a checkpoint must have been saved by to be resumed: the same base weights,
+    training examples, options, micro-batch size and length."""
+    digest = hashlib.blake2b(digest_size=16)
+    for example in train.examples:
+        digest.update(json.dumps([example.text_a, example.text_b, example.label]).encode())
+    identity = [base_hash, digest.hexdigest(), asdict(options), micro, max_length]
+    return hashlib.blake2b(json.dumps(identity, sort_keys=True).encode(), digest_size=16).hexdigest()
+
+
+class Checkpoint:
+    """The checkpoint of one training in ``out_dir/attnwh-checkpoint``: one file, written to
+    a temporary name and renamed over the last, so a kill while saving leaves the last whole."""
+
+    def __init__(self, out_dir: Path, key: str) -> None:
+        self.folder = out_dir / CHECKPOINT_DIR
+        self.path = self.folder / "state.pt"
+        self.key = key
+
+    def save(self, model: Any, optimizer: Any, schedule: Any, state: TrainState) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "key": self.key,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "schedule": schedule.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "order_rng": state.order_rng.bit_generator.state,
+            "step": state.step,
+            "start": state.start,
+            "order": None if state.order is None else torch.from_numpy(state.order.copy()),
+            "running": state.running,
+            "losses": list(state.losses),
+            "seconds": state.seconds,
+        }
+        temporary = self.path.with_name(f"state.{os.getpid()}.tmp")
+        torch.save(payload, temporary)
+        os.replace(temporary, self.path)
+
+    def load(self, model: Any, optimizer: Any, schedule: Any, state: TrainState) -> bool:
+        """Restore a checkpoint of this training into the objects given; False when there is
+        none (or one of another training, which is left to be overwritten)."""
+        if not self.path.exists():
+            return False
+        payload = torch.load(self.path, map_location="cpu", weights_only=False)
+        if payload.get("key") != self.key:
+            return False
+        model.load_state_dict(payload["model"])
+        optimizer.load_state_dict(payload["optimizer"])
+        schedule.load_state_dict(payload["schedule"])
+        torch.set_rng_state(payload["torch_rng"])
+        if payload["cuda_rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(payload["cuda_rng"])
+        state.order_rng.bit_generator.state = payload["order_rng"]
+        state.step, state.start = payload["step"], payload["start"]
+        state.order = None if payload["order"] is None else payload["order"].numpy()
+        state.running, state.losses, state.seconds = payload["running"], payload["losses"], payload["seconds"]
+        return True
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+        if self.folder.is_dir() and not any(self.folder.iterdir()):
+            self.folder.rmdir()
+
+
+class _StopRequest:
+    requested = False
+
+
+@contextlib.contextmanager
+def _stop_between_steps() -> Iterator[_StopRequest]:
+    """Ctrl-C during training asks to stop after the step under way (checkpointed), rather
+    than in the middle of an optimizer update; a second Ctrl-C stops at once. Off the main
+    thread (where signals cannot be caught) it changes nothing."""
+    stop = _StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def ask(signum: int, frame: Any) -> None:
+        if stop.requested:
+            raise KeyboardInterrupt
+        stop.requested = True
+
+    previous = signal.signal(signal.SIGINT, ask)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @torch.inference_mode()

@@ -24,5 +24,7 @@ def check_out_dir(out_dir: Path, label: str | None = None) -> None:
     `label` names it in the message (default: `--out <out_dir>`)."""
     label = label or f"--out {out_dir}"
     check_folder(label, out_dir)
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "config.json").exists():
+    # The checkpoint of an interrupted fine-tuning (attnwh-checkpoint/) is what a rerun resumes.
+    held = [p.name for p in out_dir.iterdir()] if out_dir.is_dir() else []
+    if held and held != ["attnwh-checkpoint"] and not (out_dir / "config.json").exists():
         raise UsageError(f"{label} is a non-empty folder that holds no model; choose another")
