@@ -31,6 +31,7 @@ def test_readme_lists_every_command():
         "show",
         "finetune",
         "study",
+        "status",
         "patterns",
     }
     # Subcommands of a group (`attnwh ingest compare`) need their own mention.
