@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import re
@@ -49,6 +50,9 @@ READ_WAIT_S = float(os.environ.get("ATTNWH_READ_WAIT", "60"))
 WRITE_WAIT_S = 600.0
 # How often a writer between units looks for waiting readers, and a waiting process retries.
 POLL_S = 0.02
+# A writer that has made no call on its connection for this long (the model computing) hands
+# the file to waiting readers even between two reads, not only after a commit.
+IDLE_S = 0.5
 # A writer starting while a reader or `attnwh status` probes its lock tries this long before
 # it calls the lock another writer's.
 LOCK_GRACE_S = 1.0
@@ -266,11 +270,14 @@ def _connect_waiting(
 class SharedConnection:
     """A writable connection that lets readers in between units of work.
 
-    It stands for a duckdb connection (every attribute is the open connection's). After a
-    commit or an unregister that leaves no transaction and no registered rows open, it is
-    *parked*: a watcher thread then closes the underlying connection as soon as a reader
-    waits; the next use opens it again, waiting for the readers to finish. A result must be
-    fetched before its transaction commits (attnwh always does: DuckDB needs it too).
+    It stands for a duckdb connection: every method is the open connection's, called under a
+    lock, and a relation it returns (`sql`) is guarded the same way. While readers wait, a
+    watcher thread closes the underlying connection when nothing is open on it (no
+    transaction, no registered rows) and either a commit just ended a unit of work (*parked*)
+    or no call has come for :data:`IDLE_S` seconds (the model computing between two reads);
+    the next call opens it again, waiting for the readers to finish. So a result must be
+    fetched right after its statement (attnwh always chains them:
+    ``con.execute(…).fetchall()``), not kept across other work.
     """
 
     def __init__(self, db: Path, lock: WriterLock, con: duckdb.DuckDBPyConnection) -> None:
@@ -280,6 +287,7 @@ class SharedConnection:
         self._guard = threading.RLock()
         self._depth = 0  # open transactions and registered relations
         self._parked = False
+        self._idle_since = time.monotonic()
         self._closed = False
         self.handovers = 0  # times the file was handed to readers
         self._watcher = threading.Thread(target=self._watch, name=f"attnwh-share-{db.name}", daemon=True)
@@ -287,34 +295,29 @@ class SharedConnection:
 
     # The connection methods that open or close what must stay on one connection.
     def begin(self) -> Any:
-        with self._guard:
-            result = self._use().begin()
-            self._depth += 1
-            return result
+        result = self.call("begin")
+        self._depth += 1
+        return result
 
     def commit(self) -> Any:
-        with self._guard:
-            result = self._use().commit()
-            self._leave()
-            return result
+        result = self.call("commit")
+        self._leave()
+        return result
 
     def rollback(self) -> Any:
-        with self._guard:
-            result = self._use().rollback()
-            self._leave()
-            return result
+        result = self.call("rollback")
+        self._leave()
+        return result
 
     def register(self, name: str, rows: Any) -> Any:
-        with self._guard:
-            result = self._use().register(name, rows)
-            self._depth += 1
-            return result
+        result = self.call("register", name, rows)
+        self._depth += 1
+        return result
 
     def unregister(self, name: str) -> Any:
-        with self._guard:
-            result = self._use().unregister(name)
-            self._leave()
-            return result
+        result = self.call("unregister", name)
+        self._leave()
+        return result
 
     def close(self) -> None:
         with self._guard:
@@ -329,7 +332,23 @@ class SharedConnection:
 
     def __getattr__(self, name: str) -> Any:
         with self._guard:
-            return getattr(self._use(), name)
+            value = getattr(self._use(), name)
+        return functools.partial(self.call, name) if callable(value) else value
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """The connection's method `name`, under the lock; what it returns, guarded."""
+        with self._guard:
+            try:
+                return self._guarded(getattr(self._use(), name)(*args, **kwargs))
+            finally:
+                self._idle_since = time.monotonic()
+
+    def _guarded(self, result: Any) -> Any:
+        if result is self._con:  # execute() and the like return the connection itself
+            return self
+        if isinstance(result, duckdb.DuckDBPyRelation):
+            return _GuardedRelation(result, self)
+        return result
 
     def __enter__(self) -> SharedConnection:
         return self
@@ -356,16 +375,46 @@ class SharedConnection:
                 ) from None
         return self._con
 
+    def _free(self) -> bool:
+        """Whether the file may go to readers now: nothing open, and a unit just committed or
+        no call for IDLE_S seconds."""
+        idle = time.monotonic() - self._idle_since > IDLE_S
+        return self._con is not None and self._depth == 0 and (self._parked or idle) and not self._closed
+
     def _watch(self) -> None:
         while not self._closed:
             time.sleep(POLL_S)
-            if not (self._parked and self._con is not None) or not _readers_waiting(self._lock.readers_fd):
+            if not self._free() or not _readers_waiting(self._lock.readers_fd):
                 continue
             with self._guard:
-                if self._parked and self._con is not None and not self._closed:
-                    self._con.close()  # commits nothing: parked means nothing is open
+                if self._free():
+                    assert self._con is not None
+                    self._con.close()  # commits nothing: nothing is open
                     self._con = None
                     self.handovers += 1
+
+
+class _GuardedRelation:
+    """A relation of a :class:`SharedConnection`, evaluated under its lock (a relation is lazy:
+    its query runs when it is fetched)."""
+
+    def __init__(self, relation: duckdb.DuckDBPyRelation, owner: SharedConnection) -> None:
+        self._relation = relation
+        self._owner = owner
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._relation, name)
+        if not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._owner._guard:
+                try:
+                    return self._owner._guarded(value(*args, **kwargs))
+                finally:
+                    self._owner._idle_since = time.monotonic()
+
+        return call
 
 
 def open_writer(db: Path) -> SharedConnection:

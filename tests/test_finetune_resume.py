@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -137,3 +140,41 @@ def test_bfloat16_autocast_trains_close_to_float32(no_dropout, tmp_path):
     # bfloat16 keeps 8 bits of mantissa: each product is within 2^-8 relative.
     np.testing.assert_allclose(losses, reference, rtol=2e-2)
     assert json.loads((tmp_path / "bf16" / "attnwh_finetune.json").read_text())["options"]["precision"] == "bfloat16"
+
+
+def test_ctrl_c_saves_at_the_next_step_and_the_rerun_resumes(tiny_model_dir, pairs, tmp_path):
+    """`attnwh finetune` stopped by Ctrl-C finishes its step, saves a checkpoint, says where it
+    stopped in one line (exit 130), and the same command resumes to the unbroken run's weights."""
+    model = tiny_model_dir("bert")
+    columns = ["--text-column", "premise", "--pair-column", "hypothesis", "--label-column", "label"]
+    args = ["finetune", "--model", str(model), "--data", str(pairs), "--eval-data", str(pairs), *columns]
+    args += ["--epochs", "60", "--batch-size", "4", "--max-length", "32", "--db", str(tmp_path / "w.duckdb")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+    def command(out: Path) -> list[str]:
+        return [sys.executable, "-m", "attnwh", *args, "--out", str(out)]
+
+    unbroken = subprocess.run(command(tmp_path / "unbroken"), capture_output=True, text=True, env=env, timeout=600)
+    assert unbroken.returncode == 0, unbroken.stderr
+    out = tmp_path / "out"
+    stopped = subprocess.Popen(command(out), stderr=subprocess.PIPE, text=True, env=env)
+    # Ctrl-C once the training has taken a few steps (the status file counts them).
+    from attnwh.sql.status import read_status
+
+    deadline = time.monotonic() + 300
+    while not ((bar := read_status(tmp_path / "w.duckdb").current) and bar.done >= 5):
+        assert stopped.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    stopped.send_signal(signal.SIGINT)
+    _, err = stopped.communicate(timeout=300)
+    lines = [line for line in err.splitlines() if line.startswith("attnwh: error:")]
+    assert stopped.returncode == 130 and len(lines) == 1, err
+    step = int(re.search(r"interrupted at step (\d+) of 360", lines[0]).group(1))
+    assert 5 <= step < 360 and (out / CHECKPOINT_DIR / "state.pt").exists()
+    assert read_status(tmp_path / "w.duckdb").state == "interrupted"
+
+    rerun = subprocess.run(command(out), capture_output=True, text=True, env=env, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"resumed from the checkpoint at step {step}" in rerun.stderr
+    a, b = weights(tmp_path / "unbroken"), weights(out)
+    assert all(torch.equal(a[name], b[name]) for name in a)

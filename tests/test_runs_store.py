@@ -210,9 +210,7 @@ def test_no_other_writer_of_runs_in_the_source():
         if begin.search(text):
             begins.append(str(rel))
     assert writers == [str(Path("sql") / "runs.py")]
-    # warehouse.transaction begins every transaction; sharing.SharedConnection only passes
-    # begin() on to the duckdb connection it stands for.
-    assert sorted(begins) == [str(Path("sql") / "sharing.py"), str(Path("sql") / "warehouse.py")]
+    assert begins == [str(Path("sql") / "warehouse.py")]
 
 
 def test_run_tables_come_from_the_schema(every_kind):

@@ -79,9 +79,11 @@ def print_status(console: Console, found: WarehouseStatus) -> None:
 
 
 def _bars_table(found: WarehouseStatus) -> Table:
+    """A row per bar (and per stage without one); the stage column only for a study."""
+    staged = bool(found.stages)
     table = Table(box=None, pad_edge=False)
     for column, justify in (
-        ("stage", "left"),
+        *((("stage", "left"),) if staged else ()),
         ("task", "left"),
         ("done", "right"),
         ("rate", "right"),
@@ -89,7 +91,7 @@ def _bars_table(found: WarehouseStatus) -> Table:
         ("eta", "right"),
         ("", "left"),
     ):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify)
     shown = set()
     for bar in found.bars:
         rate = bar.rate
@@ -97,7 +99,7 @@ def _bars_table(found: WarehouseStatus) -> Table:
         total = "?" if bar.total is None else f"{bar.total:,}"
         state = "done" if bar.finished else "running" if found.running else found.state
         table.add_row(
-            bar.stage or "",
+            *((bar.stage or "",) if staged else ()),
             bar.name,
             f"{bar.done:,}/{total}",
             speed,

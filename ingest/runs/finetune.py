@@ -63,11 +63,8 @@ class FinetuneOptions:
     seed: int = 42
     from_scratch: bool = False
     # bfloat16: the forward and backward under torch.autocast in bfloat16 (weights, gradients
-    # and AdamW stay float32): about half the activation memory, faster on GPUs with bfloat16.
+    # and AdamW stay float32), for GPUs with bfloat16 units.
     precision: str = "float32"
-
-
-PRECISIONS = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
