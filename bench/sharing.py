@@ -8,9 +8,11 @@ Two writers, each the real command in a process of its own, into a fresh warehou
   from a warm-up run, so that what is timed is its statistics, comparison, ablation sweep
   and report.
 
-Each runs alone and with a reader that reads the warehouse every --every seconds through
+Each runs alone, with a reader that reads the warehouse every --every seconds through
 `attnwh.api.Warehouse` (a count of the committed examples, and the runs table) from this
-process; the two take turns, --repeats times after a warm-up round (`common.alternate`).
+process, and beside the same reader reading another (finished) warehouse, which costs the
+writer the reader's CPU without any hand-over; the three take turns, --repeats times after a
+warm-up round (`common.alternate`).
 Prints, per writer: its best seconds alone and polled, the median over repeats of the
 ratio polled / alone with its range, and the reader's reads: tried, succeeded, the longest
 and the median wait (the whole read: opening, waiting for the writer's hand-over, the query).
@@ -111,7 +113,18 @@ def main() -> None:
             if repeat:
                 polls.append(poller)
 
-        times = alternate({"alone": alone, "polled": polled}, args.repeats)
+        elsewhere: list[Poller] = []
+
+        def beside(repeat: int, write=write, name=name, elsewhere=elsewhere) -> None:
+            # The same reader on a finished warehouse of the same kind: what its reads cost
+            # the writer's CPU without any hand-over (this machine's cores are shared).
+            other = next(tmp.glob(f"{name}-alone-*.duckdb"))
+            with Poller(other, args.every) as poller:
+                write(tmp / f"{name}-beside-{repeat}.duckdb")
+            if repeat:
+                elsewhere.append(poller)
+
+        times = alternate({"alone": alone, "polled": polled, "beside": beside}, args.repeats)
         ratios = sorted(p / a for p, a in zip(times["polled"], times["alone"], strict=True))
         waits = [w for p in polls for w in p.waits]
         failures = [f for p in polls for f in p.failures]
@@ -126,6 +139,13 @@ def main() -> None:
         )
         for failure in sorted(set(failures)):
             print(f"  failed: {failure}")
+        beside_ratios = sorted(b / a for b, a in zip(times["beside"], times["alone"], strict=True))
+        shared = sorted(p / b for p, b in zip(times["polled"], times["beside"], strict=True))
+        print(
+            f"  the reader on another warehouse: beside / alone median {statistics.median(beside_ratios):.3f} "
+            f"[{beside_ratios[0]:.3f}, {beside_ratios[-1]:.3f}]; polled / beside (the hand-overs) "
+            f"{statistics.median(shared):.3f} [{shared[0]:.3f}, {shared[-1]:.3f}]"
+        )
 
 
 if __name__ == "__main__":

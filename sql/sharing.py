@@ -48,8 +48,9 @@ from attnwh.sql import status
 READ_WAIT_S = float(os.environ.get("ATTNWH_READ_WAIT", "60"))
 # How long a writer waits to take the file back from readers before it gives up.
 WRITE_WAIT_S = 600.0
-# How often a writer between units looks for waiting readers, and a waiting process retries.
+# How often a waiting process retries, and how often a writer looks for waiting readers.
 POLL_S = 0.02
+WATCH_S = 0.1
 # A writer that has made no call on its connection for this long (the model computing) hands
 # the file to waiting readers even between two reads, not only after a commit.
 IDLE_S = 0.5
@@ -289,6 +290,7 @@ class SharedConnection:
         self._parked = False
         self._idle_since = time.monotonic()
         self._closed = False
+        self._stopped = threading.Event()  # set by close: the watcher ends at once
         self.handovers = 0  # times the file was handed to readers
         self._watcher = threading.Thread(target=self._watch, name=f"attnwh-share-{db.name}", daemon=True)
         self._watcher.start()
@@ -327,6 +329,7 @@ class SharedConnection:
             if self._con is not None:
                 self._con.close()
                 self._con = None
+        self._stopped.set()
         self._watcher.join()
         release_writer(self._lock)
 
@@ -382,8 +385,7 @@ class SharedConnection:
         return self._con is not None and self._depth == 0 and (self._parked or idle) and not self._closed
 
     def _watch(self) -> None:
-        while not self._closed:
-            time.sleep(POLL_S)
+        while not self._stopped.wait(WATCH_S):
             if not self._free() or not _readers_waiting(self._lock.readers_fd):
                 continue
             with self._guard:

@@ -5,6 +5,7 @@ was told, and the status of a running study matches the rows it has written."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -15,7 +16,8 @@ import time
 import pytest
 
 from attnwh.api import Warehouse
-from attnwh.sql import warehouse
+from attnwh.errors import AttnwhError
+from attnwh.sql import sharing, warehouse
 from attnwh.sql.status import read_status
 from helpers import ingest_args, run
 
@@ -219,3 +221,45 @@ def test_status_of_a_running_study_matches_its_rows(tiny_model_dir, tmp_path):
     finally:
         study.kill()
         study.wait()
+
+
+def test_status_of_a_finished_command_and_of_no_warehouse(monkeypatch, capsys, tiny_model_dir, pairs, tmp_path):
+    db = tmp_path / "w.duckdb"
+    code, _, err = run(monkeypatch, capsys, "status", "--db", str(db))
+    assert code == 2 and err.strip().splitlines() == [
+        f"attnwh: error: no warehouse at {db}, and no attnwh command is writing one there"
+    ]
+    assert run(monkeypatch, capsys, *ingest_args(tiny_model_dir("bert"), pairs, db))[0] == 0
+    code, out, err = run(monkeypatch, capsys, "status", "--db", str(db))
+    assert code == 0, err
+    said = " ".join(out.split())
+    assert said.startswith("attnwh ingest --model") and ": finished at " in said
+    found = Warehouse(db).status()
+    assert found.state == "finished" and not found.running and found.runs == []
+    (bar,) = found.bars
+    assert (bar.name, bar.done, bar.total, bar.finished, bar.eta_seconds) == ("pairs", 24, 24, True, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("error", "state", "message"),
+    [
+        (AttnwhError("the model could not load"), "failed", "the model could not load"),
+        (KeyboardInterrupt(), "interrupted", "interrupted"),
+        (None, "finished", None),
+    ],
+)
+def test_a_command_ends_its_status_as_it_ended(tmp_path, error, state, message):
+    db = tmp_path / "w.duckdb"
+    expected = pytest.raises(type(error)) if error else contextlib.nullcontext()
+    with expected, sharing.writing("attnwh ingest --db w.duckdb"):
+        warehouse.connect(db).close()
+        assert read_status(db).running
+        if error:
+            raise error
+    found = read_status(db)
+    assert (found.state, found.message, found.command) == (state, message, "attnwh ingest --db w.duckdb")
+    # A command that never opened a warehouse for writing keeps no status there.
+    other = tmp_path / "other.duckdb"
+    with sharing.writing("attnwh ingest --db other.duckdb"):
+        pass
+    assert read_status(other).state == "idle" and not other.exists()

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from attnwh.cli.options import DEFAULT_DB, ReadDbOpt
+from attnwh.errors import UsageError
 from attnwh.sql.status import WarehouseStatus
 
 
@@ -25,8 +26,12 @@ def status(
     It reads the status file the writing command keeps beside the warehouse, never the warehouse itself, so it neither waits for the writer nor slows it.
     """
     from attnwh.api import Warehouse
+    from attnwh.sql.status import read_status
 
-    found = Warehouse(db).status()
+    # A command may hold the warehouse before it has created the file (loading its model).
+    found = Warehouse(db).status() if db.exists() else read_status(db)
+    if not db.exists() and found.state == "idle":
+        raise UsageError(f"no warehouse at {db}, and no attnwh command is writing one there")
     if as_json:
         record = dataclasses.asdict(found)
         record["db"] = str(found.db)
