@@ -196,11 +196,31 @@ class Warehouse:
         warehouse.check_file(self.path)
         if not self.path.exists():
             raise UsageError(f"no warehouse at {self.path}; create one with `attnwh ingest`")
+        self._held: Any = None  # the connection a `with` block reads through
+        self._holds = 0
 
     def __repr__(self) -> str:
         return f"Warehouse({str(self.path)!r})"
 
+    def __enter__(self) -> Warehouse:
+        """``with wh:`` reads every call in the block through one opening of the file: the
+        calls see one state of it (a count and the runs agree though a command writes
+        meanwhile), and a writer hands the file over once for the block, not once per call.
+        The writer waits while the block runs, so keep it to reads."""
+        if self._held is None:
+            self._held = warehouse.connect(self.path, read_only=True)
+        self._holds += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._holds -= 1
+        if self._holds == 0:
+            self._held.close()
+            self._held = None
+
     def _read(self, work: Callable[[Any], Any]) -> Any:
+        if self._held is not None:
+            return work(self._held)
         con = warehouse.connect(self.path, read_only=True)
         try:
             return work(con)

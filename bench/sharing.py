@@ -9,8 +9,8 @@ Two writers, each the real command in a process of its own, into a fresh warehou
   and report.
 
 Each runs alone, with a reader that reads the warehouse every --every seconds through
-`attnwh.api.Warehouse` (a count of the committed examples, and the runs table) from this
-process, and beside the same reader reading another (finished) warehouse, which costs the
+`attnwh.api.Warehouse` (a count of the committed examples, and the runs table, in one
+``with`` block) from this process, and beside the same reader reading another (finished) warehouse, which costs the
 writer the reader's CPU without any hand-over; the three take turns, --repeats times after a
 warm-up round (`common.alternate`).
 Prints, per writer: its best seconds alone and polled, the median over repeats of the
@@ -53,9 +53,9 @@ class Poller:
                 continue
             started = time.perf_counter()
             try:
-                found = Warehouse(self.db)
-                found.sql("SELECT count(*) AS n FROM run_examples")
-                found.runs()
+                with Warehouse(self.db) as found:  # one opening (one hand-over) for the poll's two reads
+                    found.sql("SELECT count(*) AS n FROM run_examples")
+                    found.runs()
             except AttnwhError as exc:
                 if any(s in str(exc) for s in ("not an attnwh warehouse", "no warehouse", "not a DuckDB")):
                     continue  # the writer is still creating the file and its schema

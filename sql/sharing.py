@@ -15,7 +15,11 @@ system when a process ends, however it ends):
   command line, for the message.
 - ``DB.readers``, held shared by every attnwh reader from before it opens the warehouse
   until it closes it: the writer looks at it to know that readers wait, and to tell them
-  from another program holding the file (which is refused at once, not waited for).
+  from another program holding the file (which is refused at once, not waited for). Its
+  first byte says whether the writer has the file open now (``o``) or has handed it over
+  (``c``): a waiting reader, or a writer waiting for readers to finish, tries DuckDB's own
+  open (~5 ms of CPU each time it is refused) only when the other side has let go, and
+  otherwise looks again at these locks, which costs microseconds.
 
 What a reader sees is what was committed: whole units (an example's rows are committed
 together) and the runs table, where a run being written has the status ``running``.
@@ -57,6 +61,24 @@ IDLE_S = 0.5
 # A writer starting while a reader or `attnwh status` probes its lock tries this long before
 # it calls the lock another writer's.
 LOCK_GRACE_S = 1.0
+# A waiter tries DuckDB's open at least this often whatever the lock files say (a writer
+# killed while it had the file open leaves its byte at "open").
+RETRY_S = 0.5
+OPEN, HANDED_OVER = b"o", b"c"
+
+
+# Readers open in this process, by warehouse (resolved path).
+_readers_here: dict[Path, int] = {}
+
+
+def held_here(db: Path) -> bool:
+    """Whether this process has `db` open through attnwh (writing it, or reading it). Then
+    nothing may open and close the file itself: closing any descriptor of a file drops every
+    lock this process holds on it (POSIX), DuckDB's included, and another process could then
+    open the file while this one uses it."""
+    key = db.resolve()
+    with _locks_guard:
+        return key in _locks or _readers_here.get(key, 0) > 0
 
 
 def lock_path(db: Path) -> Path:
@@ -145,6 +167,25 @@ class WriterLock:
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, note, 0)
         self.readers_fd = _open_lock_file(readers_path(db))
+        self.open = 0  # this process's DuckDB connections to the file, open now
+
+    def opened(self) -> None:
+        self.open += 1
+        if self.open == 1:
+            os.pwrite(self.readers_fd, OPEN, 0)
+
+    def closed(self) -> None:
+        self.open -= 1
+        if self.open == 0:
+            os.pwrite(self.readers_fd, HANDED_OVER, 0)
+
+    def readers_waiting(self) -> bool:
+        return _readers_waiting(self.readers_fd)
+
+    def waits(self) -> tuple[Callable[[], bool], Callable[[], bool]]:
+        """For :func:`_connect_waiting`: the holder is an attnwh reader (it will let go), and
+        it has (no reader holds the readers' lock)."""
+        return self.readers_waiting, lambda: not self.readers_waiting()
 
     def release(self) -> None:
         os.close(self.readers_fd)
@@ -243,12 +284,22 @@ def writing(command: str) -> Iterator[None]:
 
 
 def _connect_waiting(
-    db: Path, read_only: bool, deadline: float, waiting: Callable[[], bool]
+    db: Path, read_only: bool, deadline: float, waiting: Callable[[], bool], free: Callable[[], bool]
 ) -> duckdb.DuckDBPyConnection:
     """duckdb.connect, retried while DuckDB's own lock is held and `waiting()` says the holder
-    is an attnwh process that will let go; another program's lock is refused at once."""
+    is an attnwh process that will let go; another program's lock is refused at once. It is
+    tried when `free()` says the other attnwh side has let go, and every RETRY_S seconds all
+    the same."""
     foreign_since: float | None = None
+    tried = 0.0
     while True:
+        now = time.monotonic()
+        if tried and now - tried < RETRY_S and not free():
+            if now > deadline:
+                raise TimeoutError("")
+            time.sleep(POLL_S)
+            continue
+        tried = now
         try:
             return duckdb.connect(str(db), read_only=read_only)
         except duckdb.IOException as exc:
@@ -285,6 +336,7 @@ class SharedConnection:
         self._db = db
         self._lock = lock
         self._con: duckdb.DuckDBPyConnection | None = con
+        lock.opened()
         self._guard = threading.RLock()
         self._depth = 0  # open transactions and registered relations
         self._parked = False
@@ -329,6 +381,7 @@ class SharedConnection:
             if self._con is not None:
                 self._con.close()
                 self._con = None
+                self._lock.closed()
         self._stopped.set()
         self._watcher.join()
         release_writer(self._lock)
@@ -371,11 +424,12 @@ class SharedConnection:
         if self._con is None:
             deadline = time.monotonic() + WRITE_WAIT_S
             try:
-                self._con = _connect_waiting(self._db, False, deadline, lambda: _readers_waiting(self._lock.readers_fd))
+                self._con = _connect_waiting(self._db, False, deadline, *self._lock.waits())
             except TimeoutError:
                 raise AttnwhError(
                     f"readers kept {self._db} for over {WRITE_WAIT_S:.0f} s; the work so far is kept, rerun to resume"
                 ) from None
+            self._lock.opened()
         return self._con
 
     def _free(self) -> bool:
@@ -386,13 +440,14 @@ class SharedConnection:
 
     def _watch(self) -> None:
         while not self._stopped.wait(WATCH_S):
-            if not self._free() or not _readers_waiting(self._lock.readers_fd):
+            if not self._free() or not self._lock.readers_waiting():
                 continue
             with self._guard:
                 if self._free():
                     assert self._con is not None
                     self._con.close()  # commits nothing: nothing is open
                     self._con = None
+                    self._lock.closed()
                     self.handovers += 1
 
 
@@ -423,7 +478,7 @@ def open_writer(db: Path) -> SharedConnection:
     """A shared writable connection to `db`, under this process's writer lock."""
     lock = acquire_writer(db)
     try:
-        con = _connect_waiting(db, False, time.monotonic() + WRITE_WAIT_S, lambda: _readers_waiting(lock.readers_fd))
+        con = _connect_waiting(db, False, time.monotonic() + WRITE_WAIT_S, *lock.waits())
     except TimeoutError:
         release_writer(lock)
         raise DatabaseInUseError(f"readers kept {db} for over {WRITE_WAIT_S:.0f} s; try again") from None
@@ -439,22 +494,31 @@ def open_writer(db: Path) -> SharedConnection:
 class ReadConnection:
     """A read-only connection that holds the readers' lock until it is closed."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, readers_fd: int) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, db: Path, readers_fd: int) -> None:
         self._con = con
+        self._key = db.resolve()
         self._readers_fd: int | None = readers_fd
+        with _locks_guard:
+            _readers_here[self._key] = _readers_here.get(self._key, 0) + 1
 
     def close(self) -> None:
         self._con.close()
-        if self._readers_fd is not None:
-            os.close(self._readers_fd)  # releases its shared lock
-            self._readers_fd = None
+        self._let_go()
+
+    def _let_go(self) -> None:
+        if self._readers_fd is None:
+            return
+        os.close(self._readers_fd)  # releases its shared lock
+        self._readers_fd = None
+        with _locks_guard:
+            _readers_here[self._key] -= 1
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._con, name)
 
     def __del__(self) -> None:
         if getattr(self, "_readers_fd", None) is not None:
-            os.close(self._readers_fd)  # type: ignore[arg-type]
+            self._let_go()
 
     def __enter__(self) -> ReadConnection:
         return self
@@ -470,7 +534,13 @@ def open_reader(db: Path, wait: float | None = None) -> ReadConnection:
     fd = _open_lock_file(readers_path(db))
     fcntl.flock(fd, fcntl.LOCK_SH)  # blocks only while a writer looks at it (microseconds)
     try:
-        con = _connect_waiting(db, True, time.monotonic() + wait, lambda: writer_running(db) is not None)
+        con = _connect_waiting(
+            db,
+            True,
+            time.monotonic() + wait,
+            lambda: writer_running(db) is not None,
+            lambda: os.pread(fd, 1, 0) != OPEN,
+        )
     except TimeoutError:
         os.close(fd)
         writer = writer_running(db) or {}
@@ -482,4 +552,4 @@ def open_reader(db: Path, wait: float | None = None) -> ReadConnection:
     except BaseException:
         os.close(fd)
         raise
-    return ReadConnection(con, fd)
+    return ReadConnection(con, db, fd)

@@ -117,7 +117,7 @@ def check_file(path: Path | str) -> None:
     """Refuse a `path` that exists and is not a DuckDB database file (a CSV, Parquet, SQLite
     or empty file, a folder): a new warehouse is only ever created where nothing is."""
     path = Path(path)
-    if not path.exists():
+    if not path.exists() or sharing.held_here(path):  # open here: a DuckDB file, and not to be touched
         return
     if not path.is_file():
         raise UsageError(f"--db {path} is a folder, not a DuckDB file; give a file name")

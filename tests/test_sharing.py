@@ -154,6 +154,65 @@ def test_a_reader_waits_for_the_commit_and_no_longer_than_told(tmp_path):
         con.close()
 
 
+def test_looking_at_the_file_again_keeps_duckdbs_lock(tmp_path):
+    # Closing any descriptor of a file drops every POSIX lock the process holds on it,
+    # DuckDB's included: checking the file while this process has it open must not open it.
+    db = tmp_path / "w.duckdb"
+    probe = "import duckdb, sys\ntry:\n    duckdb.connect(sys.argv[1], read_only=True)\nexcept duckdb.IOException:\n    print('refused')"
+    con = warehouse.connect(db)
+    try:
+        warehouse.check_writable(db)
+        warehouse.check_file(db)
+        Warehouse(db)
+        found = subprocess.run([sys.executable, "-c", probe, str(db)], capture_output=True, text=True, timeout=60)
+        assert found.stdout.split() == ["refused"], found.stderr
+    finally:
+        con.close()
+
+
+# A notebook that reads twice inside `with wh:`, pausing between the reads.
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from attnwh.api import Warehouse
+
+    wh = Warehouse(sys.argv[1])
+    with wh:
+        print("first", wh.sql("SELECT count(*) AS n FROM t")["n"][0], flush=True)
+        time.sleep(2.0)
+        print("second", wh.sql("SELECT count(*) AS n FROM t")["n"][0], len(wh.runs()), flush=True)
+    """
+)
+
+
+def test_a_with_block_reads_one_state_and_the_writer_waits_for_its_end(tmp_path):
+    db = tmp_path / "w.duckdb"
+    con = warehouse.connect(db)  # this process writes
+    try:
+        with warehouse.transaction(con):
+            con.execute("CREATE TABLE t (x INTEGER)")
+            con.execute("INSERT INTO t VALUES (1)")
+        reader = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(db)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env(),
+        )
+        assert reader.stdout.readline().split() == ["first", "1"], reader.stderr.read()
+        started = time.monotonic()
+        con.execute("INSERT INTO t VALUES (2)")  # waits for the block to end
+        waited = time.monotonic() - started
+        out, err = reader.communicate(timeout=120)
+        assert reader.returncode == 0, err
+        assert out.split() == ["second", "1", "0"]  # both reads of the block saw one state
+        assert waited > 1.0  # the block held the file through its 2 s pause; then the row went in
+        cli = attnwh("sql", "SELECT count(*) AS n FROM t", "--db", str(db), "--format", "csv")
+        assert cli.returncode == 0 and cli.stdout.split() == ["n", "2"], cli.stderr
+    finally:
+        con.close()
+
+
 @pytest.mark.slow
 def test_status_of_a_running_study_matches_its_rows(tiny_model_dir, tmp_path):
     db = tmp_path / "w.duckdb"
