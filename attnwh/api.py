@@ -189,7 +189,8 @@ def python_arguments(function: F) -> F:
 
 class Warehouse:
     """A warehouse file, read-only: named queries and SQL into polars DataFrames, its runs and
-    schema, the report's charts one by one, and one example's maps on demand."""
+    schema, the report's charts one by one, and one example's maps on demand. Each call opens
+    the file and closes it after; the calls inside ``with wh:`` share one opening."""
 
     def __init__(self, path: Path | str = DEFAULT_DB) -> None:
         self.path = Path(path)
