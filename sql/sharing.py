@@ -289,12 +289,12 @@ def _connect_waiting(
     """duckdb.connect, retried while DuckDB's own lock is held and `waiting()` says the holder
     is an attnwh process that will let go; another program's lock is refused at once. It is
     tried when `free()` says the other attnwh side has let go, and every RETRY_S seconds all
-    the same."""
+    the same. So a writer taking the file back lets the readers that wait have it first."""
     foreign_since: float | None = None
-    tried = 0.0
+    tried = time.monotonic()  # the first try, too, waits for free() (RETRY_S at most)
     while True:
         now = time.monotonic()
-        if tried and now - tried < RETRY_S and not free():
+        if now - tried < RETRY_S and not free():
             if now > deadline:
                 raise TimeoutError("")
             time.sleep(POLL_S)
