@@ -183,8 +183,8 @@ class WriterLock:
         return _readers_waiting(self.readers_fd)
 
     def waits(self) -> tuple[Callable[[], bool], Callable[[], bool]]:
-        """For :func:`_connect_waiting`: the holder is an attnwh reader (it will let go), and
-        it has (no reader holds the readers' lock)."""
+        """For :func:`_connect_waiting`: whether the file's holder is an attnwh reader (one
+        that will let go), and whether the readers have let go (none holds their lock)."""
         return self.readers_waiting, lambda: not self.readers_waiting()
 
     def release(self) -> None:

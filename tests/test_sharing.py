@@ -118,40 +118,47 @@ def test_readers_get_the_committed_rows_while_another_process_writes(
     assert found.status().state == "finished"
 
 
-def test_a_reader_waits_for_the_commit_and_no_longer_than_told(tmp_path):
+@pytest.fixture
+def writing(tmp_path):
+    """A warehouse this process writes, holding table t with one committed row: (path, connection)."""
     db = tmp_path / "w.duckdb"
-    con = warehouse.connect(db)  # this process writes
+    con = warehouse.connect(db)
+    with warehouse.transaction(con):
+        con.execute("CREATE TABLE t (x INTEGER)")
+        con.execute("INSERT INTO t VALUES (1)")
     try:
-        with warehouse.transaction(con):
-            con.execute("CREATE TABLE t (x INTEGER)")
-            con.execute("INSERT INTO t VALUES (1)")
-        count = ["sql", "SELECT count(*) AS n FROM t", "--db", str(db), "--format", "csv"]
-        # Between units the writer hands the file over: the reader sees the committed row.
-        cli = attnwh(*count)
-        assert cli.returncode == 0 and cli.stdout.split() == ["n", "1"], cli.stderr
-        # The writer takes it back for its next unit, and holds it to the commit: a reader
-        # that comes meanwhile waits, then sees the whole unit.
-        with warehouse.transaction(con):
-            con.execute("INSERT INTO t VALUES (2), (3)")
-            reader = subprocess.Popen(
-                [sys.executable, "-m", "attnwh", *count], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            )
-            time.sleep(4.0)  # the reader is up and waiting by now
-            assert reader.poll() is None
-        out, err = reader.communicate(timeout=120)
-        assert reader.returncode == 0 and out.split() == ["n", "3"], err
-        # A reader told to wait at most 0.5 s gives up in one line while a unit takes longer.
-        with warehouse.transaction(con):
-            con.execute("INSERT INTO t VALUES (4)")
-            late = attnwh(*count, ATTNWH_READ_WAIT="0.5")
-        lines = late.stderr.strip().splitlines()
-        assert late.returncode != 0 and len(lines) == 1, late.stderr
-        assert "not free to read within 0.5 s" in lines[0]
-        # The writer goes on writing after the readers.
-        con.execute("INSERT INTO t VALUES (5)")
-        assert con.execute("SELECT count(*) FROM t").fetchall() == [(5,)]
+        yield db, con
     finally:
         con.close()
+
+
+def test_a_reader_waits_for_the_commit_and_no_longer_than_told(writing):
+    db, con = writing
+    count = ["sql", "SELECT count(*) AS n FROM t", "--db", str(db), "--format", "csv"]
+    # Between units the writer hands the file over: the reader sees the committed row.
+    cli = attnwh(*count)
+    assert cli.returncode == 0 and cli.stdout.split() == ["n", "1"], cli.stderr
+    # The writer takes it back for its next unit, and holds it to the commit: a reader
+    # that comes meanwhile waits, then sees the whole unit.
+    with warehouse.transaction(con):
+        con.execute("INSERT INTO t VALUES (2), (3)")
+        reader = subprocess.Popen(
+            [sys.executable, "-m", "attnwh", *count], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        time.sleep(4.0)  # the reader is up and waiting by now
+        assert reader.poll() is None
+    out, err = reader.communicate(timeout=120)
+    assert reader.returncode == 0 and out.split() == ["n", "3"], err
+    # A reader told to wait at most 0.5 s gives up in one line while a unit takes longer.
+    with warehouse.transaction(con):
+        con.execute("INSERT INTO t VALUES (4)")
+        late = attnwh(*count, ATTNWH_READ_WAIT="0.5")
+    lines = late.stderr.strip().splitlines()
+    assert late.returncode != 0 and len(lines) == 1, late.stderr
+    assert "not free to read within 0.5 s" in lines[0]
+    # The writer goes on writing after the readers.
+    con.execute("INSERT INTO t VALUES (5)")
+    assert con.execute("SELECT count(*) FROM t").fetchall() == [(5,)]
 
 
 def test_looking_at_the_file_again_keeps_duckdbs_lock(tmp_path):
@@ -185,32 +192,25 @@ HOLDER = textwrap.dedent(
 )
 
 
-def test_a_with_block_reads_one_state_and_the_writer_waits_for_its_end(tmp_path):
-    db = tmp_path / "w.duckdb"
-    con = warehouse.connect(db)  # this process writes
-    try:
-        with warehouse.transaction(con):
-            con.execute("CREATE TABLE t (x INTEGER)")
-            con.execute("INSERT INTO t VALUES (1)")
-        reader = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, str(db)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env(),
-        )
-        assert reader.stdout.readline().split() == ["first", "1"], reader.stderr.read()
-        started = time.monotonic()
-        con.execute("INSERT INTO t VALUES (2)")  # waits for the block to end
-        waited = time.monotonic() - started
-        out, err = reader.communicate(timeout=120)
-        assert reader.returncode == 0, err
-        assert out.split() == ["second", "1", "0"]  # both reads of the block saw one state
-        assert waited > 1.0  # the block held the file through its 2 s pause; then the row went in
-        cli = attnwh("sql", "SELECT count(*) AS n FROM t", "--db", str(db), "--format", "csv")
-        assert cli.returncode == 0 and cli.stdout.split() == ["n", "2"], cli.stderr
-    finally:
-        con.close()
+def test_a_with_block_reads_one_state_and_the_writer_waits_for_its_end(writing):
+    db, con = writing
+    reader = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    assert reader.stdout.readline().split() == ["first", "1"], reader.stderr.read()
+    started = time.monotonic()
+    con.execute("INSERT INTO t VALUES (2)")  # waits for the block to end
+    waited = time.monotonic() - started
+    out, err = reader.communicate(timeout=120)
+    assert reader.returncode == 0, err
+    assert out.split() == ["second", "1", "0"]  # both reads of the block saw one state
+    assert waited > 1.0  # the block held the file through its 2 s pause; then the row went in
+    cli = attnwh("sql", "SELECT count(*) AS n FROM t", "--db", str(db), "--format", "csv")
+    assert cli.returncode == 0 and cli.stdout.split() == ["n", "2"], cli.stderr
 
 
 @pytest.mark.slow
