@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import duckdb
@@ -175,6 +175,7 @@ def upsert_model(con: duckdb.DuckDBPyConnection, facts: Mapping[str, object]) ->
     """
     facts = dict(facts)
     base_hash = facts.pop("base_weights_hash", None)
+    layers = facts.pop("layers", None) or []
     row = first_row(
         con,
         "SELECT model_id, folder FROM models WHERE name = ? AND weights_hash = ?",
@@ -185,16 +186,34 @@ def upsert_model(con: duckdb.DuckDBPyConnection, facts: Mapping[str, object]) ->
         # recorded before folders were) is found where it was last seen.
         if facts.get("folder") is not None and facts["folder"] != row[1]:
             con.execute("UPDATE models SET folder = ? WHERE model_id = ?", [facts["folder"], row[0]])
-        return row[0]
-    if base_hash is not None:
-        base = first_row(con, "SELECT min(model_id) FROM models WHERE weights_hash = ?", [base_hash])
-        facts["base_model_id"] = base[0] if base else None
-    columns = list(facts)
-    return one_row(
-        con,
-        f"INSERT INTO models ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}) RETURNING model_id",
-        [facts[c] for c in columns],
-    )[0]
+        model_id = row[0]
+    else:
+        if base_hash is not None:
+            base = first_row(con, "SELECT min(model_id) FROM models WHERE weights_hash = ?", [base_hash])
+            facts["base_model_id"] = base[0] if base else None
+        columns = list(facts)
+        model_id = one_row(
+            con,
+            f"INSERT INTO models ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}) RETURNING model_id",
+            [facts[c] for c in columns],
+        )[0]
+    _insert_layers(con, model_id, layers)
+    return model_id
+
+
+# model_layers' columns, in the order of each layer's facts (`attnwh.ingest.encoder.reading.LayerFacts`).
+LAYER_COLUMNS = ("layer", "kind", "read", "module", "sliding_window", "chunk", "rotary", "gated", "learned_sink")
+
+
+def _insert_layers(con: duckdb.DuckDBPyConnection, model_id: int, layers: Sequence[Mapping[str, object]]) -> None:
+    """The model's model_layers rows, where it has none yet (a model stored before the table
+    existed gets them the next time it loads)."""
+    if not layers or first_row(con, "SELECT 1 FROM model_layers WHERE model_id = ? LIMIT 1", [model_id]):
+        return
+    con.executemany(
+        f"INSERT INTO model_layers (model_id, {', '.join(LAYER_COLUMNS)}) VALUES (?, {', '.join('?' for _ in LAYER_COLUMNS)})",
+        [[model_id, *(layer[c] for c in LAYER_COLUMNS)] for layer in layers],
+    )
 
 
 def store_prompt_scores(con: duckdb.DuckDBPyConnection, run_id: int) -> None:

@@ -264,12 +264,34 @@ def test_soft_capping_and_key_value_groups_change_the_statistics(decoders):
     assert qwen.num_key_value_heads == 1 and stats[0, :, :, OBSERVED_COLUMNS.index("entropy")].std(axis=-1).min() > 1e-3
 
 
-def test_attention_with_learned_sinks_is_refused():
-    """gpt_oss-style sink logits (s_aux) would take part of each row's mass unseen."""
-    module = nn.Module()
-    q = torch.zeros(1, 2, 3, 4)
-    with pytest.raises(ModelError, match="learned attention sinks"):
-        capture.attnwh_attention(module, q, q, q, None, s_aux=torch.zeros(2))
+@pytest.mark.parametrize("form", ["per head", "per row"])
+@pytest.mark.parametrize("rows", [None, 2])
+def test_learned_sink_logits_take_their_share_of_each_row_as_eager_does(form, rows):
+    """A learned sink logit joins each row's softmax (gpt-oss: one per head, `s_aux`; Inkling 2:
+    one per head and row, `sinks`): the token weights and the output equal the family's own
+    eager attention's, whole or in tiles of `rows` query rows, masked causally."""
+    from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward as per_head
+    from transformers.models.inkling2.modeling_inkling2 import eager_attention_forward as per_row
+
+    torch.manual_seed(0)
+    module: Any = nn.Module()
+    module.num_key_value_groups, module.is_causal = 2, True
+    q, k, v = torch.randn(1, 4, 6, 8), torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
+    mask = torch.full((6, 6), float("-inf")).triu(1)[None, None]
+    if form == "per head":
+        module.sinks = torch.randn(4)
+        kwargs = {"s_aux": module.sinks}
+        expected, weights = per_head(module, q, k, v, mask, 0.35)
+    else:
+        kwargs = {"sinks": torch.randn(1, 4, 6, 1)}
+        expected, weights = per_row(module, q, k, v, mask, 0.35, sinks=kwargs["sinks"])
+    assert (weights.sum(-1) < 1 - 1e-3).any()  # the sink takes a visible share
+    keep = capture.KeepMaps()
+    with capture.attention_memory(rows=rows), capture.observing(keep):
+        output, _ = capture.attnwh_attention(module, q, k, v, mask, 0.35, **kwargs)
+    torch.testing.assert_close(output, expected, atol=1e-6, rtol=0)
+    if rows is None:  # KeepMaps reads whole maps
+        torch.testing.assert_close(keep.maps[0], weights, atol=1e-6, rtol=0)
 
 
 # ---------------------------------------------------------------- the command line
@@ -312,15 +334,17 @@ def test_refused_family_gives_one_line(monkeypatch, capsys, tmp_path):
         str(tmp_path / "w.duckdb"),
     )
     lines = [line for line in err.splitlines() if line.strip()]
-    assert code != 0 and len(lines) == 1 and "'gpt_oss' model, which attnwh cannot read" in lines[0], err
+    assert code != 0 and len(lines) == 1 and "outside transformers' attention interface (BloomAttention)" in lines[0], (
+        err
+    )
     assert not (tmp_path / "w.duckdb").exists()
 
 
-def test_coverage_check_refuses_maps_that_are_not_per_query_head(decoders, monkeypatch):
+def test_the_check_at_load_refuses_maps_that_are_not_per_query_head(decoders, monkeypatch):
     """Were the key/value heads not expanded per query head (grouped-query attention read
     wrongly), loading would fail in one line rather than store statistics of the groups."""
     monkeypatch.setattr(capture, "_per_query_head", lambda states, heads: states)
-    with pytest.raises(ModelError, match="attention is not one attnwh can read"):
+    with pytest.raises(ModelError, match="not attention per query head"):
         load_encoder(str(decoders["qwen2"]), device="cpu")
 
 

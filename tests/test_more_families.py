@@ -27,8 +27,9 @@ from transformers import AutoModel, AutoModelForSequenceClassification, AutoToke
 from transformers.masking_utils import create_bidirectional_sliding_window_mask
 
 from attnwh.errors import ModelError
-from attnwh.ingest.encoder import capture, inline
+from attnwh.ingest.encoder import capture, inline, reading
 from attnwh.ingest.encoder.encoding import collate, encode_task
+from attnwh.ingest.encoder.families import facts_of
 from attnwh.ingest.encoder.loading import forward_inputs, load_encoder
 from attnwh.ingest.measures.ablation import (
     AblationSweep,
@@ -528,14 +529,14 @@ class OwnAttention(nn.Module):
         return context.transpose(1, 2).reshape(*hidden_states.shape[:-1], -1), None
 
 
-def test_coverage_check_fails_loudly_on_attention_it_cannot_reach(tiny_model_dir):
+def test_the_check_at_load_fails_loudly_on_attention_it_cannot_reach(tiny_model_dir):
     encoder = load_encoder(str(tiny_model_dir("bert")), "cpu")
     model = encoder.model
     assert OwnAttention.__name__ not in inline.INLINE_ATTENTION
-    probe = forward_inputs(
-        model, dict(encoder.tokenizer(["a b", "the quick brown fox"], padding=True, return_tensors="pt"))
-    )
-    inline.check_coverage(model, probe, encoder.num_layers, "tiny bert")  # as loaded: every layer seen
+    probe = forward_inputs(model, dict(encoder.tokenizer(reading.PROBE_TEXT, return_tensors="pt")))
+    facts = facts_of("bert")
+    as_loaded = reading.read(model, model.config, facts, probe, "tiny bert", encoder.num_layers, HEADS, False)
+    assert as_loaded.attention_layers == (0, 1)  # as loaded: every layer seen
     with torch.no_grad():
         before = model(**probe).last_hidden_state
     attention: Any = model.encoder.layer[1].attention
@@ -544,8 +545,8 @@ def test_coverage_check_fails_loudly_on_attention_it_cannot_reach(tiny_model_dir
         after = model(**probe).last_hidden_state
     # The replacement is a faithful attention (the model computes the same), only unseen.
     torch.testing.assert_close(after, before, atol=1e-5, rtol=0)
-    with pytest.raises(ModelError, match=r"saw 1 of the 2 attention layers of tiny bert"):
-        inline.check_coverage(model, probe, encoder.num_layers, "tiny bert")
+    with pytest.raises(ModelError, match=r"layer 1 of tiny bert computes its attention \(OwnAttention\) outside"):
+        reading.read(model, model.config, facts, probe, "tiny bert", encoder.num_layers, HEADS, False)
 
 
 # ---------------------------------------------------------------- a window wider than the input

@@ -34,6 +34,7 @@ STATISTICS = (
     "norm_to_cls",
     "norm_to_sep",
     "norm_to_punct",
+    "to_learned_sink",
 )
 FEATURES = ("col_cls", "col_sep", "col_punct", "col_other", "band", "block")
 # ablation_results as migration 6 defined it; 0008 only appends columns.

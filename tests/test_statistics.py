@@ -168,28 +168,42 @@ def assert_matches_reference(actual: np.ndarray, expected: np.ndarray, rules: bo
 
 def layer_rows(
     a: np.ndarray,
-    v: np.ndarray,
-    wo: np.ndarray,
+    v: np.ndarray | None,
+    wo: np.ndarray | None,
     cls: np.ndarray,
     sep: np.ndarray,
     punct: np.ndarray,
     rules: bool = False,
+    sink: bool = False,
 ) -> list[list[float]]:
     """Every head's observed columns of one layer from its maps a (H, n, n), its value
-    vectors v (n, H * d) and W_O (hidden, H * d): ||f_h(x_j)|| through the head's slice of W_O."""
-    d = v.shape[1] // a.shape[0]
+    vectors v (n, H * d) and W_O (hidden, H * d): ||f_h(x_j)|| through the head's slice of W_O
+    (NaN norms where v or W_O is None: a layer gated before W_O); `sink`: the layer has a
+    learned sink, whose share is what the rows leave of 1."""
     rows = []
     for h in range(a.shape[0]):
-        f = v[:, h * d : (h + 1) * d] @ wo[:, h * d : (h + 1) * d].T  # (n, hidden)
-        rows.append(head_row(a[h], np.linalg.norm(f, axis=1), cls, sep, punct, rules))
+        if v is None or wo is None:
+            norms = np.full(a.shape[-1], np.nan)
+        else:
+            d = v.shape[1] // a.shape[0]
+            f = v[:, h * d : (h + 1) * d] @ wo[:, h * d : (h + 1) * d].T  # (n, hidden)
+            norms = np.linalg.norm(f, axis=1)
+        rows.append(head_row(a[h], norms, cls, sep, punct, rules, sink))
     return rows
 
 
 def head_row(
-    A: np.ndarray, norms: np.ndarray, cls: np.ndarray, sep: np.ndarray, punct: np.ndarray, rules: bool = False
+    A: np.ndarray,
+    norms: np.ndarray,
+    cls: np.ndarray,
+    sep: np.ndarray,
+    punct: np.ndarray,
+    rules: bool = False,
+    sink: bool = False,
 ) -> list[float]:
     """One head's observed columns from its (n, n) map A and the norms ||f_h(x_j)|| of its
-    value vectors through its slice of W_O, computed directly with numpy."""
+    value vectors through its slice of W_O, computed directly with numpy; the learned sink's
+    share NaN (NULL) where the layer has none."""
     n = len(A)
     with np.errstate(divide="ignore", invalid="ignore"):
         ent = -np.where(A > 0, A * np.log(A), 0).sum(1)
@@ -209,6 +223,7 @@ def head_row(
         (W @ cls).mean(),
         (W @ sep).mean(),
         (W @ punct).mean(),
+        (1 - A.sum(1)).mean() if sink else np.nan,
         *pattern_reference(A, cls, sep, punct, rules),
     ]
 

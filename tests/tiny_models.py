@@ -20,6 +20,7 @@ from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
     BertConfig,
+    BloomConfig,
     DebertaV2Config,
     DebertaV2Tokenizer,
     DistilBertConfig,
@@ -27,7 +28,6 @@ from transformers import (
     Gemma2Config,
     Gemma3TextConfig,
     GPT2Config,
-    GptOssConfig,
     LlamaConfig,
     MistralConfig,
     ModernBertConfig,
@@ -323,9 +323,21 @@ def make_tiny(
 
 
 def make_unreadable_decoder(out: Path) -> Path:
-    """The config of a decoder family attnwh refuses: gpt_oss, whose attention adds learned
-    sink logits to every row (only its config: it is refused before any weights load)."""
-    GptOssConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=100).save_pretrained(out)
+    """A tiny decoder attnwh refuses: BLOOM, whose attention (ALiBi) is computed in its own
+    module, not through transformers' attention interface."""
+    tokenizer = _decoder_tokenizer("llama")
+    config = BloomConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        n_layer=1,
+        n_head=2,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    AutoModel.from_config(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
     return out
 
 

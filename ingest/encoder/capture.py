@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -286,20 +286,23 @@ def attnwh_attention(
     in tiles of query rows where the budget asks for it and the observer can take them."""
     if scaling is None:
         scaling = query.size(-1) ** -0.5
-    if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
-        # Learned sink logits (gpt_oss) take part of each row's mass: the weights over the
-        # tokens would not sum to 1 and every statistic would be read wrongly.
-        raise ModelError(f"{type(module).__name__} adds learned attention sinks, which attnwh cannot read")
     # Grouped-query attention: keys and values arrive with H_kv heads; each serves H / H_kv
     # consecutive query heads (transformers' repeat_kv), so query head h reads group
     # h // (H / H_kv), and observers see keys, values and maps per query head.
     key, value = _per_query_head(key, query.shape[1]), _per_query_head(value, query.shape[1])
     softcap = kwargs.get("softcap")
     cap = float(softcap) if isinstance(softcap, (int, float)) and softcap else None
-    # The decoders' eager attention (Llama's and the families that copy it) takes the
-    # softmax in float32 whatever the model's dtype; GPT-2's and the encoders' do not.
-    upcast = hasattr(module, "num_key_value_groups")
     observer = _active
+    if key.shape[2] != query.shape[2]:
+        # Keys that are not the input's tokens (DeepSeek-V4's compressed memory): no map over
+        # the tokens to read. attnwh runs whole inputs without a cache, so every other layer
+        # has one key per query.
+        raise ModelError(
+            f"{type(module).__name__} attends to {key.shape[2]} keys for {query.shape[2]} tokens (keys that are "
+            "not the input's tokens, such as compressed memory), which attnwh does not read"
+        )
+    for tap in _taps:
+        tap.called(module, kwargs)
     batch, heads, queries, _ = query.shape
     keys = key.shape[2]
     # Tile observers read eval-mode passes; with dropout on, an observer sees whole maps.
@@ -308,17 +311,21 @@ def attnwh_attention(
     rows = tile_rows(batch, heads, queries, keys, observer) if observer is None or reader is not None else queries
     window = kwargs.get("sliding_window")
     window = int(window) if isinstance(window, int) and window > 0 else None
-    scoring = _Scoring(scaling, cap, upcast)
+    scoring = _Scoring(scaling, cap, _float32_softmax(module), _learned_sink(kwargs, heads), _bias(kwargs))
     if rows < queries:
-        return _tiled(module, query, key, value, attention_mask, scoring, dropout, rows, window, reader), None
+        output = _tiled(module, query, key, value, attention_mask, scoring, dropout, rows, window, reader)
+        for tap in _taps:
+            tap.returned(module, output)
+        return output, None
     mask = _whole_mask(attention_mask)
-    probs = scoring.probabilities(torch.matmul(query, key.transpose(2, 3)), mask)
+    probs = scoring.probabilities(torch.matmul(query, key.transpose(2, 3)), mask, slice(0, queries), slice(0, keys))
+    output: torch.Tensor | None = None
     if reader is not None:  # one tile of every row; it may give the output
         reader.begin_layer(module, value, queries)
         rows_out = _read(reader, module, Tile(0, 0, probs, mask, window), value)
         reader.end_layer(module, whole_tiles(probs))
         if rows_out is not None:
-            return rows_out.transpose(1, 2).contiguous(), None
+            output = rows_out.transpose(1, 2).contiguous()
     elif observer is not None:
         global _mask
         _mask = mask
@@ -326,8 +333,11 @@ def attnwh_attention(
             probs = observer.observe(module, probs, value)
         finally:
             _mask = None
-    probs = nn.functional.dropout(probs, p=dropout, training=module.training)
-    output = torch.matmul(probs, value).transpose(1, 2).contiguous()
+    if output is None:
+        probs = nn.functional.dropout(probs, p=dropout, training=module.training)
+        output = torch.matmul(probs, value).transpose(1, 2).contiguous()
+    for tap in _taps:
+        tap.returned(module, output)
     return output, None
 
 
@@ -370,7 +380,8 @@ def _tiled(
             part = block
             if block is not None:  # a mask of one row (padding only) serves every row
                 part = block[..., keys_in] if block.shape[-2] == 1 else block[:, :, rows_in, keys_in]
-            probs[:, :, rows_in, keys_in] = scoring.probabilities(scores, part)
+            at = slice(start + rows_in.start, start + rows_in.stop)
+            probs[:, :, rows_in, keys_in] = scoring.probabilities(scores, part, at, seen)
         return Tile(start, first, probs, block, window, causal)
 
     tiles = LayerTiles(tile_of, queries, rows)
@@ -390,21 +401,101 @@ def _tiled(
 
 class _Scoring:
     """From raw scores q·k to probabilities as the model's eager attention computes them:
-    scaled, soft-capped (Gemma 2: cap · tanh(s / cap), before the mask), masked, softmax."""
+    scaled, soft-capped (Gemma 2: cap · tanh(s / cap), before the mask), plus an additive
+    position bias where the family hands one over, masked, softmax; with a learned sink, its
+    logit joins each row's softmax and the sink's share is dropped, so the weights over the
+    tokens sum to less than 1 (docs/metrics.md#learned-sinks)."""
 
-    def __init__(self, scaling: float, cap: float | None, upcast: bool) -> None:
-        self.scaling, self.cap, self.upcast = scaling, cap, upcast
+    def __init__(
+        self,
+        scaling: float,
+        cap: float | None,
+        upcast: bool,
+        sink: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+    ) -> None:
+        self.scaling, self.cap, self.upcast, self.sink, self.bias = scaling, cap, upcast, sink, bias
 
-    def probabilities(self, scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """Overwrites `scores` (a fresh product)."""
+    def probabilities(self, scores: torch.Tensor, mask: torch.Tensor | None, rows: slice, keys: slice) -> torch.Tensor:
+        """Overwrites `scores` (a fresh product) of query rows `rows` and keys `keys`."""
         scores.mul_(self.scaling)
         if self.cap is not None:
             scores.div_(self.cap).tanh_().mul_(self.cap)
+        if self.bias is not None:
+            scores.add_(self.bias[..., rows, keys])
         if mask is not None:
             scores.add_(mask)
+        if self.sink is not None:
+            sink = self.sink[..., rows, :] if self.sink.shape[-2] > 1 else self.sink
+            sink = sink.to(scores.dtype).expand(*scores.shape[:-1], 1)
+            logits = torch.cat([scores, sink], dim=-1)
+            if self.upcast:
+                return nn.functional.softmax(logits, dim=-1, dtype=torch.float32)[..., :-1].to(scores.dtype)
+            return nn.functional.softmax(logits, dim=-1)[..., :-1]
         if self.upcast:
             return nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
         return nn.functional.softmax(scores, dim=-1)
+
+
+# The attention classes whose eager softmax does not run in float32 (GPT-2's and BERT's), by
+# the family record of the model that holds them (`families.py`, registered when the model
+# loads); every other class is taken to upcast, as Llama's eager attention and the families
+# that copy it do. Only a half-precision model's last bits depend on it.
+_plain_softmax: set[type] = set()
+
+
+def plain_softmax(classes: Iterable[type]) -> None:
+    """Record attention classes whose eager softmax keeps the model's dtype."""
+    _plain_softmax.update(classes)
+
+
+def _float32_softmax(module: nn.Module) -> bool:
+    return type(module) not in _plain_softmax
+
+
+def _learned_sink(kwargs: dict[str, object], heads: int) -> torch.Tensor | None:
+    """A learned sink logit as (1 or batch, heads, 1 or rows, 1), from the argument the family
+    hands its attention function: gpt-oss and the families that copy it pass one logit per
+    head (`s_aux`), others one per head and query row (`sinks`)."""
+    sink = kwargs.get("s_aux")
+    if sink is None:
+        sink = kwargs.get("sinks")
+    if not isinstance(sink, torch.Tensor):
+        return None
+    if sink.dim() == 1:  # one logit per head
+        return sink.reshape(1, heads, 1, 1)
+    return sink if sink.dim() == 4 else sink.reshape(sink.shape[0], heads, -1, 1)
+
+
+def _bias(kwargs: dict[str, object]) -> torch.Tensor | None:
+    """An additive position bias (batch or 1, heads, query, key) handed to the attention
+    function (`position_bias`), added to the scores before the mask as the family's eager
+    attention does."""
+    bias = kwargs.get("position_bias")
+    return bias if isinstance(bias, torch.Tensor) else None
+
+
+class CallTap(Protocol):
+    """Sees every call of attnwh's attention function inside :func:`tapping`: the module and
+    its keyword arguments, then what the function returns (batch, query, heads, head_dim).
+    The check at load (`reading.py`) reads each layer's window, sink and output projection so."""
+
+    def called(self, module: nn.Module, kwargs: dict[str, object]) -> None: ...
+
+    def returned(self, module: nn.Module, output: torch.Tensor) -> None: ...
+
+
+_taps: list[CallTap] = []
+
+
+@contextlib.contextmanager
+def tapping(tap: CallTap) -> Iterator[CallTap]:
+    """Hand every attention call inside the block to `tap` too; always undone."""
+    _taps.append(tap)
+    try:
+        yield tap
+    finally:
+        _taps.remove(tap)
 
 
 def _per_query_head(states: torch.Tensor, heads: int) -> torch.Tensor:

@@ -13,8 +13,8 @@ what the observer returns instead. Nothing names a family's variables, only whic
 classes compute attention inline. A softmax without its product (training-mode dropout
 copies P) raises instead of going unobserved.
 
-:func:`check_coverage` runs one short input through a loaded model and fails loudly when
-the observer did not see every layer, for every family, whatever the mechanism.
+The check at load (`reading.py`) runs one short input through a loaded model and fails
+loudly when the observer did not see every layer, for every family, whatever the mechanism.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from attnwh.errors import ModelError
 from attnwh.ingest.encoder import capture
 
 # The self-attention modules that compute softmax(scores) @ values in their own forward.
@@ -102,55 +101,3 @@ def install(model: nn.Module) -> int:
         module.register_forward_hook(pop, always_call=True)
         count += 1
     return count
-
-
-class _Count:
-    """Observer that counts the layers it sees, and the maps that are not one per query head
-    with rows summing to 1 (weights going elsewhere than to the tokens, or heads missed)."""
-
-    def __init__(self, num_heads: int | None) -> None:
-        self.calls = 0
-        self.num_heads = num_heads
-        self.wrong: str | None = None
-
-    def observe(self, module: nn.Module, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        heads = probs.shape[1]
-        if self.num_heads is not None and heads != self.num_heads and self.wrong is None:
-            self.wrong = f"maps of {heads} heads where the model has {self.num_heads}"
-        elif value.shape[1] != heads and self.wrong is None:
-            self.wrong = f"values of {value.shape[1]} heads beside maps of {heads}"
-        # Rounded to a half-precision dtype each weight is off by up to eps/2: allow a few eps.
-        elif (
-            not torch.allclose(probs.float().sum(-1), probs.new_ones(()).float(), atol=_row_sum_slack(probs.dtype))
-            and self.wrong is None
-        ):
-            self.wrong = "attention rows that do not sum to 1"
-        return probs
-
-
-@torch.inference_mode()
-def check_coverage(
-    model: nn.Module, inputs: dict[str, torch.Tensor], num_layers: int, name: str, num_heads: int | None = None
-) -> None:
-    """Run `inputs` (one unpadded input) through `model` with a counting observer: every
-    attention layer must be seen once, with one map per query head (`num_heads`, when given)
-    whose rows sum to 1, or the model's attention is not reached, or not all of it, and would
-    be measured wrongly."""
-    counter = _Count(num_heads)
-    with capture.observing(counter):
-        model(**inputs)
-    if counter.calls != num_layers:
-        raise ModelError(
-            f"attnwh's observer saw {counter.calls} of the {num_layers} attention layers of {name}: its attention "
-            "module is not one attnwh can read (neither transformers' attention interface nor a known inline "
-            "attention)"
-        )
-    if counter.wrong is not None:
-        raise ModelError(f"attnwh's observer saw {counter.wrong} in {name}: its attention is not one attnwh can read")
-
-
-def _row_sum_slack(dtype: torch.dtype) -> float:
-    """How far a row of attention weights in `dtype` may sum from 1 and still be a softmax:
-    1e-3, or four of the dtype's eps where that is larger (bfloat16: 0.031)."""
-    return max(1e-3, 4 * torch.finfo(dtype).eps)

@@ -8,7 +8,7 @@ import hashlib
 import inspect
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,39 +25,10 @@ from transformers import (
 )
 
 from attnwh.errors import ModelError, UsageError
-from attnwh.ingest.encoder import capture, gguf, inline
+from attnwh.ingest.encoder import capture, families, gguf, inline, reading
 from attnwh.ingest.encoder.available import check_model, looks_like_path
+from attnwh.ingest.encoder.reading import AttentionOutput, LayerFacts
 
-# Families whose self-attention attnwh observes (through transformers' AttentionInterface,
-# or inline: `inline.py`) and whose output projection it knows how to find (see
-# `output_projections`).
-ENCODER_FAMILIES = (
-    "bert",
-    "roberta",
-    "xlm-roberta",
-    "camembert",
-    "distilbert",
-    "electra",
-    "albert",
-    "modernbert",
-    "deberta-v2",
-    "mpnet",
-)
-# Causal language models observed through the same attention function (`capture.py`): their
-# attention goes through transformers' AttentionInterface, with grouped-query attention,
-# sliding windows and (Gemma 2) soft-capping handed over as arguments. Families whose
-# attention adds terms attnwh does not model (gpt_oss's learned sinks) are left out.
-DECODER_FAMILIES = (
-    "gpt2",
-    "llama",
-    "qwen2",
-    "qwen3",
-    "mistral",
-    "gemma2",
-    "gemma3_text",
-    "phi3",
-    "olmo2",
-)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -88,6 +59,12 @@ class EncoderModel:
     num_key_value_heads: int | None = None  # grouped-query attention: H_kv <= num_heads
     sliding_window: int | None = None  # keys a sliding-window layer's row sees (itself included)
     sliding_layers: tuple[int, ...] = ()  # the layers that have that window
+    # Every layer of the model as the check at load found it (`reading.py`): which are softmax
+    # attention attnwh reads (a hybrid's others are linear attention, state space, …), with
+    # their window, chunk, rotary positions and learned sink.
+    layers: tuple[LayerFacts, ...] = ()
+    # W_O (and a post-LN encoder's norm) of each attention module whose heads reach it unchanged.
+    outputs: dict[nn.Module, AttentionOutput] = field(default_factory=dict)
 
     @property
     def folder(self) -> str | None:
@@ -100,7 +77,13 @@ class EncoderModel:
     def tiles(self) -> bool:
         """Whether its attention can be computed in tiles of query rows (it goes through
         attnwh's attention function; DeBERTa and MPNet compute it inline, whole)."""
-        return not any(type(m).__name__ in inline.INLINE_ATTENTION for m in self.model.modules())
+        return families.facts_of(self.family).inline is None
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        """The model's own numbers of the layers attnwh reads, in the order they run: every
+        layer but a hybrid model's layers of other kinds."""
+        return tuple(f.layer for f in self.layers if f.read) if self.layers else tuple(range(self.num_layers))
 
     def facts(self) -> dict[str, object]:
         """The columns of this checkpoint's row in the warehouse's `models` table (plus the
@@ -126,6 +109,20 @@ class EncoderModel:
             "num_key_value_heads": self.num_key_value_heads or self.num_heads,
             "sliding_window": self.sliding_window if self.sliding_layers else None,
             "sliding_layers": list(self.sliding_layers) if self.sliding_layers else None,
+            "layers": [
+                {
+                    "layer": f.layer,
+                    "kind": f.kind,
+                    "read": f.read,
+                    "module": f.module,
+                    "sliding_window": f.window,
+                    "chunk": f.chunk,
+                    "rotary": f.rotary,
+                    "gated": f.gated,
+                    "learned_sink": f.learned_sink,
+                }
+                for f in self.layers
+            ],
         }
 
 
@@ -182,12 +179,21 @@ def load_encoder(
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot load model {shown}: {_first_line(exc)}") from None
     family = config.model_type
-    causal = family in DECODER_FAMILIES
-    if not causal and (family not in ENCODER_FAMILIES or getattr(config, "is_decoder", False)):
+    facts = families.facts_of(family)
+    causal = not facts.encoder
+    text = config.get_text_config()  # a multimodal model's language model
+    if (
+        facts.encoder
+        and getattr(text, "is_decoder", False)
+        or not facts.encoder
+        and not families.is_language_model(family)
+    ):
         raise ModelError(
-            f"{shown} is a {family!r} model, which attnwh cannot read "
-            f"(encoders: {', '.join(ENCODER_FAMILIES)}; decoders: {', '.join(DECODER_FAMILIES)})"
+            f"{shown} is a {family!r} model, which attnwh cannot read (encoders: {', '.join(families.ENCODER_FAMILIES)} "
+            "and others laid out like BERT; "
+            "decoders: the causal language models transformers runs through its attention interface)"
         )
+    num_layers, num_heads, hidden_size = _shape(text, shown)
     architectures = config.architectures or []
     classifier = any("ForSequenceClassification" in a for a in architectures)
     lm_head = language_model and causal and not classifier
@@ -199,7 +205,14 @@ def load_encoder(
             folder, attn_implementation=capture.register(), dtype=torch.float32, output_loading_info=True, **gguf_file
         )
         model, info = loaded
-    except (OSError, ValueError) as exc:
+    except KeyError as exc:
+        if exc.args == (capture.ATTENTION_NAME,):  # the family takes no attention implementation by name
+            raise ModelError(
+                f"{shown} does not compute its attention through transformers' attention interface, "
+                "which attnwh cannot observe"
+            ) from None
+        raise ModelError(f"cannot load model {shown}: {_first_line(exc)}") from None
+    except (OSError, ValueError, TypeError) as exc:
         raise ModelError(f"cannot load model {shown}: {_first_line(exc)}") from None
     if lm_head and any(k.startswith("lm_head") for k in info.get("missing_keys", ())):
         # A base model saved without its head would get a random one: no reading at all.
@@ -212,36 +225,63 @@ def load_encoder(
     weights_hash = parameters_hash(model.base_model if lm_head else model)
     model = model.to(device=torch_device, dtype=DTYPES[dtype]).eval()
     inline.install(model)  # DeBERTa, MPNet: attention computed in the module, not the interface
-    probe = tokenizer("a b", return_tensors="pt")
-    inline.check_coverage(
-        model,
-        forward_inputs(model, {k: v.to(torch_device) for k, v in probe.items()}),
-        model.config.num_hidden_layers,
-        shown,
-        model.config.num_attention_heads,
+    reading.link_parents(model)
+    probe = tokenizer(
+        reading.PROBE_TEXT,
+        return_tensors="pt",
+        truncation=True,
+        max_length=min(reading.PROBE_TOKENS, model_max_length(tokenizer, text)),
     )
-    encoder_config = model.config
+    read = reading.read(
+        model,
+        text,
+        facts,
+        forward_inputs(model, {k: v.to(torch_device) for k, v in probe.items()}),
+        shown,
+        num_layers,
+        num_heads,
+        causal,
+    )
+    if not facts.float32_softmax:
+        capture.plain_softmax(type(m) for m in read.modules)
+    windows = {f.window for f in read.layers if f.window}
     return EncoderModel(
         name=shown,
         model=model,
         tokenizer=tokenizer,
         family=family,
         architecture=type(model).__name__,
-        # attribute_map gives DistilBERT's n_layers/n_heads/dim these common names too
-        num_layers=encoder_config.num_hidden_layers,
-        num_heads=encoder_config.num_attention_heads,
-        hidden_size=encoder_config.hidden_size,
-        max_length=model_max_length(tokenizer, encoder_config),
-        revision=getattr(encoder_config, "_commit_hash", None),
+        num_layers=num_layers,
+        num_heads=num_heads,
+        hidden_size=hidden_size,
+        max_length=model_max_length(tokenizer, text),
+        revision=getattr(config, "_commit_hash", None),
         weights_hash=weights_hash,
         device=torch_device,
         dtype=DTYPES[dtype],
         lineage=_read_lineage(Path(source)),
         source=given,
         causal=causal,
-        num_key_value_heads=getattr(encoder_config, "num_key_value_heads", None) or encoder_config.num_attention_heads,
-        **_windows(encoder_config) if causal else {},
+        num_key_value_heads=getattr(text, "num_key_value_heads", None) or num_heads,
+        sliding_window=max(windows) if causal and windows else None,
+        sliding_layers=tuple(f.layer for f in read.layers if f.window) if causal else (),
+        layers=read.layers,
+        outputs=read.outputs,
     )
+
+
+def _shape(config: transformers.PretrainedConfig, shown: str) -> tuple[int, int, int]:
+    """Layers, attention heads and width of a (language model's) config; attribute_map gives
+    DistilBERT's n_layers/n_heads/dim and GPT-2's n_layer/n_head/n_embd these common names."""
+    try:
+        if not hasattr(config, "num_attention_heads"):
+            raise ModelError(
+                f"{shown} has no attention heads (a state-space or recurrent model): nothing for attnwh to read"
+            )
+        return int(config.num_hidden_layers), int(config.num_attention_heads), int(config.hidden_size)
+    except (AttributeError, TypeError, ValueError, RuntimeError) as exc:
+        # A family whose layers each have their own number of heads raises on the global one.
+        raise ModelError(f"{shown} states no single number of layers, heads and width: {_first_line(exc)}") from None
 
 
 def _prepare_decoder_tokenizer(tokenizer: transformers.PreTrainedTokenizerBase, model: nn.Module, shown: str) -> None:
@@ -256,21 +296,6 @@ def _prepare_decoder_tokenizer(tokenizer: transformers.PreTrainedTokenizerBase, 
     if getattr(config, "pad_token_id", None) is None:
         config.pad_token_id = tokenizer.pad_token_id  # a classifier finds its last real token by it
     tokenizer.model_input_names = [n for n in tokenizer.model_input_names if n != "token_type_ids"]
-
-
-def _windows(config: transformers.PretrainedConfig) -> dict[str, Any]:
-    """A decoder's sliding window and the layers that have it: per `config.layer_types` where
-    the config has them (Gemma, Qwen), else every layer when `sliding_window` is set
-    (Mistral, Phi-3)."""
-    window = getattr(config, "sliding_window", None)
-    if not window:
-        return {}
-    types = getattr(config, "layer_types", None)
-    if types is not None:
-        layers = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
-    else:
-        layers = tuple(range(config.num_hidden_layers))
-    return {"sliding_window": int(window), "sliding_layers": layers} if layers else {}
 
 
 def _read_lineage(folder: Path) -> dict | None:
@@ -288,10 +313,10 @@ def model_max_length(tokenizer: transformers.PreTrainedTokenizerBase, config: tr
     """The longest input in tokens: the tokenizer's limit, capped by the position table
     (RoBERTa-style models reserve padding_idx + 1 positions)."""
     positions = getattr(config, "max_position_embeddings", None)
-    if positions is not None and config.model_type in ("roberta", "xlm-roberta", "camembert", "mpnet"):
+    if positions is not None and families.facts_of(config.model_type).reserved_positions:
         positions -= config.pad_token_id + 1
     limit = tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else None
-    candidates = [x for x in (limit, positions) if x]
+    candidates = [x for x in (limit, positions) if x and x > 0]  # XLNet states -1: no limit
     if not candidates:
         raise ModelError("the model states no maximum input length; pass --max-length")
     return min(candidates)
@@ -316,76 +341,8 @@ def parameters_hash(model: nn.Module) -> str:
     digest = hashlib.blake2b(digest_size=16)
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
-
-
-@dataclass(frozen=True)
-class AttentionOutput:
-    """Where a self-attention module's heads go next: the linear layer that projects them
-    back to the model width (W_O), and the LayerNorm applied to the residual sum after it
-    (None where the block is pre-LN, as in ModernBERT: no norm follows the sum)."""
-
-    dense: nn.Linear
-    norm: nn.LayerNorm | None
-
-
-def attention_outputs(model: nn.Module) -> dict[nn.Module, AttentionOutput]:
-    """Map each self-attention module (the one handed to the attention function) to its
-    :class:`AttentionOutput`."""
-    found: dict[nn.Module, AttentionOutput] = {}
-
-    # Any: torch types a submodule reached by attribute as Tensor | Module.
-    def parent(name: str) -> Any:
-        return model.get_submodule(name.rsplit(".", 1)[0])
-
-    def norm(module: Any) -> nn.LayerNorm | None:
-        return module if isinstance(module, nn.LayerNorm) else None
-
-    for name, module in model.named_modules():
-        if isinstance(getattr(module, "o_proj", None), nn.Linear):
-            # Llama, Qwen, Mistral, Gemma, Phi-3, OLMo2: pre-LN decoders, W_O beside Q, K, V (Gemma
-            # and OLMo2 norm the attention output before the residual sum: not a post-LN block)
-            found[module] = AttentionOutput(module.o_proj, None)
-        elif type(getattr(module, "c_proj", None)).__name__ == "Conv1D" and hasattr(module, "c_attn"):
-            found[module] = AttentionOutput(_conv1d_as_linear(module.c_proj), None)  # GPT-2, pre-LN
-        elif isinstance(getattr(module, "q_lin", None), nn.Linear):  # DistilBERT: <block>.{attention, sa_layer_norm}
-            found[module] = AttentionOutput(module.out_lin, norm(getattr(parent(name), "sa_layer_norm", None)))
-        elif isinstance(getattr(module, "Wqkv", None), nn.Linear):  # ModernBERT: fused Q, K, V beside W_O; pre-LN
-            found[module] = AttentionOutput(module.Wo, None)
-        elif isinstance(getattr(module, "q", None), nn.Linear) and isinstance(getattr(module, "o", None), nn.Linear):
-            # MPNet: <layer>.attention.{attn, LayerNorm}
-            found[module] = AttentionOutput(module.o, norm(getattr(parent(name), "LayerNorm", None)))
-        elif isinstance(getattr(module, "query_proj", None), nn.Linear) or (
-            isinstance(getattr(module, "query", None), nn.Linear) and not hasattr(module, "dense")
-        ):
-            # DeBERTa, BERT, RoBERTa, ELECTRA: <layer>.attention.{self, output.{dense, LayerNorm}}
-            output = parent(name).output
-            found[module] = AttentionOutput(output.dense, norm(getattr(output, "LayerNorm", None)))
-        elif isinstance(getattr(module, "query", None), nn.Linear):  # ALBERT keeps W_O and the norm beside Q, K, V
-            found[module] = AttentionOutput(module.dense, norm(getattr(module, "LayerNorm", None)))
-    if not found:
-        raise ModelError(f"cannot find the attention output projections of {type(model).__name__}")
-    return found
-
-
-def _conv1d_as_linear(conv: Any) -> nn.Linear:
-    """GPT-2's Conv1D (y = x W + b, W of shape (in, out)) as the nn.Linear it equals, sharing
-    its storage (W transposed), so the norm lens reads W_O as it does every other family's.
-    Only its weights are read: the model never calls it."""
-    weight: torch.Tensor = conv.weight
-    bias: torch.Tensor | None = conv.bias
-    linear = nn.Linear(int(weight.shape[0]), int(weight.shape[1]), bias=bias is not None, device="meta")
-    linear.weight = nn.Parameter(weight.detach().t(), requires_grad=False)
-    if bias is not None:
-        linear.bias = nn.Parameter(bias.detach(), requires_grad=False)
-    return linear
-
-
-def output_projections(model: nn.Module) -> dict[nn.Module, nn.Linear]:
-    """Map each self-attention module to the linear layer that projects its heads back to
-    the model width (W_O)."""
-    return {module: out.dense for module, out in attention_outputs(model).items()}
 
 
 def _first_line(exc: BaseException) -> str:

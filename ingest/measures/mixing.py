@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnwh.ingest.encoder.loading import AttentionOutput
+from attnwh.ingest.encoder.reading import AttentionOutput
 from attnwh.ingest.encoder.tiles import Tile
 from attnwh.ingest.measures import fused, patterns
 
@@ -125,7 +125,7 @@ class ContextMixing:
     def applies(outputs: Mapping[nn.Module, AttentionOutput]) -> bool:
         """Whether every attention block of the model is followed by a LayerNorm of its
         residual sum (post-LN), the setting the decomposition is defined for."""
-        return all(o.norm is not None for o in outputs.values())
+        return bool(outputs) and all(o.norm is not None for o in outputs.values())
 
     @contextlib.contextmanager
     def hooks(self) -> Iterator[None]:

@@ -350,10 +350,14 @@ class MapFeatures:
         look_self = (self.d0 * real).sum(-1) / n / top
         look_next = (above * pair_rows).sum(-1) / neighbours / top
         look_cls = (c * m.cls[:, None]).sum(-1)
-        # Off the band: all real cells (each real row sums to 1, so n in all) less the band.
+        # Off the band: all real cells less the band. Each real row sums to 1, so n in all,
+        # except where a learned sink takes part of every row: then what the rows hold (a sum
+        # that differs from 1 by its rounding alone is taken as 1, so other maps keep their value).
+        held = (self.column * real).sum(-1)  # the mean row's total
+        held = torch.where((held - 1).abs() < 1e-6, torch.ones_like(held), held)
         band_total = look_self * n + (look_prev + look_next) * (n - 1)
         off_cells = (n * n - 3 * n + 2).clamp_min(1)
-        background = ((n / top - band_total) / off_cells).clamp_min(0)
+        background = ((held * n / top - band_total) / off_cells).clamp_min(0)
         # Pairs: the mean intensity between ordinary tokens of the same sentence, and across.
         ordinary = m.ordinary[:, None]
         within = (self.own * ordinary).sum(-1)

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.loading import _windows
+from attnwh.ingest.encoder.reading import layer_types
 from attnwh.ingest.measures.ablation import sweep_inputs
 
 # The defaults of the restriction (DuoAttention keeps a few sinks and a short window).
@@ -331,23 +331,49 @@ def _head_dim(config: Any) -> int:
     return int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
 
 
+# What a config's layer types call a layer that keeps a key/value cache of every token it sees.
+_CACHING = ("full_attention", "sliding_attention", "chunked_attention", "attention")
+
+
 def _cached_tokens(config: Any, context: int) -> list[int]:
-    """Tokens each layer's cache holds at `context`: all of them, or a sliding-window
-    layer's window."""
-    windows = _windows(config)
-    sliding = set(windows.get("sliding_layers", ()))
-    return [
-        min(context, windows["sliding_window"]) if layer in sliding else context
-        for layer in range(int(config.num_hidden_layers))
-    ]
+    """Tokens each layer's key/value cache holds at `context`: all of them; a sliding-window
+    layer's window; a chunked layer's chunk (Llama 4); none on a hybrid's layers of other kinds
+    (linear attention and state-space layers keep a state of fixed size, not a cache per token)."""
+    layers = int(config.num_hidden_layers)
+    types = layer_types(config, layers)
+    window = getattr(config, "sliding_window", None)
+    chunk = getattr(config, "attention_chunk_size", None)
+    cached = []
+    for layer in range(layers):
+        kind = types[layer] if types is not None else ("sliding_attention" if window else "full_attention")
+        if kind not in _CACHING:
+            cached.append(0)
+        elif kind == "sliding_attention" and window:
+            cached.append(min(context, int(window)))
+        elif kind == "chunked_attention" and chunk:
+            cached.append(min(context, int(chunk)))
+        else:
+            cached.append(context)
+    return cached
+
+
+def _latent(config: Any) -> int | None:
+    """Values per token of a latent-attention layer's cache (DeepSeek-V2/V3, MiniCPM3: the
+    compressed key/value latent and the rotary part of the key, shared by every head), or None
+    where keys and values are cached per key/value head."""
+    rank = getattr(config, "kv_lora_rank", None)
+    return int(rank) + int(getattr(config, "qk_rope_head_dim", 0) or 0) if rank else None
 
 
 def kv_cache_bytes(config: Any, context: int, dtype: torch.dtype | str | None = None) -> int:
     """Bytes of the key/value cache of one sequence of `context` tokens for a transformers
     config: Σ_layers H_kv · tokens cached · 2 (keys and values) · d_head · bytes per value
-    (`dtype`, else the config's). A sliding-window layer caches only its window."""
+    (`dtype`, else the config's). A sliding-window layer caches only its window, a chunked
+    layer its chunk, a hybrid's other layers nothing per token; a latent-attention layer caches
+    one latent of kv_lora_rank + qk_rope_head_dim values per token for all its heads."""
     _, groups = _layers_and_groups(config)
-    per_token = groups * 2 * _head_dim(config) * _value_bytes(config, dtype)
+    latent = _latent(config)
+    per_token = (latent if latent is not None else groups * 2 * _head_dim(config)) * _value_bytes(config, dtype)
     return sum(tokens * per_token for tokens in _cached_tokens(config, context))
 
 
@@ -362,12 +388,19 @@ def kv_bytes_saved(
     """Bytes of key/value cache one sequence of `context` tokens no longer needs when the
     (layer, kv_group) pairs of `restricted` keep only S sinks and W recent tokens:
     Σ_layers |R_l| · (n − S − W) · 2 · d_head · bytes per value, with n the tokens the layer
-    caches (`context`, or a sliding-window layer's window) and nothing saved where n ≤ S + W."""
+    caches (`context`, or a sliding-window layer's window) and nothing saved where n ≤ S + W.
+    A latent-attention layer's one latent serves every head: it is saved, (n − S − W) ·
+    latent values, only where every group of the layer is restricted."""
     layers, groups = _layers_and_groups(config)
     chosen = set(restricted)
     for layer, group in chosen:
         if not (0 <= layer < layers and 0 <= group < groups):
             raise ValueError(f"no key/value group {group} in layer {layer} ({layers} layers of {groups} groups)")
     cached = _cached_tokens(config, context)
-    per_token = 2 * _head_dim(config) * _value_bytes(config, dtype)
+    value = _value_bytes(config, dtype)
+    latent = _latent(config)
+    if latent is not None:
+        whole = [layer for layer in range(layers) if all((layer, g) in chosen for g in range(groups))]
+        return sum(max(0, cached[layer] - sinks - window) * latent * value for layer in whole)
+    per_token = 2 * _head_dim(config) * value
     return sum(max(0, cached[layer] - sinks - window) * per_token for layer, _ in chosen)

@@ -13,7 +13,9 @@ mean over the n rows of a per-row quantity (docs/metrics.md#head-statistics):
 - ``norm_to_cls``, ``norm_to_sep``, ``norm_to_punct``: the same shares of the head's output
   rather than of its weights (Kobayashi et al.): A[i, j] is scaled by ||f_h(x_j)||, where
   f_h(x) = (x W_V^h + b_V^h) W_O^h is the head's slice of the output projection (output bias
-  excluded), and renormalised per row.
+  excluded), and renormalised per row;
+- ``to_learned_sink``: 1 - sum_j A[i, j], the share a learned sink logit takes of the row
+  (gpt-oss and others: docs/metrics.md#learned-sinks; about 0 elsewhere, stored as NULL).
 
 Padding keys get probability exactly 0 from the mask, so sums over all keys equal sums over
 real keys; padding query rows are excluded by weighting each row with 1/n or 0.
@@ -49,6 +51,7 @@ STAT_COLUMNS: tuple[str, ...] = (
     "norm_to_cls",
     "norm_to_sep",
     "norm_to_punct",
+    "to_learned_sink",
 )
 # Everything the observer returns per head: the statistics, then the pattern features and type.
 OBSERVED_COLUMNS: tuple[str, ...] = (*STAT_COLUMNS, *patterns.PATTERN_COLUMNS)
@@ -197,8 +200,13 @@ class HeadStatistics:
             raise RuntimeError("call HeadStatistics.begin before the forward pass")
         v = value.float()
         heads = v.shape[1]
-        # ||f_h(x_j)|| per key, from the Gram matrices: no tensor of model width per head.
-        norms = torch.einsum("bhsd,hde,bhse->bhs", v, self._grams[id(module)], v).clamp_min(0).sqrt()
+        # ||f_h(x_j)|| per key, from the Gram matrices: no tensor of model width per head. A
+        # layer whose heads are gated before W_O has none (`reading.py`): its norm shares are NaN.
+        gram = self._grams.get(id(module))
+        if gram is None:
+            norms = v.new_full(v.shape[:3], float("nan"))
+        else:
+            norms = torch.einsum("bhsd,hde,bhse->bhs", v, gram, v).clamp_min(0).sqrt()
         columns = batch.columns.expand(-1, heads, -1, -1)
         mixing = (
             self.mixing.layer(module, value, batch.row_weight, batch.columns, batch.next_ok)
@@ -211,7 +219,7 @@ class HeadStatistics:
         # segment's ordinary keys (pattern features); context mixing's scaled columns; and the
         # values, whose product is the tile's rows of the attention output.
         segments = batch.masks.segment_columns[:, None].expand(-1, heads, -1, -1)
-        parts = [columns[..., :3], norms[..., None] * columns, segments]
+        parts = [columns, norms[..., None] * columns, segments]
         if mixing is not None:
             parts.append(mixing.scaled_columns)
         parts.append(v)
@@ -243,13 +251,15 @@ class HeadStatistics:
         next_ok = batch.next_ok[:, None, rows]
         per_row = torch.stack(
             [
-                *targets.unbind(-1),
+                *targets[..., :3].unbind(-1),
                 diagonals[0],
                 diagonals[1],
                 diagonals[2] * next_ok,
                 entropy,
                 row_max,
                 *norm_shares.unbind(-1),
+                # The share of a learned sink: what the row's weights over the tokens leave of 1.
+                1 - targets[..., 3],
             ],
             dim=-1,
         )  # (B, H, rows, K)

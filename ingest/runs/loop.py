@@ -26,7 +26,7 @@ import torch
 from attnwh.errors import AttnwhError, DataError, UsageError
 from attnwh.ingest.encoder import capture
 from attnwh.ingest.encoder.encoding import EncodedTask, TokenKinds, encode_task
-from attnwh.ingest.encoder.loading import EncoderModel, attention_outputs, forward_inputs
+from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs
 from attnwh.ingest.measures.massive import scan
 from attnwh.ingest.measures.mixing import HEAD_COLUMNS, LAYER_COLUMNS, ContextMixing
 from attnwh.ingest.measures.patterns import MAP_MAX_TOKENS
@@ -449,10 +449,10 @@ class StatisticsCapture:
         self._answers: np.ndarray | None = None  # the last batch's label-word logits (prompted runs)
         self.attention_memory = attention_memory
         self.budget = attention_memory or capture.default_budget(encoder.device)
-        outputs = attention_outputs(encoder.model)
+        outputs = encoder.outputs
         grams = value_norm_grams({m: o.dense for m, o in outputs.items()}, encoder.num_heads)
         mixer = ContextMixing(outputs, encoder.num_heads) if mixing and ContextMixing.applies(outputs) else None
-        self.observer = HeadStatistics(grams, encoder.num_layers, mixing=mixer, map_tokens=map_tokens)
+        self.observer = HeadStatistics(grams, len(encoder.attention_layers), mixing=mixer, map_tokens=map_tokens)
         self.kinds = TokenKinds(encoder.tokenizer, causal=encoder.causal)
         self.massive = massive
         self.value_zeroing = value_zeroing
@@ -539,6 +539,9 @@ class StatisticsCapture:
         values = self.observer.collect()
         if self.encoder.causal:  # no [SEP] and no attendable next token: NULL in head_stats
             values[..., [OBSERVED_COLUMNS.index(c) for c in rows.CAUSAL_NULL_COLUMNS]] = np.nan
+        # A layer without a learned sink has no sink share (NULL, not the rounding of 1 - 1).
+        no_sink = [not f.learned_sink for f in self.encoder.layers if f.read] or [True] * values.shape[1]
+        values[:, np.array(no_sink), :, OBSERVED_COLUMNS.index("to_learned_sink")] = np.nan
         return values
 
     def extra_rows(self, example_ids: np.ndarray) -> dict[str, pa.Table]:

@@ -37,7 +37,6 @@ from attnwh.ingest.encoder.encoding import EncodedTask, TokenKinds, collate, enc
 from attnwh.ingest.encoder.loading import (
     DEFAULT_MODEL_NAME,
     EncoderModel,
-    attention_outputs,
     forward_inputs,
     load_encoder,
 )
@@ -84,7 +83,7 @@ class MapCapture:
     def __init__(self, encoder: EncoderModel, lenses: Sequence[str] = (*HEAD_LENSES, "block")) -> None:
         self.encoder = encoder
         self.lenses = tuple(lenses)
-        outputs = attention_outputs(encoder.model)
+        outputs = encoder.outputs
         self._grams = value_norm_grams({m: o.dense for m, o in outputs.items()}, encoder.num_heads)
         wants_mixing = {"post_ln", "block"} & set(self.lenses)
         self._mixing = (
@@ -98,8 +97,12 @@ class MapCapture:
         if "weights" in self.lenses:
             keep["weights"].append(a)
         if "norm" in self.lenses:
-            norms = torch.einsum("bhsd,hde,bhse->bhs", v, self._grams[id(module)], v).clamp_min(0).sqrt()
-            keep["norm"].append(_rows(a * norms[:, :, None, :].double()))
+            gram = self._grams.get(id(module))
+            if gram is None:  # heads gated before W_O (`reading.py`): no norm lens on this layer
+                keep["norm"].append(torch.full_like(a, float("nan")))
+            else:
+                norms = torch.einsum("bhsd,hde,bhse->bhs", v, gram, v).clamp_min(0).sqrt()
+                keep["norm"].append(_rows(a * norms[:, :, None, :].double()))
         if self._mixing is not None:
             ln_norms, _, block = self._mixing.contributions(module, probs.float(), v)
             if "post_ln" in self.lenses:

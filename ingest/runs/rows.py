@@ -79,6 +79,9 @@ def example_rows(data: TaskData, indices: Sequence[int], ids: Sequence[int]) -> 
 CAUSAL_NULL_COLUMNS = ("to_sep", "to_next", "norm_to_sep")
 # Likewise value zeroing's columns in head_mixing and layer_mixing.
 CAUSAL_NULL_VZ_COLUMNS = ("vz_to_sep", "vz_to_next")
+# head_stats columns that are NULL on some layers: the learned sink's share where the layer has
+# no learned sink, the norm-weighted shares where its heads are gated before W_O.
+LAYER_NULL_COLUMNS = ("to_learned_sink", "norm_to_cls", "norm_to_punct")
 
 
 def grid_rows(example_ids: np.ndarray, values: np.ndarray, columns: Sequence[str]) -> pa.Table:
@@ -97,11 +100,32 @@ def grid_rows(example_ids: np.ndarray, values: np.ndarray, columns: Sequence[str
 
 
 def _nullable(name: str, values: np.ndarray) -> np.ndarray | pa.Array:
-    """A column's values, with NaN as NULL in :data:`CAUSAL_NULL_COLUMNS` and
-    :data:`CAUSAL_NULL_VZ_COLUMNS`."""
-    if name not in CAUSAL_NULL_COLUMNS + CAUSAL_NULL_VZ_COLUMNS or not np.isnan(values).any():
+    """A column's values, with NaN as NULL in :data:`CAUSAL_NULL_COLUMNS`,
+    :data:`CAUSAL_NULL_VZ_COLUMNS` and :data:`LAYER_NULL_COLUMNS`."""
+    if name not in CAUSAL_NULL_COLUMNS + CAUSAL_NULL_VZ_COLUMNS + LAYER_NULL_COLUMNS or not np.isnan(values).any():
         return values
     return pa.array(values, mask=np.isnan(values))
+
+
+# Tables whose layer is that of the hidden states (every layer of the model), not the place of an
+# attention layer in the order the observers see them.
+_MODEL_LAYER_TABLES = frozenset({"massive_activations"})
+
+
+def number_layers(tables: Mapping[str, pa.Table], attention_layers: Sequence[int]) -> dict[str, pa.Table]:
+    """`tables` with each attention layer under the model's own number: the observers count
+    the attention layers in the order they run (0, 1, …), which on a hybrid model (linear
+    attention or state-space layers between them) are not the model's layer numbers."""
+    if list(attention_layers) == list(range(len(attention_layers))):
+        return dict(tables)
+    numbers = np.asarray(attention_layers, dtype=np.int16)
+    out = {}
+    for name, table in tables.items():
+        if name not in _MODEL_LAYER_TABLES and "layer" in table.column_names:
+            at = table.column_names.index("layer")
+            table = table.set_column(at, "layer", pa.array(numbers[table["layer"].to_numpy()], pa.int16()))
+        out[name] = table
+    return out
 
 
 def mixing_rows(

@@ -164,13 +164,12 @@ class CaptureWorker:
             batch = piece.collate(encoder.tokenizer.pad_token_id, encoder.device)
             capture.begin_unit(piece)
             values = capture.run(batch, piece.thumbnail_rows)
-            pieces.append(
-                {
-                    capture.table: rows.grid_rows(piece.example_ids, values, capture.columns),
-                    **capture.extra_rows(piece.example_ids),
-                    "run_examples": piece.done_rows(),
-                }
-            )
+            tables = {
+                capture.table: rows.grid_rows(piece.example_ids, values, capture.columns),
+                **capture.extra_rows(piece.example_ids),
+                "run_examples": piece.done_rows(),
+            }
+            pieces.append(rows.number_layers(tables, encoder.attention_layers))
         names = dict.fromkeys(name for piece in pieces for name in piece)  # a piece may lack a table
         tables = {name: pa.concat_tables([p[name] for p in pieces if name in p]) for name in names}
         return Part(unit.run_key, unit.name, tables, True, time.perf_counter() - tick, str(encoder.device))
