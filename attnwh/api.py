@@ -655,7 +655,7 @@ def relations(
     warehouse.check_writable(db)
     check_model(model)  # before torch is imported
     with console.status("Loading data and model…"):
-        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.encoder.loading import load_encoder, require_every_layer
         from attnwh.ingest.measures import dependencies as rel
         from attnwh.ingest.measures import frames as fn
         from attnwh.ingest.runs import relations as relation_runs
@@ -668,6 +668,7 @@ def relations(
             frame_data = fn.subset(frame_data, seeded_sample(frame_data.links, limit, seed))
         warehouse.check_writable(db)
         encoder = load_encoder(model, device.value, "float32")
+        require_every_layer(encoder, "relations")
 
     inputs = []
     if conllu is not None and sentences is not None:
@@ -1099,7 +1100,7 @@ def ablation(
         for p in prepared[modes[0]]:
             gold_labels(encoder, p.data, task_template(p))  # label mismatches fail before anything is written
 
-    n_configs = 1 + encoder.num_layers * encoder.num_heads + encoder.num_layers
+    n_configs = 1 + len(encoder.attention_layers) * (encoder.num_heads + 1)
     console.print(
         f"{describe(encoder)}: {n_configs} configurations per task and mode ({', '.join(modes)}), "
         f"{per_pass} per pass, prefix cache {'on' if prefix_cache else 'off'}",
@@ -1204,7 +1205,7 @@ def _loss_ablation(
             for m in modes
         ]
         prepared = {s.mode: prepare_loss_ablation(encoder, tasks, options, s, spans) for s in settings_by_mode}
-    n_configs = 1 + encoder.num_layers * encoder.num_heads + encoder.num_layers
+    n_configs = 1 + len(encoder.attention_layers) * (encoder.num_heads + 1)
     console.print(
         f"{describe(encoder)}: next-token loss under {n_configs} configurations per text and mode ({', '.join(modes)}), "
         f"{per_pass} per pass, prefix cache {'on' if prefix_cache else 'off'}",

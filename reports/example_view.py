@@ -73,6 +73,11 @@ def example_view(maps: ExampleMaps, layer: int | None = None, lens: str = "weigh
     if lens not in maps.maps:
         raise UsageError(f"no lens {lens!r} for this model; it has {', '.join(maps.maps)}")
     shown = maps.layers[0] if layer is None else layer
+    if shown in maps.other_layers:
+        raise UsageError(
+            f"layer {shown} is {maps.other_layers[shown]}, not softmax attention: it has no maps "
+            f"(the attention layers: {', '.join(map(str, maps.layers))})"
+        )
     if shown not in maps.layers:
         raise UsageError(f"layer {shown} is not among the maps' layers ({', '.join(map(str, maps.layers))})")
     layers, lenses, note = _contents(maps, shown, lens)
@@ -118,7 +123,18 @@ def _decoder_facts(maps: ExampleMaps) -> str:
     heads = int(maps.maps["weights"].shape[1])
     kv = maps.num_key_value_heads or heads
     shared = f", {kv} key/value head{'' if kv == 1 else 's'} ({heads // kv} query heads each)"
-    return " · decoder" + (shared if kv < heads else "")
+    return " · decoder" + (shared if kv < heads else "") + _other_layers(maps)
+
+
+def _other_layers(maps: ExampleMaps) -> str:
+    """' · layers 0, 1, 2 linear attention (no maps)' for a hybrid model's other layers."""
+    by_kind: dict[str, list[int]] = {}
+    for layer, kind in sorted(maps.other_layers.items()):
+        by_kind.setdefault(kind, []).append(layer)
+    return "".join(
+        f" · layer{'s' if len(ls) > 1 else ''} {', '.join(map(str, ls))} {kind} (no maps)"
+        for kind, ls in by_kind.items()
+    )
 
 
 def write_page(maps: ExampleMaps, out: Path | str, layer: int | None = None, lens: str = "weights") -> Path:

@@ -448,6 +448,11 @@ def _provenance(ctx: ReportContext) -> list[Block]:
                     r["model"],
                     f"{r['family']} · {r['architecture']}",
                     f"{r['num_layers']} layers × {r['num_heads']} heads",
+                    *(
+                        [f"layers without softmax attention (no maps): {r['other_layers']}"]
+                        if r["other_layers"]
+                        else []
+                    ),
                     f"weights {r['weights_hash']}" + (f" · revision {r['revision']}" if r["revision"] else ""),
                 ],
                 [f"{r['dataset']} · {r['task']} · {r['split']}", r["source"]],

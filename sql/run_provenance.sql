@@ -13,6 +13,12 @@ SELECT
     m.architecture,
     m.num_layers,
     m.num_heads,
+    -- A hybrid model's layers that are no softmax attention, by kind ("linear attention:
+    -- 0, 1, 2"); NULL where attnwh reads every layer (or the model predates model_layers).
+    (SELECT string_agg(o.kind || ': ' || o.layers, '; ' ORDER BY o.kind)
+       FROM (SELECT l.kind, string_agg(l.layer::VARCHAR, ', ' ORDER BY l.layer) AS layers
+               FROM model_layers AS l WHERE l.model_id = m.model_id AND NOT l.read GROUP BY l.kind) AS o
+    ) AS other_layers,
     m.revision,
     left(m.weights_hash, 12)                  AS weights_hash,
     r.dataset,

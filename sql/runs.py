@@ -15,6 +15,7 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 
@@ -175,7 +176,7 @@ def upsert_model(con: duckdb.DuckDBPyConnection, facts: Mapping[str, object]) ->
     """
     facts = dict(facts)
     base_hash = facts.pop("base_weights_hash", None)
-    layers = facts.pop("layers", None) or []
+    layers: Any = facts.pop("layers", None) or []
     row = first_row(
         con,
         "SELECT model_id, folder FROM models WHERE name = ? AND weights_hash = ?",

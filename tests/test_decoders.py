@@ -294,6 +294,44 @@ def test_learned_sink_logits_take_their_share_of_each_row_as_eager_does(form, ro
         torch.testing.assert_close(keep.maps[0], weights, atol=1e-6, rtol=0)
 
 
+def test_restricting_and_disabling_a_head_with_a_learned_sink():
+    """Restricting a key/value group to S sinks and a window of W keeps the sink's logit in the
+    softmax: the family's own eager attention with the dropped keys masked. Disabling a head
+    (uniform) gives the sink no share: the head outputs the mean of the values its row sees."""
+    from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
+
+    from attnwh.ingest.measures.ablation import HeadDisabler
+    from attnwh.ingest.measures.restriction import StreamingRestriction
+
+    torch.manual_seed(1)
+    n, sinks, window = 12, 1, 3
+    module: Any = nn.Module()
+    module.num_key_value_groups, module.is_causal, module.sinks = 2, True, torch.randn(4)
+    q, k, v = torch.randn(1, 4, n, 8), torch.randn(1, 2, n, 8), torch.randn(1, 2, n, 8)
+    causal = torch.full((n, n), float("-inf")).triu(1)[None, None]
+    key_mask = torch.ones(1, n, dtype=torch.bool)
+
+    restriction = StreamingRestriction(sinks, window)
+    restriction.begin(key_mask, np.array([[[True, False]]]))  # group 0 (heads 0 and 1) restricted
+    with capture.observing(restriction):
+        restricted, _ = capture.attnwh_attention(module, q, k, v, causal, 0.35, s_aux=module.sinks)
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    dropped = (j >= sinks) & (i - j >= window)
+    mask = causal.repeat(1, 4, 1, 1)
+    mask[:, :2] = mask[:, :2].masked_fill(dropped, float("-inf"))
+    expected, _ = eager_attention_forward(module, q, k, v, mask, 0.35)
+    torch.testing.assert_close(restricted, expected, atol=1e-6, rtol=0)
+
+    disabler = HeadDisabler("uniform")
+    disabler.begin(key_mask, np.array([[[False, True, False, False]]]))
+    with capture.observing(disabler):
+        disabled, _ = capture.attnwh_attention(module, q, k, v, causal, 0.35, s_aux=module.sinks)
+    plain, _ = eager_attention_forward(module, q, k, v, causal, 0.35)
+    means = v[0, 0].cumsum(0) / torch.arange(1, n + 1)[:, None]  # head 1 reads group 0
+    torch.testing.assert_close(disabled[0, :, 1], means, atol=1e-6, rtol=0)
+    torch.testing.assert_close(disabled[:, :, [0, 2, 3]], plain[:, :, [0, 2, 3]], atol=1e-6, rtol=0)
+
+
 # ---------------------------------------------------------------- the command line
 
 

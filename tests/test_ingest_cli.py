@@ -130,12 +130,12 @@ def bad_inputs(tmp_path: Path, tiny_model_dir) -> dict[str, tuple[list[str], str
     ragged.write_text("premise\thypothesis\tlabel\na\tb\n", encoding="utf-8")
     not_model = tmp_path / "not_a_model"
     not_model.mkdir()
-    gpt_oss = make_unreadable_decoder(tmp_path / "gpt_oss")
+    bloom = make_unreadable_decoder(tmp_path / "bloom")
     bert = tiny_model_dir("bert")
     return {
         "missing model": (ingest_args(tmp_path / "nope", good, Path("DB")), "does not exist"),
         "not a model directory": (ingest_args(not_model, good, Path("DB")), "not a model directory"),
-        "unreadable decoder": (ingest_args(gpt_oss, good, Path("DB")), "'gpt_oss' model, which attnwh cannot read"),
+        "unreadable decoder": (ingest_args(bloom, good, Path("DB")), "outside transformers' attention interface"),
         "empty dataset": (ingest_args(bert, empty, Path("DB")), "empty"),
         "header only": (ingest_args(bert, header_only, Path("DB")), "no data rows"),
         "malformed dataset": (ingest_args(bert, ragged, Path("DB")), "ragged"),

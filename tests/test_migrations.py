@@ -88,6 +88,9 @@ ROWS: dict[int, list[str]] = {
         "INSERT INTO restriction_losses VALUES ({run}, 'group', 0, 1, NULL, 0, 2660.4, 1023)",
     ],
     25: [],  # the restriction tables' needle columns (0025_restriction_needles.sql): no new table
+    26: [
+        "INSERT INTO model_layers VALUES (1, 0, 'attention', true, 'BertSelfAttention', NULL, NULL, false, false, false)"
+    ],
 }
 # Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
 # (dep_to_head) into head_to_dep.

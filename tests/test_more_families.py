@@ -533,7 +533,9 @@ def test_the_check_at_load_fails_loudly_on_attention_it_cannot_reach(tiny_model_
     encoder = load_encoder(str(tiny_model_dir("bert")), "cpu")
     model = encoder.model
     assert OwnAttention.__name__ not in inline.INLINE_ATTENTION
-    probe = forward_inputs(model, dict(encoder.tokenizer(reading.PROBE_TEXT, return_tensors="pt")))
+    probe = forward_inputs(
+        model, dict(encoder.tokenizer(reading.PROBE_TEXT, return_tensors="pt", truncation=True, max_length=40))
+    )
     facts = facts_of("bert")
     as_loaded = reading.read(model, model.config, facts, probe, "tiny bert", encoder.num_layers, HEADS, False)
     assert as_loaded.attention_layers == (0, 1)  # as loaded: every layer seen

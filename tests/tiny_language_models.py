@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModel, PreTrainedConfig
+from transformers import AutoModel, AutoModelForCausalLM, PreTrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from attnwh.ingest.encoder.families import language_model_families
@@ -90,6 +90,10 @@ SIZES: dict[str, Any] = dict(
     swa_head_dim=16,
     num_mtp_layers=0,
     num_nextn_predict_layers=0,
+    # per-layer embeddings (Gemma 3n, Gemma 4) and hashed byte n-grams (BLT): tables of their own
+    vocab_size_per_layer_input=512,
+    hidden_size_per_layer_input=8,
+    encoder_hash_byte_group_vocab=512,
     # vision and audio towers of multimodal families
     image_size=32,
     patch_size=8,
@@ -144,10 +148,10 @@ def tiny_config(family: str, vocab: int, special: dict[str, int]) -> PreTrainedC
     return cls(**_arguments(cls, family, LAYERS, {"vocab_size": vocab, **special}))
 
 
-def make_tiny_language_model(family: str, out: Path, seed: int = 0) -> Path:
-    """Save a seeded random-weight base model of `family` with a byte-level BPE tokenizer
-    (BOS first) into `out`; raises whatever transformers raises where the family's tiny model
-    cannot be built."""
+def make_tiny_language_model(family: str, out: Path, seed: int = 0, head: bool = False) -> Path:
+    """Save a seeded random-weight base model of `family` (with `head`: its causal-LM class,
+    the language-model head included) with a byte-level BPE tokenizer (BOS first) into `out`;
+    raises whatever transformers raises where the family's tiny model cannot be built."""
     tokenizer = _decoder_tokenizer("llama")
     special = {
         "pad_token_id": tokenizer.pad_token_id,
@@ -156,7 +160,7 @@ def make_tiny_language_model(family: str, out: Path, seed: int = 0) -> Path:
     }
     config = tiny_config(family, 512, special)
     torch.manual_seed(seed)
-    model = AutoModel.from_config(config)
+    model = (AutoModelForCausalLM if head else AutoModel).from_config(config)
     # Peaked maps, as for the other tiny models: larger query and key weights.
     with torch.no_grad():
         for name, param in model.named_parameters():

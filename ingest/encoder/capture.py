@@ -32,6 +32,7 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import eager_mask
 
 from attnwh.errors import ModelError
+from attnwh.ingest.encoder.families import facts_of
 from attnwh.ingest.encoder.tiles import ROW_BLOCK, LayerTiles, Tile, whole_tiles
 
 ATTENTION_NAME = "attnwh"
@@ -149,11 +150,6 @@ class RowMask:
         )
 
 
-# Model types whose attention modules add the mask to their scores themselves (inline
-# attention, `inline.py`) rather than handing it to the attention function: they need it whole.
-_INLINE_MASK_TYPES = frozenset({"mpnet"})
-
-
 def row_mask(**arguments: Any) -> RowMask | torch.Tensor | None:
     """The mask function registered with transformers: the eager mask, or a :class:`RowMask`
     when the layers will be computed in tiles (only attnwh's attention function reads it)."""
@@ -161,7 +157,8 @@ def row_mask(**arguments: Any) -> RowMask | torch.Tensor | None:
     heads = int(getattr(config, "num_attention_heads", 1) or 1)
     queries, keys = int(arguments["q_length"]), int(arguments["kv_length"])
     tiled = tile_rows(int(arguments["batch_size"]), heads, queries, keys, _active) < queries
-    if tiled and getattr(config, "model_type", None) not in _INLINE_MASK_TYPES:
+    # A family whose inline attention adds the mask to its scores itself (MPNet) needs it whole.
+    if tiled and not facts_of(str(getattr(config, "model_type", ""))).whole_mask:
         return RowMask(arguments)
     return eager_mask(**arguments)
 
@@ -272,6 +269,16 @@ def observed_mask() -> torch.Tensor | None:
     return _mask
 
 
+_learned = False
+
+
+def learned_sink() -> bool:
+    """During an observer's `observe` (or `observe_tile`) called from attnwh's attention
+    function: whether the layer adds a learned sink logit to each row's softmax, so that its
+    weights over the tokens sum to 1 less the sink's share."""
+    return _learned
+
+
 def attnwh_attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -312,11 +319,13 @@ def attnwh_attention(
     window = kwargs.get("sliding_window")
     window = int(window) if isinstance(window, int) and window > 0 else None
     scoring = _Scoring(scaling, cap, _float32_softmax(module), _learned_sink(kwargs, heads), _bias(kwargs))
+    global _learned
+    _learned = scoring.sink is not None
     if rows < queries:
-        output = _tiled(module, query, key, value, attention_mask, scoring, dropout, rows, window, reader)
+        tiled = _tiled(module, query, key, value, attention_mask, scoring, dropout, rows, window, reader)
         for tap in _taps:
-            tap.returned(module, output)
-        return output, None
+            tap.returned(module, tiled)
+        return tiled, None
     mask = _whole_mask(attention_mask)
     probs = scoring.probabilities(torch.matmul(query, key.transpose(2, 3)), mask, slice(0, queries), slice(0, keys))
     output: torch.Tensor | None = None

@@ -27,9 +27,11 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from attnwh.ingest.encoder import capture
+from attnwh.ingest.encoder.families import FAMILIES
 
-# The self-attention modules that compute softmax(scores) @ values in their own forward.
-INLINE_ATTENTION = frozenset({"DisentangledSelfAttention", "MPNetSelfAttention"})
+# The self-attention modules that compute softmax(scores) @ values in their own forward (the
+# families' records say which: `families.py`).
+INLINE_ATTENTION = frozenset(f.inline for f in FAMILIES.values() if f.inline)
 
 _SOFTMAX: frozenset[Callable[..., Any]] = frozenset({nn.functional.softmax, torch.softmax, torch.Tensor.softmax})
 _PRODUCT: frozenset[Callable[..., Any]] = frozenset(

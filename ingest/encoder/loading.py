@@ -182,12 +182,11 @@ def load_encoder(
     facts = families.facts_of(family)
     causal = not facts.encoder
     text = config.get_text_config()  # a multimodal model's language model
-    if (
-        facts.encoder
-        and getattr(text, "is_decoder", False)
-        or not facts.encoder
-        and not families.is_language_model(family)
-    ):
+    # An encoder configured as a decoder (BERT with is_decoder) is neither; a decoder must be a
+    # family transformers maps to a causal language model. Whether its attention can be read
+    # is decided once it loads (`reading.py`).
+    readable = not getattr(text, "is_decoder", False) if facts.encoder else families.is_language_model(family)
+    if not readable:
         raise ModelError(
             f"{shown} is a {family!r} model, which attnwh cannot read (encoders: {', '.join(families.ENCODER_FAMILIES)} "
             "and others laid out like BERT; "
@@ -268,6 +267,20 @@ def load_encoder(
         layers=read.layers,
         outputs=read.outputs,
     )
+
+
+def require_every_layer(encoder: EncoderModel, analysis: str) -> None:
+    """Refuse `analysis`, which reads or changes every layer's attention, in one line on a
+    hybrid model, naming the layers that are no softmax attention attnwh reads."""
+    others = [f for f in encoder.layers if not f.read]
+    if others:
+        kinds = sorted({f.kind for f in others})
+        numbers = ", ".join(str(f.layer) for f in others[:8]) + (", …" if len(others) > 8 else "")
+        raise ModelError(
+            f"{analysis} needs every layer of {encoder.name} to be softmax attention; layers {numbers} are "
+            f"{' and '.join(kinds)} (on a hybrid model the statistics, head roles, compare, the loss sweep and the "
+            "restriction read its attention layers)"
+        )
 
 
 def _shape(config: transformers.PretrainedConfig, shown: str) -> tuple[int, int, int]:

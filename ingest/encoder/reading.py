@@ -6,7 +6,8 @@ decided by a list of names but by one short probe input run through the model tw
 loads, before anything is written:
 
 1. through attnwh's attention function, with an observer that keeps each layer's maps, and a
-   tap that sees each call's arguments (sliding window, learned sink) and output;
+   tap that sees each call's arguments (sliding window, learned sink) and output, and the
+   inputs of the linear layers that may be W_O;
 2. through the family's own eager attention with ``output_attentions=True``, with hooks on the
    attention modules the first pass saw.
 
@@ -41,12 +42,14 @@ from attnwh.errors import ModelError
 from attnwh.ingest.encoder import capture
 from attnwh.ingest.encoder.families import Family
 
-# The probe: words and punctuation, long enough that layers which treat long inputs otherwise
-# (compressed memory) show it, short enough to cost nothing next to loading the weights.
+# The probe: words and punctuation, longer than the tiny windows of test models, short enough
+# to cost little next to loading the weights (it runs twice). Layers that treat longer inputs
+# otherwise (DeepSeek-V4's compressed memory) are refused by the attention function when
+# they do.
 PROBE_TEXT = " ".join(
-    ["The quick brown fox jumps over the lazy dog. A film, a book, and a song: which one did you like?"] * 6
+    ["The quick brown fox jumps over the lazy dog. A film, a book, and a song: which one did you like?"] * 2
 )
-PROBE_TOKENS = 128
+PROBE_TOKENS = 64
 
 # Tensors a family may hand its attention function that change nothing attnwh computes
 # (positions for kernels that need them), or that attnwh models (`capture._Scoring`).
@@ -120,10 +123,12 @@ class Reading:
 
 
 class _Record:
-    """Observer and tap of the first pass: each call's module, maps and facts."""
+    """Observer and tap of the probe's pass through attnwh's attention function: each call's
+    module, maps and facts, and what the function returned to each module."""
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
+        self.outputs: dict[int, torch.Tensor] = {}  # what the attention function returned, by module
         self._facts: dict[str, Any] = {}
 
     def called(self, module: nn.Module, kwargs: dict[str, object]) -> None:
@@ -150,19 +155,6 @@ class _Record:
         return probs
 
     def returned(self, module: nn.Module, output: torch.Tensor) -> None:
-        pass
-
-
-class _Outputs:
-    """Tap of the second pass: what the attention function returned to each module."""
-
-    def __init__(self) -> None:
-        self.outputs: dict[int, torch.Tensor] = {}
-
-    def called(self, module: nn.Module, kwargs: dict[str, object]) -> None:
-        pass
-
-    def returned(self, module: nn.Module, output: torch.Tensor) -> None:
         self.outputs.setdefault(id(module), output.detach())
 
 
@@ -178,8 +170,12 @@ def read(
 ) -> Reading:
     """Run the probe `inputs` (one unpadded input) through `model` and check its attention
     (see the module's docstring); ModelError with one line where attnwh cannot read it."""
+    # W_O is looked for among the linear layers of attention modules (and where the family
+    # says it is): their inputs are kept during the first pass, with what the attention
+    # function returns to each module.
+    linears = _LinearInputs(_candidates(model, family))
     record = _Record()
-    with torch.inference_mode(), capture.observing(record), capture.tapping(record):
+    with linears.recording(), torch.inference_mode(), capture.observing(record), capture.tapping(record):
         model(**inputs)
     calls = record.calls
     modules = {id(c["module"]): c["module"] for c in calls}
@@ -201,15 +197,9 @@ def read(
     _check_calls(calls, name, num_heads, causal, layer_list is None and family.layers is None)
     if eager is not None:
         _check_against_eager(calls, eager, name, model)
-    # Second pass: which linear layer takes each module's heads as they are (its W_O).
-    candidates = [m for module in modules.values() for m in module.modules() if _is_linear(m)]
-    candidates += [m for module in modules.values() if (m := _resolve(module, family.output)) is not None]
-    linears, outputs = _LinearInputs(candidates), _Outputs()
-    with linears.recording(), torch.inference_mode(), capture.tapping(outputs):
-        model(**inputs)
     for call in calls:
-        if id(call["module"]) in outputs.outputs:
-            call["output"] = outputs.outputs[id(call["module"])]
+        if id(call["module"]) in record.outputs:
+            call["output"] = record.outputs[id(call["module"])]
     facts, found = _layer_facts(calls, eager, layer_list, config, family, linears, num_layers, name)
     return Reading(layers=facts, outputs=found, causal=causal, modules=list(modules.values()))
 
@@ -267,8 +257,9 @@ class _Eager:
     maps: list[torch.Tensor]
 
 
-def _eager_maps(model: nn.Module, modules: dict[int, nn.Module], inputs: dict[str, torch.Tensor]) -> _Eager | None:
-    """The same input through the family's eager attention (None where it has none)."""
+def _eager_maps(model: Any, modules: dict[int, nn.Module], inputs: dict[str, torch.Tensor]) -> _Eager | None:
+    """The same input through the family's eager attention (None where it has none). `model`:
+    a transformers model (Any: torch types its methods as tensors)."""
     implementation = getattr(model.config, "_attn_implementation", None)
     try:
         model.set_attn_implementation("eager")
@@ -324,9 +315,9 @@ def _check_against_eager(calls: list[dict[str, Any]], eager: _Eager, name: str, 
                 f"{type(call['module']).__name__} of {name} computes attention that attnwh does not model: its maps "
                 f"differ from its own eager attention's by {difference:.3g}"
             )
-    returned = [w for ws in eager.weights.values() for w in ws if w is not None]
+    observed = [w for ws in eager.weights.values() for w in ws if w is not None]
     for maps in eager.maps:
-        if maps.dim() != 4 or any(w.shape == maps.shape and torch.equal(w, maps) for w in returned):
+        if maps.dim() != 4 or any(w.shape == maps.shape and torch.equal(w, maps) for w in observed):
             continue
         sums = maps.float().sum(-1)
         # A softmax map nobody observed: attention computed outside the interface. Maps that are
@@ -342,6 +333,20 @@ def _slack(dtype: torch.dtype) -> float:
     """How far a softmax row in `dtype` may sum from 1, and two computations of one weight may
     differ: 1e-4 in float32, four of the dtype's eps in half precision (bfloat16: 0.031)."""
     return max(1e-4, 4 * torch.finfo(dtype).eps)
+
+
+def _candidates(model: nn.Module, family: Family) -> list[nn.Module]:
+    """The linear layers that may be W_O: those inside attention modules (by class name), and
+    the family's W_O of each (a BERT-style W_O sits beside the self-attention module)."""
+    found: dict[int, nn.Module] = {}
+    for module in model.modules():
+        if "Attention" not in type(module).__name__:
+            continue
+        found.update({id(m): m for m in module.modules() if _is_linear(m)})
+        named = _resolve(module, family.output)
+        if named is not None and _is_linear(named):
+            found[id(named)] = named
+    return list(found.values())
 
 
 class _LinearInputs:
@@ -390,7 +395,7 @@ def find_layers(
     for module in base.modules():
         if isinstance(module, nn.ModuleList) and len(module) == num_layers:
             inside = {id(m) for layer in module for m in layer.modules()}
-            if wanted and wanted <= inside:
+            if wanted <= inside:
                 return list(module)
     return None
 
@@ -432,7 +437,7 @@ def _layer_facts(
             read=True,
             module=type(module).__name__,
             window=window,
-            chunk=int(chunk) if chunked else None,
+            chunk=int(chunk) if chunked and chunk else None,
             rotary=eager.rotary.get(id(module)) if eager is not None else None,
             # Inline attention (DeBERTa, MPNet) returns nothing through the interface: its W_O is the family's.
             gated=dense is None if "output" in call else None,

@@ -4,7 +4,8 @@ A disabled head is changed inside attnwh's registered attention function
 (:mod:`attention`), between the softmax and the value sum:
 
 - ``uniform`` (Kovaleva et al.): its weights become 1/n over the n real keys, for every query
-  row, so it outputs the mean of its value vectors;
+  row, so it outputs the mean of its value vectors (a learned sink, where the head has one,
+  gets no share: docs/metrics.md#learned-sinks);
 - ``zero`` (Michel et al.): its weights become 0, so its output is zero (the output
   projection's bias, shared by all heads, stays).
 
@@ -25,6 +26,7 @@ example's gradient.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import inspect
 from collections.abc import Callable, Iterator, Sequence
@@ -36,7 +38,9 @@ import torch
 from torch import nn
 
 from attnwh.ingest.encoder import capture
+from attnwh.ingest.encoder.families import facts_of
 from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs
+from attnwh.ingest.encoder.reading import find_layers
 
 MODES = ("uniform", "zero")
 
@@ -62,11 +66,13 @@ class Configuration:
         return ",".join(f"{layer}-{head}" for layer, head in self.heads)
 
 
-def sweep_configurations(num_layers: int, num_heads: int) -> list[Configuration]:
-    """The baseline, every single head (layer-major) and every whole layer."""
+def sweep_configurations(layers: int | Sequence[int], num_heads: int) -> list[Configuration]:
+    """The baseline, every single head (layer-major) and every whole layer; `layers`: how
+    many, or which (a hybrid model's attention layers, by the model's own numbers)."""
+    numbers = range(layers) if isinstance(layers, int) else layers
     configs = [Configuration("baseline", ())]
-    configs += [Configuration("head", ((l, h),), l, h) for l in range(num_layers) for h in range(num_heads)]
-    configs += [Configuration("layer", tuple((l, h) for h in range(num_heads)), l) for l in range(num_layers)]
+    configs += [Configuration("head", ((l, h),), l, h) for l in numbers for h in range(num_heads)]
+    configs += [Configuration("layer", tuple((l, h) for h in range(num_heads)), l) for l in numbers]
     return configs
 
 
@@ -168,24 +174,21 @@ class HeadGates:
 
 
 def encoder_layers(model: nn.Module) -> nn.ModuleList | None:
-    """The model's list of layer modules, one per depth; None where depths share modules.
-    `base_model` is the bare transformer under any head (a classifier's, a language model's)."""
-    base = model.base_model
-    for parent in ("encoder", "transformer"):  # BERT, RoBERTa, ELECTRA, DeBERTa, MPNet / DistilBERT
-        layers = getattr(getattr(base, parent, None), "layer", None)
-        if isinstance(layers, nn.ModuleList):
-            return layers
-    for name in ("layers", "h"):  # ModernBERT and the Llama-like decoders / GPT-2
-        layers = getattr(base, name, None)
-        if isinstance(layers, nn.ModuleList):
-            return layers
-    return None
+    """The model's list of layer modules, one per depth, where its family's record puts them
+    (or the list of as many modules as the model has layers); None where depths share modules
+    (ALBERT). `base_model` is the bare transformer under any head (a classifier's, a
+    language model's)."""
+    config: Any = model.config
+    found = find_layers(model, facts_of(config.model_type), int(config.get_text_config().num_hidden_layers))
+    return nn.ModuleList(found) if found is not None else None
 
 
-# BERT-like, DistilBERT, MPNet, ModernBERT (fused). DeBERTa only its values: with shared
-# attention keys (v3) its query and key projections also run on the relative position
-# embeddings, twice per forward, so one stored output cannot stand for both calls. Decoders:
-# Llama and the families that copy it; Phi-3 (fused); GPT-2 (fused, a Conv1D).
+# The query, key and value projections of the families that differ from their family's record
+# (`families.py`), tried after it: BERT-like, DistilBERT, MPNet, ModernBERT (fused). DeBERTa
+# only its values: with shared attention keys (v3) its query and key projections also run on
+# the relative position embeddings, twice per forward, so one stored output cannot stand for
+# both calls. Decoders: Llama and the families that copy it; Phi-3 (fused); GPT-2 (fused, a
+# Conv1D).
 _PROJECTIONS: tuple[tuple[str, ...], ...] = (
     ("query", "key", "value"),
     ("q_lin", "k_lin", "v_lin"),
@@ -203,15 +206,17 @@ def _is_projection(module: object) -> bool:
     return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
 
 
-def qkv_projections(layers: nn.ModuleList) -> list[tuple[nn.Module, ...]] | None:
-    """Each layer's query, key and value projections, or None where one is not found."""
+def qkv_projections(layers: nn.ModuleList, family: str | None = None) -> list[tuple[nn.Module, ...]] | None:
+    """Each layer's query, key and value projections (by the names of `family`'s record, then
+    the others known), or None where one is not found."""
+    names_tried = (*facts_of(family).projections, *_PROJECTIONS) if family else _PROJECTIONS
     found = []
     for layer in layers:
         for module in layer.modules():
             linears = next(
                 (
                     tuple(getattr(module, n) for n in names)
-                    for names in _PROJECTIONS
+                    for names in names_tried
                     if all(_is_projection(getattr(module, n, None)) for n in names)
                 ),
                 None,
@@ -295,7 +300,7 @@ class AblationSweep:
         self.layers = encoder_layers(encoder.model) if prefix_cache else None
         if self.layers is not None and len(self.layers) != encoder.num_layers:
             self.layers = None
-        self.projections = qkv_projections(self.layers) if self.layers is not None else None
+        self.projections = qkv_projections(self.layers, encoder.family) if self.layers is not None else None
         self.configs_per_pass = max(1, configs_per_pass)
 
     def max_rows(self, length: int) -> int:
@@ -312,6 +317,10 @@ class AblationSweep:
     @torch.inference_mode()
     def _logits(self, batch: dict[str, torch.Tensor], configurations: Sequence[Configuration]) -> np.ndarray:
         model, L, H = self.encoder.model, self.encoder.num_layers, self.encoder.num_heads
+        # Configurations name layers by the model's numbers; the disabler counts the attention
+        # layers in the order they run (a hybrid's others are never called).
+        numbers = self.encoder.attention_layers
+        place = {layer: i for i, layer in enumerate(numbers)}
         inputs = sweep_inputs(model, batch)
         key_mask = batch["attention_mask"].bool()
         rows = key_mask.shape[0]
@@ -324,10 +333,10 @@ class AblationSweep:
         groups = [g for group in groups for g in _split_by(group, starts)]
         for group in groups:
             k, start = len(group), starts[group[0]]
-            disabled = np.zeros((L, k, H), dtype=bool)
+            disabled = np.zeros((len(numbers), k, H), dtype=bool)
             for j, i in enumerate(group):
                 for layer, head in configurations[i].heads:
-                    disabled[layer, j, head] = True
+                    disabled[place[layer], j, head] = True
             stubs: list[tuple[nn.Module, object]] = []
             # The embeddings of the same inputs are the same in every configuration: computed
             # once, in the reference pass.
@@ -338,7 +347,8 @@ class AblationSweep:
                 stubs += [(layer, hidden) for layer in reference.layers[:start]]
             if reference is not None and reference.projections is not None and start < L:
                 stubs += [(linear, _repeated(stored, k)) for linear, stored in reference.projections[start]]
-            self.disabler.begin(key_mask.repeat(k, 1), np.repeat(disabled, rows, axis=1), start)
+            first = bisect.bisect_left(numbers, start)  # the first attention layer the pass runs
+            self.disabler.begin(key_mask.repeat(k, 1), np.repeat(disabled, rows, axis=1), first)
             with capture.observing(self.disabler), _replacing(stubs):
                 logits = self.scorer(model, {name: _repeated(t, k) for name, t in inputs.items()})
             values = logits.float().view(k, rows, -1).cpu().numpy()

@@ -158,7 +158,7 @@ class ChangeCapture:
     def _keeper(self) -> KeepTiles:
         # Per map cell: every layer's kept base maps, and the tuned pass's tile beside them.
         per_layer = self.base.dtype.itemsize
-        return KeepTiles(self.base.num_layers * per_layer + capture.map_bytes(1, 1, 1, 1, CosineAgainst))
+        return KeepTiles(len(self.base.attention_layers) * per_layer + capture.map_bytes(1, 1, 1, 1, CosineAgainst))
 
     def max_rows(self, length: int) -> int:
         """With tiles, enough examples for tiles of `capture.TILE_FLOOR` rows; DeBERTa and
@@ -166,7 +166,7 @@ class ChangeCapture:
         heads = self.base.num_heads
         if self.base.tiles and self.encoder.tiles:
             return capture.batch_rows(self.budget, heads, length, self._keeper(), tiles=True)
-        kept = self.base.num_layers * heads * length * length * self.base.dtype.itemsize
+        kept = len(self.base.attention_layers) * heads * length * length * self.base.dtype.itemsize
         return self.budget // (kept + capture.map_bytes(1, heads, length, length, CosineAgainst))
 
     def _forward(self, encoder: EncoderModel, batch: dict[str, torch.Tensor]) -> None:
@@ -183,13 +183,17 @@ class ChangeCapture:
         with capture.attention_memory(self.budget):
             with capture.observing(keep):
                 self._forward(self.base, batch)
-            if len(keep.layers) != self.base.num_layers:
-                raise RuntimeError(f"saw {len(keep.layers)} attention layers, expected {self.base.num_layers}")
+            if len(keep.layers) != len(self.base.attention_layers):
+                raise RuntimeError(
+                    f"saw {len(keep.layers)} attention layers, expected {len(self.base.attention_layers)}"
+                )
             cosine = CosineAgainst(keep.layers, batch["attention_mask"].to(self.encoder.device).bool())
             with capture.observing(cosine):
                 self._forward(self.encoder, batch)
-        if len(cosine.cosines) != self.encoder.num_layers:
-            raise RuntimeError(f"saw {len(cosine.cosines)} attention layers, expected {self.encoder.num_layers}")
+        if len(cosine.cosines) != len(self.encoder.attention_layers):
+            raise RuntimeError(
+                f"saw {len(cosine.cosines)} attention layers, expected {len(self.encoder.attention_layers)}"
+            )
         return torch.stack(cosine.cosines, dim=1)[..., None].cpu().numpy()  # (B, L, H, 1)
 
     def extra_rows(self, example_ids: np.ndarray) -> dict[str, pa.Table]:
@@ -204,8 +208,8 @@ def check_compatible(base: EncoderModel, tuned: EncoderModel) -> None:
             f"cannot compare {base.name}, {kinds[base.causal]}, with {tuned.name}, {kinds[tuned.causal]}: "
             "their maps are not of one kind"
         )
-    shape = (base.num_layers, base.num_heads)
-    if (tuned.num_layers, tuned.num_heads) != shape:
+    shape = (base.num_layers, base.num_heads, base.attention_layers)
+    if (tuned.num_layers, tuned.num_heads, tuned.attention_layers) != shape:
         raise ModelError(
             f"cannot compare {base.name} ({base.num_layers} layers × {base.num_heads} heads) with "
             f"{tuned.name} ({tuned.num_layers} layers × {tuned.num_heads} heads): they must have the same layers and heads"

@@ -84,6 +84,11 @@ class StreamingRestriction:
     def begin_layer(self, module: nn.Module, value: torch.Tensor, length: int) -> None:
         self._layer += 1
 
+    @property
+    def layers_seen(self) -> int:
+        """Attention layers seen since :meth:`begin` (from its `start`)."""
+        return self._layer + 1
+
     def observe_tile(self, module: nn.Module, tile: capture.Tile, value: torch.Tensor) -> torch.Tensor | None:
         """The tile's rows of the attention output with the restricted heads' rows replaced;
         None where nothing is restricted in this layer (the attention function's own product)."""
@@ -121,21 +126,40 @@ class StreamingRestriction:
         replace = restricted[:, :, None, None] & drops[:, None, :, None]  # (R, H, q, 1)
         masked = probs * kept[:, None].to(probs.dtype)
         total = masked.sum(-1, keepdim=True)
+        if capture.learned_sink():
+            # The sink's logit stays in the restricted softmax: what the whole row left of 1
+            # joins the kept weights' total (docs/metrics.md#learned-sinks).
+            total = total + (1 - probs.sum(-1, keepdim=True)).clamp_min(0)
         # A row with no kept weight at all (a padding query of a left-padded row) stays as it was.
         renormalised = masked / torch.where(total > 0, total, torch.ones_like(total))
         return torch.where(replace & (total > 0), renormalised, probs)
 
 
-def restriction_rows(sets: Sequence[Collection[Group]], layers: int, groups: int, sequences: int) -> np.ndarray:
-    """The (layers, sets × sequences, groups) booleans of :meth:`StreamingRestriction.begin`
-    for `sets` side by side, set-major (the batch repeated once per set)."""
-    restricted = np.zeros((layers, len(sets), groups), dtype=bool)
+def restriction_rows(
+    sets: Sequence[Collection[Group]], layers: int | Sequence[int], groups: int, sequences: int
+) -> np.ndarray:
+    """The (attention layers, sets × sequences, groups) booleans of
+    :meth:`StreamingRestriction.begin` for `sets` side by side, set-major (the batch repeated
+    once per set). `layers`: how many, or the model's numbers of its attention layers in the
+    order they run (a hybrid's: :func:`cache_layers`); a set names layers by those numbers."""
+    numbers = list(range(layers) if isinstance(layers, int) else layers)
+    place = {layer: i for i, layer in enumerate(numbers)}
+    restricted = np.zeros((len(numbers), len(sets), groups), dtype=bool)
     for s, chosen in enumerate(sets):
         for layer, group in chosen:
-            if not (0 <= layer < layers and 0 <= group < groups):
-                raise ValueError(f"no key/value group {group} in layer {layer} ({layers} layers of {groups} groups)")
-            restricted[layer, s, group] = True
+            if layer not in place or not 0 <= group < groups:
+                raise ValueError(
+                    f"no key/value group {group} in layer {layer} (attention layers {_spans(numbers)} of {groups} groups)"
+                )
+            restricted[place[layer], s, group] = True
     return np.repeat(restricted, sequences, axis=1)
+
+
+def _spans(numbers: Sequence[int]) -> str:
+    """ "0 to 29", or the numbers themselves where they have gaps."""
+    if list(numbers) == list(range(len(numbers))):
+        return f"0 to {len(numbers) - 1}"
+    return ", ".join(map(str, numbers))
 
 
 @dataclass(frozen=True)
@@ -175,7 +199,7 @@ def restricted_lm_loss(
     if getattr(model.config, "_attn_implementation", None) != capture.ATTENTION_NAME:
         raise ValueError("restricted_lm_loss needs a model loaded with attnwh's attention function")
     config = model.config
-    layers, groups = _layers_and_groups(config)
+    numbers, groups = cache_layers(config), _layers_and_groups(config)[1]
     key_mask = batch["attention_mask"].bool()
     start = _first_real(key_mask)
     rolled = {k: _roll(v, start) if v.shape[:2] == key_mask.shape else v for k, v in batch.items()}
@@ -196,10 +220,12 @@ def restricted_lm_loss(
         for lo in range(0, len(sets), step):
             chunk = sets[lo : lo + step]
             k = len(chunk)
-            observer.begin(key_mask.repeat(k, 1), restriction_rows(chunk, layers, groups, sequences))
+            observer.begin(key_mask.repeat(k, 1), restriction_rows(chunk, numbers, groups, sequences))
             repeated = {name: _repeated(t, k) for name, t in inputs.items()}
             with capture.observing(observer):
                 logits = model(**repeated).logits
+            if observer.layers_seen != len(numbers):
+                raise RuntimeError(f"saw {observer.layers_seen} attention layers, expected {len(numbers)}")
             # A row at a time: on long inputs a row's log-probabilities over the vocabulary
             # are already large (4096 tokens × 49k words: 800 MB in float32).
             for row in range(k * sequences):
@@ -283,10 +309,12 @@ class Ranking:
         return [r.groups[0] for r in self.groups]
 
 
-def rank_groups(measure: Measure, layers: int, groups: int) -> Ranking:
+def rank_groups(measure: Measure, layers: int | Sequence[int], groups: int) -> Ranking:
     """The loss change of restricting each (layer, group) alone, measured in one call of
-    `measure` with the unrestricted model first."""
-    singles: list[Collection[Group]] = [{(layer, group)} for layer in range(layers) for group in range(groups)]
+    `measure` with the unrestricted model first; `layers`: how many, or which (a hybrid's
+    attention layers, :func:`cache_layers`)."""
+    numbers = range(layers) if isinstance(layers, int) else layers
+    singles: list[Collection[Group]] = [{(layer, group)} for layer in numbers for group in range(groups)]
     loss = measure([set(), *singles])
     baseline = _restricted((), loss, 0, None)
     ranked = [_restricted(tuple(single), loss, s + 1, baseline.loss) for s, single in enumerate(singles)]
@@ -331,8 +359,15 @@ def _head_dim(config: Any) -> int:
     return int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
 
 
-# What a config's layer types call a layer that keeps a key/value cache of every token it sees.
-_CACHING = ("full_attention", "sliding_attention", "chunked_attention", "attention")
+# What a config's layer types call a layer that keeps a key/value cache of every token it sees
+# (a hybrid layer: attention beside a state-space block, as Falcon-H1's and Zamba 2's).
+_CACHING = ("full_attention", "sliding_attention", "chunked_attention", "attention", "hybrid")
+
+
+def cache_layers(config: Any) -> list[int]:
+    """The layers that keep a key/value cache: every layer, or a hybrid's attention layers
+    (the layers a restriction can restrict, in the order their attention runs)."""
+    return [layer for layer, tokens in enumerate(_cached_tokens(config, 1)) if tokens > 0]
 
 
 def _cached_tokens(config: Any, context: int) -> list[int]:
@@ -391,16 +426,20 @@ def kv_bytes_saved(
     caches (`context`, or a sliding-window layer's window) and nothing saved where n ≤ S + W.
     A latent-attention layer's one latent serves every head: it is saved, (n − S − W) ·
     latent values, only where every group of the layer is restricted."""
-    layers, groups = _layers_and_groups(config)
+    _, groups = _layers_and_groups(config)
     chosen = set(restricted)
-    for layer, group in chosen:
-        if not (0 <= layer < layers and 0 <= group < groups):
-            raise ValueError(f"no key/value group {group} in layer {layer} ({layers} layers of {groups} groups)")
     cached = _cached_tokens(config, context)
+    attention = set(cache_layers(config))
+    for layer, group in chosen:
+        if not (layer in attention and 0 <= group < groups):
+            raise ValueError(
+                f"no key/value group {group} in layer {layer} (attention layers {_spans(cache_layers(config))} "
+                f"of {groups} groups)"
+            )
     value = _value_bytes(config, dtype)
     latent = _latent(config)
     if latent is not None:
-        whole = [layer for layer in range(layers) if all((layer, g) in chosen for g in range(groups))]
+        whole = [layer for layer in sorted(attention) if all((layer, g) in chosen for g in range(groups))]
         return sum(max(0, cached[layer] - sinks - window) * latent * value for layer in whole)
     per_token = 2 * _head_dim(config) * value
     return sum(max(0, cached[layer] - sinks - window) * per_token for layer, _ in chosen)

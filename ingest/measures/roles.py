@@ -211,7 +211,7 @@ def measure_roles(
     attention memory budget (`attention_memory` bytes; default: sized from the device) holds
     fewer; layers whose maps would take more than the budget are read in tiles."""
     started = time.perf_counter()
-    observer = RoleScores(encoder.num_layers, local_window)
+    observer = RoleScores(len(encoder.attention_layers), local_window)
     budget = attention_memory or capture.default_budget(encoder.device)
     scores: list[np.ndarray] = []
     groups: list[list[ProbeSequence]] = []

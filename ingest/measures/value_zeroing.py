@@ -66,7 +66,7 @@ from torch import nn
 
 from attnwh.errors import ModelError
 from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs
+from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs, require_every_layer
 from attnwh.ingest.measures.ablation import _replacing, encoder_layers, qkv_projections
 
 VARIANTS = ("layer", "head")
@@ -162,6 +162,7 @@ class ValueZeroing:
             raise ValueError(f"unknown value-zeroing variant {variant!r}; choose one of {', '.join(VARIANTS)}")
         if max_rows < 1:
             raise ValueError("max_rows must be at least 1")
+        require_every_layer(encoder, "value zeroing")
         modules = layer_modules(encoder.model)
         if not modules:
             raise ModelError(
@@ -173,7 +174,7 @@ class ValueZeroing:
         self.max_rows = max_rows
         self.memory = memory
         self._modules = modules
-        found = qkv_projections(nn.ModuleList(modules))
+        found = qkv_projections(nn.ModuleList(modules), encoder.family)
         self._projections = dict(zip(modules, found, strict=True)) if found is not None else {}
         self._places = self._probe_places()
 

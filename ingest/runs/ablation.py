@@ -43,7 +43,7 @@ import torch
 from attnwh.errors import DataError, ModelError, UsageError
 from attnwh.ingest.encoder import capture
 from attnwh.ingest.encoder.encoding import collate, length_buckets
-from attnwh.ingest.encoder.loading import EncoderModel
+from attnwh.ingest.encoder.loading import EncoderModel, require_every_layer
 from attnwh.ingest.measures.ablation import (
     AblationSweep,
     Configuration,
@@ -220,6 +220,7 @@ def prepare_ablation(
     """`prepare_tasks` for an ablation sweep with these settings: the run key names them, so
     another mode or top-k is another run. With `prompts_by_task` (one per task, a causal LM),
     each example is its prompt's tokens and the prompt is part of the run key."""
+    require_every_layer(encoder, "the ablation sweep")
     prepared = prepare_tasks(encoder, tasks, options, ablation_identity(encoder, ablation))
     if prompts_by_task is not None:
         prepared = [prompted_task(encoder, task, prompt, options) for task, prompt in zip(prepared, prompts_by_task)]
@@ -283,7 +284,7 @@ def ingest_ablation(
     con = warehouse.connect(db_path)
     try:
         model_ids = {"model_id": runs.upsert_model(con, encoder.facts())}
-        singles = sweep_configurations(encoder.num_layers, encoder.num_heads)
+        singles = sweep_configurations(encoder.attention_layers, encoder.num_heads)
         states = [open_task_run(con, model_ids, "ablation", encoder, task, options) for task in tasks]
         opened = []
         for task, state, (labels, _) in zip(tasks, states, golds):
@@ -413,7 +414,7 @@ class SweepWorker:
     def __init__(self, sweep: AblationSweep, label_ids: Mapping[str, Sequence[int] | None] | None = None) -> None:
         self.sweep = sweep
         encoder = sweep.encoder
-        self.configs = sweep_configurations(encoder.num_layers, encoder.num_heads)
+        self.configs = sweep_configurations(encoder.attention_layers, encoder.num_heads)
         config: Any = encoder.model.config
         # Each run's label words (by run key) where it reads a prompt: scored by them, never a regression.
         self.label_ids = dict(label_ids or {})

@@ -207,7 +207,7 @@ class LossWorker:
         self.sweep = sweep
         self.spans = spans
         encoder = sweep.encoder
-        self.configs = sweep_configurations(encoder.num_layers, encoder.num_heads)
+        self.configs = sweep_configurations(encoder.attention_layers, encoder.num_heads)
         config: Any = encoder.model.config
         self.vocab = int(getattr(config, "vocab_size", 0) or len(encoder.tokenizer))
 

@@ -69,6 +69,8 @@ class ExampleMaps:
     # Key/value heads per layer: fewer than the heads under grouped-query attention, where
     # head h reads key/value head h // (heads / num_key_value_heads). None: as many as heads.
     num_key_value_heads: int | None = None
+    # A hybrid model's layers that are no softmax attention (no maps): layer -> its kind.
+    other_layers: dict[int, str] = field(default_factory=dict)
 
     @property
     def lenses(self) -> tuple[str, ...]:
@@ -319,10 +321,16 @@ def example_maps(
         con.close()
     assert row is not None  # run_model refuses a run that does not exist
     text_a, text_b, label, max_length = row
-    chosen = tuple(range(encoder.num_layers)) if layers is None else tuple(layers)
+    read = encoder.attention_layers  # the maps come in this order: a hybrid's attention layers only
+    chosen = read if layers is None else tuple(layers)
     if bad := [k for k in chosen if not 0 <= k < encoder.num_layers]:
         raise UsageError(
             f"layer {bad[0]} is not one of the model's {encoder.num_layers} layers (0 to {encoder.num_layers - 1})"
+        )
+    if other := [f for f in encoder.layers if f.layer in chosen and not f.read]:
+        raise UsageError(
+            f"layer {other[0].layer} of {encoder.name} is {other[0].kind}, not softmax attention: it has no maps "
+            f"(its attention layers: {', '.join(map(str, read))})"
         )
     ids, maps = MapCapture(encoder).compute_many([(text_a, text_b)], max_length, token_ids=[stored])[0]
     return ExampleMaps(
@@ -332,10 +340,11 @@ def example_maps(
         tokens=list(encoder.tokenizer.convert_ids_to_tokens(ids)),
         kinds=token_kinds(encoder, ids),
         layers=chosen,
-        maps={lens: m[list(chosen)] for lens, m in maps.items()},
+        maps={lens: m[[read.index(k) for k in chosen]] for lens, m in maps.items()},
         text_a=text_a,
         text_b=text_b,
         label=label,
         causal=encoder.causal,
         num_key_value_heads=encoder.num_key_value_heads,
+        other_layers={f.layer: f.kind for f in encoder.layers if not f.read},
     )

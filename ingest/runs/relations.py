@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from attnwh.errors import DataError
-from attnwh.ingest.encoder.loading import EncoderModel
+from attnwh.ingest.encoder.loading import EncoderModel, require_every_layer
 from attnwh.ingest.measures import frames
 from attnwh.ingest.measures.dependencies import Sentence, measure
 from attnwh.ingest.measures.frames import FrameData
@@ -145,6 +145,7 @@ def _ingest_run(
     from attnwh.ingest.runs.rows import library_versions
     from attnwh.sql import runs, warehouse
 
+    require_every_layer(encoder, "relations")
     identity = run_identity(encoder, path, options.limit, options.seed, **measures)
     con = warehouse.connect(db_path)
     try:

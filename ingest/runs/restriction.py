@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnwh.errors import DataError, UsageError
+from attnwh.errors import DataError, ModelError, UsageError
 from attnwh.ingest.encoder.loading import EncoderModel
 from attnwh.ingest.measures import lm_loss
 from attnwh.ingest.measures import restriction as rs
@@ -260,8 +260,13 @@ def ingest_restriction(
     from attnwh.sql import runs, warehouse
 
     config = encoder.model.config
-    layers, groups = rs._layers_and_groups(config)
-    grid = list(options.grid) if options.grid is not None else default_grid(layers * groups)
+    layers, groups = rs.cache_layers(config), rs._layers_and_groups(config)[1]
+    if tuple(layers) != encoder.attention_layers:  # the config's hybrid layers, as the check at load found them
+        raise ModelError(
+            f"{encoder.name}'s config says layers {layers} keep a key/value cache, but attnwh reads attention on "
+            f"layers {list(encoder.attention_layers)}: the restriction sweep cannot tell which groups are which"
+        )
+    grid = list(options.grid) if options.grid is not None else default_grid(len(layers) * groups)
     identity = run_identity(encoder, text, options, grid)
     con = warehouse.connect(db_path)
     try:
@@ -269,7 +274,7 @@ def ingest_restriction(
         if found and not options.replace:
             return RestrictionSummary(found.run_id, "already complete", None, None)
         if on_start:
-            on_start((1 + layers * groups + len(grid)) * (2 if text.needles else 1))
+            on_start((1 + len(layers) * groups + len(grid)) * (2 if text.needles else 1))
         started = time.perf_counter()
         pad = 0 if encoder.tokenizer.pad_token_id is None else int(encoder.tokenizer.pad_token_id)
         measured = batched_measure(encoder.model, batches(text.sequences, pad, options.batch_size), options, on_sets)
@@ -379,10 +384,11 @@ def _tables(
         losses["correct"] += [int(c) for c in loss.correct[row]]
 
     _, groups = rs._layers_and_groups(config)
+    place = {layer: i for i, layer in enumerate(rs.cache_layers(config))}
 
     def alone(group: rs.Group) -> int:
-        """The row of `group` among the ranking's sets."""
-        return 1 + group[0] * groups + group[1]
+        """The row of `group` among the ranking's sets (attention layer by attention layer)."""
+        return 1 + place[group[0]] * groups + group[1]
 
     rows = [alone(r.groups[0]) for r in ranking.groups]
     measured = {"text": texts} | ({"needle": needles} if needles is not None else {})

@@ -136,7 +136,7 @@ def ingest_roles(
             warehouse.insert_arrow(con, "run_examples", _run_example_rows(run, made, ids))
             warehouse.insert_arrow(con, "role_settings", _settings_rows(run, settings))
             warehouse.insert_arrow(con, "role_probes", _probe_rows(run, settings.seed, made, ids))
-            warehouse.insert_arrow(con, "head_roles", _score_rows(run, result.scores, ids))
+            warehouse.insert_arrow(con, "head_roles", _score_rows(run, result.scores, ids, encoder.attention_layers))
             runs.finish_run(con, run, "complete", result.seconds)
         return RolesSummary(run, settings.kind, state.outcome, len(made), result.tiles_read, result.seconds)
     finally:
@@ -223,8 +223,9 @@ def _probe_rows(run: int, seed: int, made: Sequence[probes.ProbeSequence], ids: 
     }
 
 
-def _score_rows(run: int, scores: np.ndarray, ids: Sequence[int]) -> dict[str, object]:
-    """head_roles rows from scores (probes, layers, heads, columns); NaN becomes NULL."""
+def _score_rows(run: int, scores: np.ndarray, ids: Sequence[int], numbers: Sequence[int]) -> dict[str, object]:
+    """head_roles rows from scores (probes, attention layers, heads, columns), each attention
+    layer under the model's own number (`numbers`: a hybrid's have gaps); NaN becomes NULL."""
     import pyarrow as pa
 
     n, layers, heads, _ = scores.shape
@@ -235,7 +236,7 @@ def _score_rows(run: int, scores: np.ndarray, ids: Sequence[int]) -> dict[str, o
     rows: dict[str, object] = {
         "run_id": pa.array(np.full(len(example), run, np.int32)),
         "example_id": pa.array(np.asarray(ids, np.int64)[example]),
-        "layer": pa.array(layer.astype(np.int16)),
+        "layer": pa.array(np.asarray(numbers, np.int16)[layer]),
         "head": pa.array(head.astype(np.int16)),
     }
     for i, column in enumerate(roles.ROLE_COLUMNS):
