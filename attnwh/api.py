@@ -1313,9 +1313,11 @@ def finetune(
         train = load(train_split, data).sample(max_train_examples, seed)
         dev = load(eval_split, eval_data)
         # The data and the model's name are checked; now the model libraries.
-        from attnwh.ingest.encoder.loading import load_encoder
-        from attnwh.ingest.runs.finetune import Checkpoints, FinetuneOptions, record
+        from attnwh.ingest.encoder.loading import load_encoder, read_config
+        from attnwh.ingest.runs.finetune import Checkpoints, FinetuneOptions, check_classifier, record
         from attnwh.ingest.runs.finetune import finetune as run_finetune
+
+        check_classifier(read_config(model), model)
 
         options = FinetuneOptions(
             epochs=epochs,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -339,3 +340,120 @@ def test_restriction_is_the_family_attention_with_the_dropped_keys_masked(tiny, 
         assert loss.nats[s, 0] == pytest.approx(expected, abs=1e-4), chosen
         changes.append(abs(expected - loss.nats[0, 0]))
     assert max(changes) > 1e-2
+
+
+# ---------------------------------------------------------------- the other analyses
+
+
+def test_massive_activations_are_read_through_experts(monkeypatch, capsys, tiny, tmp_path):
+    """Qwen3-MoE: the residual stream after blocks of routed experts is scanned as any model's:
+    each stored example's top magnitudes per layer, their dimensions and positions and the
+    layer's median equal a numpy scan of eager output_hidden_states of the example alone."""
+    from test_massive import numpy_scan
+
+    db = tmp_path / "w.duckdb"
+    code, _, err = _ingest(monkeypatch, capsys, tiny("qwen3_moe"), db)
+    assert code == 0, err
+    eager = AutoModel.from_pretrained(tiny("qwen3_moe"), attn_implementation="eager").eval()
+    assert any("Experts" in type(m).__name__ for m in eager.modules())
+    examples = _rows(db, "SELECT example_id, token_ids FROM run_examples ORDER BY example_id")
+    assert len({len(ids) for _, ids in examples}) > 1  # the batch was padded
+    for example_id, ids in examples:
+        with torch.no_grad():
+            states = eager(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states[1:]
+        want = numpy_scan([s[0].numpy() for s in states], ["other"] * len(ids))
+        stored = _rows(
+            db,
+            "SELECT layer, magnitude, dim, position, median FROM massive_activations "
+            f"WHERE example_id = {example_id} ORDER BY layer, rank",
+        )
+        assert {r[0] for r in stored} == set(range(len(want)))
+        for layer, expected in enumerate(want):
+            got = [r for r in stored if r[0] == layer]
+            np.testing.assert_allclose([r[1] for r in got], expected["magnitude"], rtol=1e-5, atol=0)
+            assert [r[2] for r in got] == expected["dim"].tolist()
+            assert [r[3] for r in got] == expected["position"].tolist()
+            assert got[0][4] == pytest.approx(float(expected["median"]), rel=1e-5)
+
+
+def test_prompts_read_a_model_with_learned_sinks(monkeypatch, capsys, tiny, tmp_path):
+    """gpt-oss read through a prompt: the stored answer logits are the eager language model's
+    at the prompt's last token, and the prompted sweep stores a prediction for every
+    configuration and example."""
+    db, model = tmp_path / "w.duckdb", tiny("gpt_oss")
+    prompt = ["--prompt", "--label-words", "the,dog", "--shots", "1", "--shot-seed", "3"]
+    code, _, err = _ingest(monkeypatch, capsys, model, db, *prompt)
+    assert code == 0, err
+    eager = AutoModelForCausalLM.from_pretrained(model, attn_implementation="eager").eval()
+    ((described,),) = _rows(db, "SELECT prompt FROM runs")
+    label_ids = json.loads(described)["label_token_ids"]
+    stored = _rows(db, "SELECT token_ids, logits FROM prompt_predictions JOIN run_examples USING (run_id, example_id)")
+    assert len(stored) == 4
+    for ids, logits in stored:
+        with torch.no_grad():
+            last = eager(input_ids=torch.tensor([ids])).logits[0, -1]
+        np.testing.assert_allclose(logits, last[label_ids].numpy(), atol=1e-4, rtol=0)
+    code, _, err = run(
+        monkeypatch, capsys, "ingest", "ablation", "--model", str(model), "--db", str(db), "--task", "sentiment",
+        *prompt, "--device", "cpu", "--limit", "4", "--resamples", "100", "--top-k", "1", "--no-importance",
+    )  # fmt: skip
+    assert code == 0, err
+    config = AutoConfig.from_pretrained(model)
+    configs = 1 + config.num_hidden_layers * config.num_attention_heads + config.num_hidden_layers
+    assert _rows(db, "SELECT count(DISTINCT config_id), count(*) FROM ablation_predictions") >= [(configs, 4 * configs)]
+
+
+def test_finetune_and_compare_a_learned_sink_model(monkeypatch, capsys, tiny, tmp_path):
+    """gpt-oss fine-tuned as its sequence classifier and compared with its base: a change
+    stored per example, layer and head."""
+    base, out, db = tiny("gpt_oss"), tmp_path / "tuned", tmp_path / "w.duckdb"
+    code, _, err = run(
+        monkeypatch, capsys, "finetune", "--model", str(base), "--out", str(out), "--db", str(db),
+        "--max-train-examples", "16", "--epochs", "1", "--batch-size", "8", "--max-length", "32", "--device", "cpu",
+    )  # fmt: skip
+    assert code == 0, err
+    code, _, err = run(
+        monkeypatch, capsys, "ingest", "compare", "--base", str(base), "--tuned", str(out), "--db", str(db),
+        "--task", "sentiment", "--limit", "4", "--device", "cpu",
+    )  # fmt: skip
+    assert code == 0, err
+    config = AutoConfig.from_pretrained(base)
+    (count, low, high) = _rows(db, "SELECT count(*), min(cosine), max(cosine) FROM attention_change")[0]
+    assert count == 4 * config.num_hidden_layers * config.num_attention_heads and 0 < low <= high <= 1 + 1e-6
+
+
+def test_a_family_without_a_sequence_classifier_is_not_fine_tuned(monkeypatch, capsys, tiny, tmp_path):
+    """Llama 4 (text) has no sequence-classification class in transformers: one line, before
+    any weights load, and nothing written."""
+    out, model = tmp_path / "tuned", tiny("llama4_text")
+    capsys.readouterr()  # what building it printed
+    code, _, err = run(
+        monkeypatch, capsys, "finetune", "--model", str(model), "--out", str(out),
+        "--db", str(tmp_path / "w.duckdb"), "--epochs", "1", "--device", "cpu",
+    )  # fmt: skip
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code != 0 and len(lines) == 1, err
+    assert "llama4_text" in lines[0] and "sequence classification" in lines[0], err
+    assert not out.exists()
+
+
+def test_compare_of_two_hybrids_matches_eager_maps_of_their_attention_layers(monkeypatch, capsys, tiny, tmp_path):
+    """Two Qwen3-Next models of different seeds: the change is stored under the attention
+    layer's own number (3), equal to the cosine of the eager maps of each example alone."""
+    other = make_tiny_language_model("qwen3_next", tmp_path / "other", seed=1, head=True)
+    base, db = tiny("qwen3_next"), tmp_path / "w.duckdb"
+    code, _, err = run(
+        monkeypatch, capsys, "ingest", "compare", "--base", str(base), "--tuned", str(other), "--db", str(db),
+        "--task", "sentiment", "--limit", "4", "--device", "cpu",
+    )  # fmt: skip
+    assert code == 0, err
+    rows = _rows(db, "SELECT example_id, layer, head, cosine FROM attention_change ORDER BY ALL")
+    assert {r[1] for r in rows} == {3}
+    models = [AutoModel.from_pretrained(p, attn_implementation="eager").eval() for p in (base, other)]
+    tokens = dict(_rows(db, "SELECT example_id, token_ids FROM run_examples"))
+    for example_id, _, head, cosine in rows:
+        with torch.no_grad():
+            a, b = (m(input_ids=torch.tensor([tokens[example_id]]), output_attentions=True).attentions for m in models)
+        (x,), (y,) = a, b  # one map per attention layer: layer 3's
+        x, y = x[0, head].double().ravel(), y[0, head].double().ravel()
+        assert cosine == pytest.approx(float(x @ y / (x.norm() * y.norm())), abs=1e-5)

@@ -32,6 +32,7 @@ from attnwh.ingest.encoder.encoding import TokenKinds
 from attnwh.ingest.encoder.loading import EncoderModel, load_encoder
 from attnwh.ingest.measures.value_zeroing import VZ_COLUMNS, ValueZeroing
 from helpers import run
+from tiny_language_models import make_tiny_language_model
 from tiny_models import DECODER_FAMILIES, DECODER_WINDOW, make_tiny_decoder
 
 TEXTS = [
@@ -47,6 +48,11 @@ LAYERS, HEADS = 2, 4
 # on every layer. Qwen2: GQA 4:1, biases. Phi-3: fused Q, K, V. Gemma 3: local and global
 # rotary tables. Qwen3, OLMo2: query and key norms.
 FAMILIES = DECODER_FAMILIES
+# Newer attention, built from transformers' own configs (tiny_language_models.py, 4 layers):
+# gpt-oss's learned sinks (a row's weights sum to less than 1), Qwen3-MoE's experts after the
+# attention, DeepSeek-V3's latent attention (values made by `kv_b_proj` beside the keys' no-rotary
+# part, of another head size than the queries and keys).
+NEWER_FAMILIES = ("gpt_oss", "qwen3_moe", "deepseek_v3")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -58,29 +64,38 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+def _scale_values(source: Path, out: Path) -> Path:
+    """A copy of the decoder at `source` with its value and attention output projections scaled
+    up, so that zeroing one value moves the layer's outputs far beyond rounding noise (at the
+    default initialisation the residual stream dwarfs the attention block's output)."""
+    model = AutoModel.from_pretrained(source)
+    with torch.no_grad():
+        for depth in range(model.config.num_hidden_layers):
+            value, values, _, projection = value_projection(model, depth)
+            rows = value.weight if not is_conv1d(value) else value.weight.T  # (out features, in)
+            rows[values] *= VALUE_SCALE
+            if value.bias is not None:
+                value.bias[values] *= VALUE_SCALE
+            projection.weight *= VALUE_SCALE
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(source).save_pretrained(out)
+    return out
+
+
 @pytest.fixture(scope="module")
 def decoder(tmp_path_factory: pytest.TempPathFactory):
-    """family -> a tiny decoder with its value and attention output projections scaled up,
-    so that zeroing one value moves the layer's outputs far beyond rounding noise (at the
-    default initialisation the residual stream dwarfs the attention block's output)."""
+    """family -> a tiny decoder (`_scale_values`): of LAYERS layers for the families of
+    tiny_models.py, of its own config's for NEWER_FAMILIES."""
     cache: dict[str, Path] = {}
 
     def build(family: str) -> Path:
         if family not in cache:
-            source = make_tiny_decoder(family, tmp_path_factory.mktemp(f"vzd-src-{family}"), LAYERS, HEADS)
-            model = AutoModel.from_pretrained(source)
-            with torch.no_grad():
-                for depth in range(LAYERS):
-                    value, values, _, out = value_projection(model, depth)
-                    rows = value.weight if not is_conv1d(value) else value.weight.T  # (out features, in)
-                    rows[values] *= VALUE_SCALE
-                    if value.bias is not None:
-                        value.bias[values] *= VALUE_SCALE
-                    out.weight *= VALUE_SCALE
-            folder = tmp_path_factory.mktemp(f"vzd-{family}")
-            model.save_pretrained(folder)
-            AutoTokenizer.from_pretrained(source).save_pretrained(folder)
-            cache[family] = folder
+            source = tmp_path_factory.mktemp(f"vzd-src-{family}")
+            if family in NEWER_FAMILIES:
+                make_tiny_language_model(family, source)
+            else:
+                make_tiny_decoder(family, source, LAYERS, HEADS)
+            cache[family] = _scale_values(source, tmp_path_factory.mktemp(f"vzd-{family}"))
         return cache[family]
 
     return build
@@ -93,15 +108,21 @@ def is_conv1d(module: nn.Module) -> bool:
     return type(module).__name__ == "Conv1D"  # GPT-2's: weight (in, out)
 
 
-def value_projection(model: Any, depth: int) -> tuple[nn.Module, slice, nn.Module, nn.Module]:
-    """Layer `depth`'s module that makes the values, the slice of its output features that
-    holds them (H_kv heads side by side), the layer module and the attention output projection."""
+def value_projection(model: Any, depth: int) -> tuple[nn.Module, slice | torch.Tensor, nn.Module, nn.Module]:
+    """Layer `depth`'s module that makes the values, the output features that hold them (a
+    slice of H_kv heads side by side, or their indices), the layer module and the attention
+    output projection."""
     config, base = model.config, model.base_model
     if config.model_type == "gpt2":
         block = base.h[depth]
         return block.attn.c_attn, slice(2 * config.hidden_size, None), block, block.attn.c_proj
     layer = base.layers[depth]
     attention = layer.self_attn
+    if hasattr(attention, "kv_b_proj"):  # latent attention: per head, the keys' no-rotary part, then the values
+        nope, width = config.qk_nope_head_dim, config.v_head_dim
+        per_head = torch.arange(nope, nope + width)
+        values = torch.cat([h * (nope + width) + per_head for h in range(config.num_attention_heads)])
+        return attention.kv_b_proj, values, layer, attention.o_proj
     if config.model_type == "phi3":  # fused Q, K, V: the values come last
         width = config.num_key_value_heads * config.hidden_size // config.num_attention_heads
         return attention.qkv_proj, slice(-width, None), layer, attention.o_proj
@@ -154,11 +175,12 @@ class Reference:
             assert zero is not None
             token, head = zero
             out = out.clone()
-            start = range(out.shape[-1])[values][0]
             if head is None:
-                out[:, token, values] = 0
+                out[..., token, values] = 0
             else:
-                out[:, token, start + head * self.width : start + (head + 1) * self.width] = 0
+                assert isinstance(values, slice)
+                start = range(out.shape[-1])[values][0]
+                out[..., token, start + head * self.width : start + (head + 1) * self.width] = 0
             return out
 
         hooks = [layer.register_forward_hook(stop)]
@@ -211,10 +233,11 @@ def real_positions(batch: dict[str, torch.Tensor], b: int) -> torch.Tensor:
 # ---------------------------------------------------------------- tests
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + NEWER_FAMILIES)
 def test_layer_variant_equals_brute_force_right_and_left_padded(decoder, family):
     path = decoder(family)
     encoder = load_encoder(str(path), "cpu")
+    layers = encoder.num_layers
     reference = Reference(path)
     # 7 rows a chunk: chunks end inside examples and mix examples of different lengths.
     vz = ValueZeroing(encoder, "layer", max_rows=7)
@@ -227,12 +250,12 @@ def test_layer_variant_equals_brute_force_right_and_left_padded(decoder, family)
         matrices = vz.matrices(batch)
         masks = kinds.masks(batch["input_ids"], batch["attention_mask"])
         shares = vz.run(batch, key_mask, *masks)
-        assert shares.shape == (len(TEXTS), LAYERS, 1, len(VZ_COLUMNS))
+        assert shares.shape == (len(TEXTS), layers, 1, len(VZ_COLUMNS))
         for b in range(len(TEXTS)):
             real = real_positions(batch, b)
             ids = batch["input_ids"][b, real].tolist()
             punct = masks[2][b, real].double().numpy()
-            for depth in range(LAYERS):
+            for depth in range(layers):
                 full = matrices[depth][b]
                 got = full[real][:, real].numpy()
                 expected = reference.matrix(ids, depth)
@@ -249,7 +272,7 @@ def test_layer_variant_equals_brute_force_right_and_left_padded(decoder, family)
     assert shares[..., VZ_COLUMNS.index("vz_to_cls")].std() > 1e-3
 
 
-@pytest.mark.parametrize("family", ["llama", "gemma2"])
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gpt_oss"])
 def test_head_variant_zeroes_one_query_head_of_a_key_value_group(decoder, family):
     path = decoder(family)
     encoder = load_encoder(str(path), "cpu")

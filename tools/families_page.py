@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 import transformers
+from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "families.md"
@@ -39,6 +40,12 @@ inputs read by attnwh and every stored statistic compared with a reference recom
 at a time from the family's eager attention, within 1e-5. *read* means exactly that; *refused*
 gives attnwh's one line; *not built* means transformers itself could not build or run the tiny
 model from the shrunk config (not a verdict on the real model).
+
+Every analysis runs on a family that is read, with two exceptions. A hybrid (some layers not
+softmax attention) refuses the analyses that need every layer in one line: value zeroing,
+relations and the sweep of a fine-tuned classifier. `attnwh finetune` trains the family's
+`…ForSequenceClassification` class: where transformers has none (the last column), it refuses
+in one line before any weights load.
 
 """
 
@@ -81,12 +88,14 @@ def main() -> None:
         f"transformers {transformers.__version__}: {len(outcomes)} families; {built} built tiny and ran, of which "
         f"attnwh reads **{counts['read']}** exactly and refuses {counts['refused']}; {counts['not built']} "
         "could not be built tiny.\n",
-        "| family | outcome | what the census found |",
-        "| --- | --- | --- |",
+        "| family | outcome | what the census found | `attnwh finetune` |",
+        "| --- | --- | --- | --- |",
     ]
     for family, outcome in sorted(outcomes.items()):
         kind, _, detail = outcome.partition(": ")
-        lines.append(f"| `{family}` | {kind} | {detail.replace('|', '/')} |")
+        classifier = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES.get(family)
+        tuned = f"`{classifier}`" if classifier else "no classifier class"
+        lines.append(f"| `{family}` | {kind} | {detail.replace('|', '/')} | {tuned} |")
     PAGE.write_text("\n".join(lines) + "\n" + OUTRO, encoding="utf-8")
     print(f"{PAGE.relative_to(ROOT)}: {counts}")
 

@@ -145,6 +145,28 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def read_config(name: str | None) -> transformers.PretrainedConfig:
+    """The config of `name` (as :func:`load_encoder` takes it) without its weights, raising
+    ModelError with one clear line where it cannot be read."""
+    check_model(name)  # a missing folder, or a hub name not cached while the hub is offline
+    source = (
+        str(bundled_model_path()) if name is None else str(Path(name).expanduser()) if looks_like_path(name) else name
+    )
+    # Failures reach the user as one ModelError line; the libraries' own retry warnings and
+    # progress bars would only bury it.
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    huggingface_hub.utils.logging.set_verbosity_error()
+    # A .gguf file loads from its folder with gguf_file= (checked whole first: a truncated
+    # file is one ModelError line); anything else loads as it is.
+    folder, gguf_file = gguf.pretrained_arguments(source)
+    try:
+        return AutoConfig.from_pretrained(folder, **gguf_file)
+    except (OSError, ValueError) as exc:
+        shown = DEFAULT_MODEL_NAME if name is None else name
+        raise ModelError(f"cannot load model {shown}: {_first_line(exc)}") from None
+
+
 def load_encoder(
     name: str | None, device: str = "auto", dtype: str = "float32", language_model: bool = False
 ) -> EncoderModel:
@@ -161,23 +183,12 @@ def load_encoder(
         raise UsageError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     source = str(bundled_model_path()) if name is None else name
     shown = DEFAULT_MODEL_NAME if name is None else name
-    check_model(name)  # a missing folder, or a hub name not cached while the hub is offline
     given = name
     if name is not None and looks_like_path(name):
         source = str(Path(name).expanduser())
         given = str(Path(source).resolve())
-    # Failures reach the user as one ModelError line; the libraries' own retry warnings and
-    # progress bars would only bury it.
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-    huggingface_hub.utils.logging.set_verbosity_error()
-    # A .gguf file loads from its folder with gguf_file= (checked whole first: a truncated
-    # file is one ModelError line); anything else loads as it is.
+    config = read_config(name)
     folder, gguf_file = gguf.pretrained_arguments(source)
-    try:
-        config = AutoConfig.from_pretrained(folder, **gguf_file)
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot load model {shown}: {_first_line(exc)}") from None
     family = config.model_type
     facts = families.facts_of(family)
     causal = not facts.encoder

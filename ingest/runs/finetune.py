@@ -34,6 +34,7 @@ import numpy as np
 import torch
 import transformers
 from transformers import AutoConfig, AutoModelForSequenceClassification
+from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
 
 from attnwh.errors import DataError, Interrupted, ModelError
 from attnwh.ingest.encoder import gguf
@@ -45,6 +46,7 @@ from attnwh.ingest.encoder.loading import (
     forward_inputs,
     load_encoder,
     parameters_hash,
+    read_config,
 )
 from attnwh.ingest.measures import metrics
 from attnwh.ingest.sources.examples import TaskData
@@ -108,6 +110,17 @@ class FinetuneResult:
 StepCallback = Callable[[int, int, float], None]
 # Given the result of a fine-tuning, what the caller adds to its lineage note (top-level keys).
 LineageExtra = Callable[[FinetuneResult], dict[str, object]]
+
+
+def check_classifier(config: Any, model_name: str | None) -> None:
+    """Refuse, in one line, a family transformers has no sequence-classification class for:
+    the classifier fine-tuning trains is that class."""
+    family = config.model_type
+    if family not in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES:
+        raise ModelError(
+            f"{model_name or DEFAULT_MODEL_NAME} is a {family!r} model, which transformers has no sequence "
+            "classification class for: attnwh cannot fine-tune it"
+        )
 
 
 def _for_training(source: str, config: Any, from_scratch: bool) -> Any:  # a PreTrainedModel
@@ -181,6 +194,7 @@ def finetune(
         raise DataError("fine-tuning needs a non-empty train and dev split")
     if train.labels != dev.labels:
         raise DataError(f"train and dev of {train.task} have different label sets")
+    check_classifier(read_config(model_name), model_name)  # before any weights load
     base = load_encoder(model_name, device)  # checks the model is a supported encoder or decoder
     # Training needs the pre-trained model's facts and tokenizer, not its weights: letting them
     # go takes their size off the peak (~0.4 GiB for a 12-layer base model).
