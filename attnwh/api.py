@@ -335,8 +335,10 @@ class Warehouse:
         """One example's attention token by token: every head of `layer` as a small map and the
         one clicked drawn large with its tokens, menus for the lens and the layer. Returns the
         page `attnwh show` writes (`.html`, `.save(path)`), which Jupyter draws inline."""
+        from attnwh.ingest.runs.map_checks import check_view
         from attnwh.reports.example_view import example_view
 
+        check_view(self.path, run, layer, lens)  # before the model loads
         return example_view(self.example_maps(run, example, model=model, device=device), layer, lens)
 
 
@@ -388,8 +390,10 @@ def show(
 
     The example is run again through the run's own model (its weights checked against the stored hash). Every head of a layer is a small map, as many across as the page holds; the one clicked is drawn large with the tokens on both axes, [CLS], [SEP] and punctuation marked; menus switch the lens and the layer. The page needs no network. The queries head_examples, ablation_flips and pattern_examples give example ids.
     """
+    from attnwh.ingest.runs.map_checks import check_view
     from attnwh.reports.example_view import write_page
 
+    check_view(db, run, layer, lens)  # before the model loads
     maps = Warehouse(db).example_maps(run, example, model=model, device=device.value)
     return write_page(maps, out or Path(f"show-{run}-{example}.html"), layer, lens)
 
@@ -1062,10 +1066,11 @@ def ablation(
         # Data errors before torch is imported; only a sweep of the bundled sample without
         # --task waits for the model, whose fine-tuning task it is swept on.
         loaded = source.load(task) if task or source.given else None
-        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.encoder.loading import load_encoder, read_config
         from attnwh.ingest.runs.ablation import (
             AblationOptions,
             check_classifier,
+            check_head_in_config,
             gold_labels,
             ingest_ablation,
             prepare_ablation,
@@ -1074,6 +1079,8 @@ def ablation(
         )
         from attnwh.ingest.sources.files import SAMPLE_TASKS
 
+        if not prompt:
+            check_head_in_config(read_config(model), model)  # before the weights load
         encoder = load_encoder(model, device.value, language_model=prompt)
         check_classifier(encoder, prompt)
         if loaded is None:
@@ -1314,10 +1321,10 @@ def finetune(
         dev = load(eval_split, eval_data)
         # The data and the model's name are checked; now the model libraries.
         from attnwh.ingest.encoder.loading import load_encoder, read_config
-        from attnwh.ingest.runs.finetune import Checkpoints, FinetuneOptions, check_classifier, record
+        from attnwh.ingest.runs.finetune import Checkpoints, FinetuneOptions, check_sequence_classifier, record
         from attnwh.ingest.runs.finetune import finetune as run_finetune
 
-        check_classifier(read_config(model), model)
+        check_sequence_classifier(read_config(model), model)
 
         options = FinetuneOptions(
             epochs=epochs,

@@ -374,11 +374,15 @@ class Study:
             dataclasses.replace(t, train=t.train.sample(options.max_train_examples, options.seed))
             for t in (tasks if tasks is not None else check_study(options))
         ]
-        from attnwh.ingest.encoder.loading import load_encoder
-        from attnwh.ingest.runs.finetune import FinetuneOptions
+        from attnwh.ingest.encoder.loading import load_encoder, read_config, require_every_layer
+        from attnwh.ingest.runs.finetune import FinetuneOptions, check_sequence_classifier
         from attnwh.ingest.runs.loop import IngestOptions, prepare_tasks
 
+        # What would stop a later stage is refused before the first: a family with no sequence
+        # classifier to fine-tune, a hybrid whose tuned classifier cannot be swept.
+        check_sequence_classifier(read_config(options.model), options.model)
         self.base = load_encoder(options.model, options.device)  # an encoder or a decoder
+        require_every_layer(self.base, "the study's ablation sweep")
         self.finetune_options = FinetuneOptions(
             epochs=options.epochs,
             learning_rate=options.lr,

@@ -83,7 +83,7 @@ def example_view(maps: ExampleMaps, layer: int | None = None, lens: str = "weigh
     layers, lenses, note = _contents(maps, shown, lens)
     heads = int(maps.maps["weights"].shape[1])
     data = {
-        "tokens": maps.tokens,
+        "tokens": maps.labels or maps.tokens,
         "kinds": maps.kinds,
         "heads": heads,
         "layer": shown,
@@ -99,7 +99,7 @@ def example_view(maps: ExampleMaps, layer: int | None = None, lens: str = "weigh
     }
     title = f"Attention of example {maps.example_id} (run {maps.run_id}, {maps.model})"
     special = {
-        kind: next((t for t, k in zip(maps.tokens, maps.kinds, strict=True) if k == kind), None)
+        kind: next((t for t, k in zip(maps.labels or maps.tokens, maps.kinds, strict=True) if k == kind), None)
         for kind in ("cls", "sep")
     }
     page = _template().render(

@@ -42,6 +42,7 @@ def embed_token_maps(con: duckdb.DuckDBPyConnection, db: Path, examples: pl.Data
 
     Returns {"examples": {"run-example": [tokens, kinds, causal]}, "maps": {"run-example-layer-head":
     base64 bytes}, "notes": [why a run's maps are missing]}."""
+    from attnwh.ingest.encoder.encoding import readable_tokens
     from attnwh.ingest.runs.maps import MapCapture, run_model, stored_token_ids, token_kinds
     from attnwh.sql import warehouse
 
@@ -84,7 +85,7 @@ def embed_token_maps(con: duckdb.DuckDBPyConnection, db: Path, examples: pl.Data
             if n > MAX_TOKENS or cells + n * n * heads.height > MAX_CELLS:
                 continue
             key = f"{run_id}-{example_id}"
-            tokens = list(encoder.tokenizer.convert_ids_to_tokens(ids))
+            tokens = readable_tokens(encoder.tokenizer, ids)
             found["examples"][key] = [tokens, token_kinds(encoder, ids), encoder.causal]  # causal: a triangle
             for layer, head in heads.select("layer", "head").iter_rows():
                 found["maps"][f"{key}-{layer}-{head}"] = map_bytes(maps["weights"][layer, head])

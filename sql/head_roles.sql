@@ -6,7 +6,9 @@
 -- of each score of head_roles (NULL where the probe kind does not define it: induction and
 -- duplicate on needles, retrieval on induction probes) and the head's rank among the run's
 -- heads by that score (1 = highest; ties share a rank). kv_group is the key/value group the
--- head reads under grouped-query attention (head_groups).
+-- head reads under grouped-query attention (head_groups). Rows come ranked by the score the
+-- run's probes are for (induction on induction probes, retrieval on needles): "which heads"
+-- first; query head_roles_top gives every score's top heads.
 WITH means AS (
     SELECT *
     FROM head_role_means
@@ -23,4 +25,4 @@ SELECT
     rank() OVER (PARTITION BY run_id ORDER BY sink DESC) AS sink_rank,
     rank() OVER (PARTITION BY run_id ORDER BY local_mass DESC) AS local_mass_rank
 FROM means
-ORDER BY model, run_id, layer, head;
+ORDER BY model, run_id, coalesce(induction_rank, retrieval_rank), layer, head;

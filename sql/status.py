@@ -32,6 +32,11 @@ class Activity:
 
     def __init__(self, db: Path, command: str) -> None:
         self.path = status_path(db)
+        # The status before this command, put back if it is refused before it starts any work.
+        try:
+            self._before: bytes | None = self.path.read_bytes()
+        except OSError:
+            self._before = None
         now = time.time()
         self.record: dict[str, Any] = {
             "pid": os.getpid(),
@@ -105,9 +110,21 @@ class Activity:
             self.record["bars"][-1]["ended"] = time.time()
 
     def finish(self, state: str, message: str | None = None) -> None:
+        if state == "failed" and not self.record["bars"] and not self.record["stages"]:
+            self._restore()  # refused before any work (bad input): it leaves no status of its own
+            return
         self._end_bar()
         self.record.update(state=state, message=message, stage=None, ended=time.time())
         self.write()
+
+    def _restore(self) -> None:
+        try:
+            if self._before is None:
+                self.path.unlink(missing_ok=True)
+            else:
+                self.path.write_bytes(self._before)
+        except OSError:
+            pass
 
 
 # The activities of this process (one per warehouse it writes under a command).
@@ -175,7 +192,7 @@ class BarStatus:
     done: int
     total: int | None
     seconds: float  # from its start to its last move (or its end)
-    finished: bool
+    finished: bool  # ended with all of its total done (a bar a command stopped short is not)
 
     @property
     def rate(self) -> float | None:
@@ -264,7 +281,7 @@ def read_status(db: Path) -> WarehouseStatus:
             b["done"],
             b["total"],
             (b["ended"] or b["moved"]) - b["started"],
-            b["ended"] is not None,
+            b["ended"] is not None and (b["total"] is None or b["done"] >= b["total"]),
         )
         for b in record["bars"]
     )

@@ -5,9 +5,14 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+# Under pytest-xdist (.ci/run: one worker per core) each worker computes on one thread: two
+# workers of two threads each on two cores would make every thread wait for the others.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # Ray (the optional engine) reports no usage, and a local instance listens on 127.0.0.1 only:
@@ -56,3 +61,36 @@ def tiny_gemma2(tmp_path_factory) -> Path:
     from tiny_models import make_tiny_decoder
 
     return make_tiny_decoder("gemma2", tmp_path_factory.mktemp("gemma2"), layers=2, heads=4)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (.ci/run), files that hold a test marked slow are handed out first:
+    workers take whole files (--dist loadfile) in collection order, and a long file taken last
+    would keep one worker busy while the other waits. A plain run keeps pytest's order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: a file's tests keep their order
+
+
+# What .ci/run installs or fetches. Without it a test skips on a developer's machine; in CI
+# (ATTNWH_REQUIRE_ALL=1, which .ci/run sets unless ATTNWH_ALLOW_MISSING=1) such a skip fails:
+# a run that could not fetch a model must not go green with its tests left out.
+REQUIRED_IN_CI = (
+    "all-mpnet-base-v2",
+    "SmolLM2-135M",
+    "Chromium",
+    "extra is not installed",
+    "playwright is not installed",
+)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("ATTNWH_REQUIRE_ALL") == "1":
+        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if any(needed in reason for needed in REQUIRED_IN_CI):
+            report.outcome = "failed"
+            report.longrepr = f"required in CI (ATTNWH_REQUIRE_ALL=1), but {reason}"

@@ -135,6 +135,7 @@ def _labelled_warehouse(tmp_path: Path, monkeypatch, capsys) -> tuple[Path, np.n
     return db, features
 
 
+@pytest.mark.slow
 def test_calibrate_stores_a_set_that_reclassify_applies(tmp_path, monkeypatch, capsys):
     db, features = _labelled_warehouse(tmp_path, monkeypatch, capsys)
     code, out, err = run(monkeypatch, capsys, "patterns", "calibrate", "--name", "mine", "--no-cnn", "--db", str(db))

@@ -54,6 +54,7 @@ PAGE = Path(__file__).parents[1] / "docs" / "families.md"
 CLOSER = frozenset({"gpt_oss", "deepseek_v3", "llama4_text", "qwen3_moe", "smollm3", "olmo3", "qwen3_next"})
 # Each family's outcome, for the page check: "read", "refused: …", "not built: …".
 OUTCOMES: dict[str, str] = {}
+pytestmark = pytest.mark.slow  # about 170 families: a minute and a half in all
 
 
 def _first_line(exc: BaseException) -> str:

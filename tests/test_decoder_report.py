@@ -175,7 +175,7 @@ def test_api_reads_a_decoder_warehouse_and_refuses_in_one_line(warehouse, monkey
     data = json.loads(page.html.split('id="show-data">', 1)[1].split("</script>", 1)[0])
     assert data["causal"] is True and data["groupSize"] == 2 and data["layer"] == 1
     assert "A decoder's map is a triangle" in page.html
-    with pytest.raises(UsageError, match="no lens 'post_ln' for this model"):
+    with pytest.raises(UsageError, match=r"no lens 'post_ln' for .*: it is a decoder \(pre-LN\)"):
         wh.show(DECODER_RUN, example, lens="post_ln")
     code, _, err = run(monkeypatch, capsys, "show", "--db", str(warehouse), "--run", str(DECODER_RUN),
                        "--example", str(example), "--lens", "block", "-o", str(tmp_path / "s.html"))  # fmt: skip

@@ -91,6 +91,7 @@ def train(model: Path, out: Path, die_at: int = 0) -> subprocess.CompletedProces
     )
 
 
+@pytest.mark.slow
 def test_killed_at_a_step_a_rerun_ends_with_the_weights_of_an_unbroken_run(tiny_model_dir, tmp_path):
     model = tiny_model_dir("bert")
     unbroken = train(model, tmp_path / "unbroken")
@@ -142,6 +143,7 @@ def test_bfloat16_autocast_trains_close_to_float32(no_dropout, tmp_path):
     assert json.loads((tmp_path / "bf16" / "attnwh_finetune.json").read_text())["options"]["precision"] == "bfloat16"
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_at_the_next_step_and_the_rerun_resumes(tiny_model_dir, pairs, tmp_path):
     """`attnwh finetune` stopped by Ctrl-C finishes its step, saves a checkpoint, says where it
     stopped in one line (exit 130), and the same command resumes to the unbroken run's weights."""

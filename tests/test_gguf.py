@@ -185,6 +185,9 @@ def test_a_truncated_gguf_is_one_model_error(tiny, tmp_path, keep):
     with pytest.raises(ModelError) as raised:
         gguf.check_contents(str(cut))
     assert "\n" not in str(raised.value) and str(cut) in str(raised.value)
+    # Past the magic: what is wrong with the file and what to do, not the words of numpy's failure.
+    if cut.stat().st_size > len(gguf.MAGIC):
+        assert str(raised.value).endswith(f"truncated or damaged ({cut.stat().st_size:,} bytes); fetch it again")
     with pytest.raises(ModelError, match="cut.gguf"):
         load_encoder(str(cut), device="cpu")
 

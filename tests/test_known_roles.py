@@ -76,10 +76,16 @@ def test_roles_rank_the_known_heads_first(warehouse):
         warehouse,
         "SELECT layer, head, avg(induction), avg(previous_token) FROM head_roles GROUP BY ALL ORDER BY layer, head",
     )
-    by_induction = sorted(means, key=lambda r: -r[2])
-    by_previous = sorted(means, key=lambda r: -r[3])
-    assert tuple(by_induction[0][:2]) == INDUCTION and by_induction[0][2] > 0.9
-    assert tuple(by_previous[0][:2]) == PREVIOUS and by_previous[0][3] > 0.5
+    # The fixture's two induction heads score 0.968 and 0.959 on its own probes: a margin too
+    # small to rank them apart on 16 others. attnwh must find the same set, each head's score
+    # close to the fixture's, and nothing else near it.
+    known = KNOWN["scores"]
+    for name, column in (("induction", 2), ("previous_token", 3)):
+        found = {(r[0], r[1]) for r in means if r[column] > 0.5}
+        expected = {(k, h) for k, row in enumerate(known[name]) for h, v in enumerate(row) if v > 0.5}
+        assert found == expected, (name, found, expected)
+        for layer, head, *scores in means:
+            assert scores[column - 2] == pytest.approx(known[name][layer][head], abs=0.1), (name, layer, head)
     # Layer 0 holds no induction head: its keys cannot yet know what followed a token.
     assert all(r[2] < 0.05 for r in means if r[0] == 0)
 
@@ -109,3 +115,23 @@ def test_the_induction_layer_needs_the_whole_context_and_layer_0_does_not(wareho
     delta, layers = plan[2]
     assert layers == [0, 0] and abs(delta) < 0.02
     assert plan[len(groups)][0] > 0.5
+
+
+def test_a_window_one_key_short_of_the_induction_distance_breaks_it(warehouse, tmp_path):
+    """On text whose halves repeat after HALF words, the induction head of a row in a second
+    half reads the key HALF − 1 tokens back (the word after the earlier occurrence). A window
+    of W keeps keys fewer than W back: W = HALF keeps it and the induction group's loss does
+    not rise (here it falls by 0.12 nats: far keys only distract); W = HALF − 1 drops it and
+    the loss rises by 0.94. An off-by-one in the window fails one."""
+    text = warehouse.parent / "repeated.txt"
+    deltas = {}
+    for window in (HALF - 1, HALF):
+        db = tmp_path / f"w{window}.duckdb"
+        cli_main(
+            "ingest", "restriction", "--model", str(FIXTURE), "--db", str(db), "--text", str(text),
+            "--sink-tokens", "1", "--window", str(window), "--context-length", str(4 * HALF), "--needles", "0",
+        )  # fmt: skip
+        (deltas[window],) = _rows(
+            db, f"SELECT delta FROM restriction_groups WHERE layer = {INDUCTION[0]} AND kv_group = {INDUCTION[1]}"
+        )[0]
+    assert deltas[HALF - 1] > 0.5 and deltas[HALF] < 0.1, deltas

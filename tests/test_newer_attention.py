@@ -457,3 +457,23 @@ def test_compare_of_two_hybrids_matches_eager_maps_of_their_attention_layers(mon
         (x,), (y,) = a, b  # one map per attention layer: layer 3's
         x, y = x[0, head].double().ravel(), y[0, head].double().ravel()
         assert cosine == pytest.approx(float(x @ y / (x.norm() * y.norm())), abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("family", "says"),
+    [("llama4_text", "no sequence classification class"), ("qwen3_next", "layers 0, 1, 2 are linear attention")],
+)
+def test_a_study_refuses_what_a_later_stage_cannot_do_before_the_first(
+    monkeypatch, capsys, tiny, tmp_path, family, says
+):
+    """`attnwh study` fine-tunes and sweeps the tuned classifier: a family without a sequence
+    classifier, or a hybrid, is one line before any stage runs, and nothing is written."""
+    model, db = tiny(family), tmp_path / "w.duckdb"
+    capsys.readouterr()  # what building it printed
+    code, _, err = run(
+        monkeypatch, capsys, "study", "--model", str(model), "--db", str(db), "--out-dir", str(tmp_path / "models"),
+        "--report", str(tmp_path / "r.html"), "--limit", "4", "--device", "cpu",
+    )  # fmt: skip
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code != 0 and len(lines) == 1 and says in lines[0], err
+    assert not db.exists() and not (tmp_path / "models").exists()

@@ -358,6 +358,8 @@ def test_kv_cache_of_smollm2():
     from transformers import AutoConfig
 
     model = Path(__file__).parents[1] / "models" / "smollm2-135m"
+    if not (model / "SmolLM2-135M-Instruct.Q4_1.gguf").is_file():
+        pytest.skip(f"no SmolLM2-135M at {model} (python tools/fetch_smollm2.py)")
     config = AutoConfig.from_pretrained(model, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
     assert (config.num_hidden_layers, config.num_key_value_heads, config.hidden_size) == (30, 3, 576)
     assert kv_cache_bytes(config, 2048, "bfloat16") == 30 * 3 * 2048 * 2 * 64 * 2

@@ -300,3 +300,60 @@ def test_needle_accuracy_and_loss_of_each_set_equal_the_masked_reference(tmp_pat
     assert [a for _, a, _ in summed] == pytest.approx([p[2] for p in plan_rows], abs=1e-12)
     assert rows(db, "SELECT count(*) FROM restriction_losses WHERE input = 'text'") == [((1 + 4 + 3) * 2,)]
     assert api.Warehouse(db).restriction_choice(10.0).needle_accuracy == plan_rows[-1][2]
+
+
+@pytest.mark.parametrize(("n", "tested"), [(2, False), (6, True)])
+def test_intervals_are_printed_only_where_a_test_can_find_a_change(lm, monkeypatch, capsys, tmp_path, n, tested):
+    """Two sequences: a sign-flip test cannot go below p = 0.5, and a bootstrap of two pairs
+    gives intervals that exclude 0 all the same; the table says the sequences are too few
+    instead of showing one. Six: p can reach 0.03, and the intervals are shown. Printed to a
+    file (not a terminal, COLUMNS unset), the table is as wide as it is, not cut at 80 columns."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    settings = list(SETTINGS)
+    settings[settings.index("--limit") + 1] = str(n)
+    code, out, err = run(
+        monkeypatch, capsys, "ingest", "restriction", "--model", str(lm), "--db", str(tmp_path / "w.duckdb"), *settings
+    )
+    assert code == 0, err
+    assert ("too few for any test" in out) is not tested, out
+    assert ("[+" in out or "[-" in out) is tested, out
+    header = next(line for line in out.splitlines() if "Δ loss" in line)
+    assert "95 % interval" in header and "of the cache" in header, out
+    assert max(len(line) for line in out.splitlines()) > 80
+
+
+def test_the_curves_axis_labels_stay_apart():
+    """SmolLM2's plan at 32,768 tokens saves up to 717 MiB: ticks every 50 MiB, whose last two
+    labels ran together ("750800") when the last was pushed to the axis's end. Every label of
+    the drawn x axis keeps clear of the next (digits are at most 0.6 em wide)."""
+    import re
+
+    import polars as pl
+    import vl_convert
+
+    from attnwh.reports.restriction_charts import restriction_curve
+
+    ks = list(range(0, 91, 9))
+    delta = [0.0, -0.023, -0.027, -0.015, -0.011, -0.006, 0.009, 0.04, 0.081, 0.125, 0.14]
+    frame = pl.DataFrame(
+        {
+            "model": ["SmolLM2"] * 11, "run_id": [5] * 11, "k": ks, "n_groups": [90] * 11, "delta": delta,
+            "ci_low": [d - 0.01 for d in delta], "ci_high": [d + 0.01 for d in delta],
+            "needle_accuracy": [None] * 11, "needles": [0] * 11, "kv_context": [32768] * 11,
+            "kv_bytes_saved": [round(k / 90 * 717 * 2**20) for k in ks], "saved_share": [k / 90 for k in ks],
+        }
+    )  # fmt: skip
+    svg = vl_convert.vegalite_to_svg(restriction_curve(frame).to_json())
+    x_axis = svg[svg.index("role-axis-label") :].split("</g>")[0]  # the first axis drawn: x
+    labels = re.findall(
+        r'<text text-anchor="(\w+)" transform="translate\(([\d.]+),[\d.]+\)"[^>]*font-size="(\d+)px"[^>]*>([^<]+)<',
+        x_axis,
+    )
+    assert len(labels) >= 5, x_axis[:500]
+    extents = []
+    for anchor, at, size, text in labels:
+        width, x = 0.6 * float(size) * len(text), float(at)
+        left = {"start": x, "middle": x - width / 2, "end": x - width}[anchor]
+        extents.append((left, left + width, text))
+    for (_, right, a), (left, _, b) in zip(extents, extents[1:]):
+        assert left - right >= 2, (a, b, extents)

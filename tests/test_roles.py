@@ -7,6 +7,8 @@ adds nothing, and an encoder or empty text is refused in one line."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
@@ -145,6 +147,13 @@ def test_the_command_stores_each_probe_kind_once(llama, tmp_path, monkeypatch, c
     code, out, err = run(monkeypatch, capsys, "query", "head_roles", "--db", str(db), "--format", "csv")
     assert code == 0, err
     assert out.count("\n") == 1 + 2 * LAYERS * HEADS and "induction_rank" in out and "kv_group" in out
+    # "Which heads": each run's rows ranked by the score its probes are for.
+    rows = list(csv.DictReader(io.StringIO(out)))
+    for run_id in {r["run_id"] for r in rows}:
+        of_run = [r for r in rows if r["run_id"] == run_id]
+        main = "induction" if of_run[0]["probe"] == "induction" else "retrieval"
+        ranks = [int(r[f"{main}_rank"]) for r in of_run]
+        assert ranks == sorted(ranks) and ranks[0] == 1, (main, ranks)
 
 
 def test_bad_input_is_one_line(tmp_path, monkeypatch, capsys) -> None:

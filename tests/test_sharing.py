@@ -17,8 +17,8 @@ import pytest
 
 from attnwh.api import Warehouse
 from attnwh.errors import AttnwhError
-from attnwh.sql import sharing, warehouse
-from attnwh.sql.status import read_status
+from attnwh.sql import sharing, status, warehouse
+from attnwh.sql.status import read_status, status_path
 from helpers import ingest_args, run
 
 # A writer that stops after each committed batch until the test says go (a line on stdin),
@@ -313,12 +313,33 @@ def test_a_command_ends_its_status_as_it_ended(tmp_path, error, state, message):
     with expected, sharing.writing("attnwh ingest --db w.duckdb"):
         warehouse.connect(db).close()
         assert read_status(db).running
+        status.on_bar("pairs", 24, "example")  # the work has begun
+        status.on_progress(advance=10)
         if error:
             raise error
     found = read_status(db)
     assert (found.state, found.message, found.command) == (state, message, "attnwh ingest --db w.duckdb")
+    # A bar the command stopped short is not done.
+    assert [(b.done, b.finished) for b in found.bars] == [(10, False)]
     # A command that never opened a warehouse for writing keeps no status there.
     other = tmp_path / "other.duckdb"
     with sharing.writing("attnwh ingest --db other.duckdb"):
         pass
     assert read_status(other).state == "idle" and not other.exists()
+
+
+def test_a_command_refused_before_any_work_leaves_the_status_as_it_was(tmp_path):
+    """Bad input found once the warehouse is held (a model that cannot load) is one line to the
+    user, not a status: no file where there was none, and the last command's status kept."""
+    db = tmp_path / "w.duckdb"
+    with pytest.raises(AttnwhError), sharing.writing("attnwh ingest --model nowhere"):
+        warehouse.connect(db).close()
+        raise AttnwhError("model path nowhere does not exist")
+    assert not status_path(db).exists() and read_status(db).state == "idle"
+    with sharing.writing("attnwh ingest --db w.duckdb"):
+        warehouse.connect(db).close()
+    kept = status_path(db).read_bytes()
+    with pytest.raises(AttnwhError), sharing.writing("attnwh ingest --model nowhere"):
+        warehouse.connect(db).close()
+        raise AttnwhError("model path nowhere does not exist")
+    assert status_path(db).read_bytes() == kept and read_status(db).state == "finished"

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-from rich.console import Console
-
 from attnwh import api
 from attnwh.cli.options import cli_command
+from attnwh.cli.output import results_console
 
 
 def show_finetune(done: api.Finetuned) -> None:
@@ -18,7 +17,7 @@ def show_finetune(done: api.Finetuned) -> None:
         if result.final_loss is None
         else f"trained on {result.train_examples} examples in {result.train_seconds:.1f} s"
     )
-    Console().print(
+    results_console().print(
         f"{done.task}: {trained}; "
         f"{done.split} ({result.dev_examples}): {scores}\nsaved to {done.out.resolve()}; run {done.run_id} in "
         f"{done.db.resolve()}",

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from attnwh.cli.helpformat import HelpCommand, HelpGroup
 from attnwh.cli.options import DEFAULT_DB, ReadDbOpt
+from attnwh.cli.output import results_console
 from attnwh.errors import UsageError
 
 patterns_app = typer.Typer(
@@ -121,7 +121,7 @@ def reclassify(
         con.close()
     total = sum(counts.values())
     shares = ", ".join(f"{name} {n / total:.1%}" if total else f"{name} 0" for name, n in counts.items())
-    Console().print(f"{total:,} maps labelled by {source}: {shares}", highlight=False)
+    results_console().print(f"{total:,} maps labelled by {source}: {shares}", highlight=False)
 
 
 @patterns_app.command(cls=HelpCommand)
@@ -157,7 +157,7 @@ def label(
         out.write_text(label_page(maps, f"attnwh: label {len(maps)} attention maps"), encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
-    Console().print(
+    results_console().print(
         f"{len(maps)} maps ({whole} whole, {len(maps) - whole} thumbnails) written to {out}; "
         f"label them in a browser, export, then `attnwh patterns import-labels labels.csv`",
         highlight=False,
@@ -177,7 +177,7 @@ def import_labels(
         n = pattern_store.import_labels(con, csv_file)
     finally:
         con.close()
-    Console().print(f"{n} labels imported from {csv_file} into {db.resolve()}", highlight=False)
+    results_console().print(f"{n} labels imported from {csv_file} into {db.resolve()}", highlight=False)
 
 
 @patterns_app.command(cls=HelpCommand)
@@ -200,7 +200,7 @@ def calibrate(
         result = pattern_store.calibrate(con, name, folds=folds, seed=seed, cnn=cnn, epochs=epochs)
     finally:
         con.close()
-    console = Console()
+    console = results_console()
     console.print(
         f"{result.n_labels} labelled maps, {result.folds} stratified folds (seed {result.seed}); "
         "scores of held-out predictions except where marked",
@@ -266,7 +266,7 @@ def train(
         result = pattern_store.train_cnn(con, seed=seed, epochs=epochs, test_share=test_share)
     finally:
         con.close()
-    Console().print(
+    results_console().print(
         f"pattern CNN {result.model_id}: {result.n_labelled} labelled maps, {result.n_train} train / "
         f"{result.n_test} held out; held-out macro F1: CNN {result.f1_cnn:.3f}, rules {result.f1_rules:.3f}",
         highlight=False,

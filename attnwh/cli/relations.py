@@ -3,17 +3,16 @@
 
 from __future__ import annotations
 
-from rich.console import Console
-
 from attnwh import api
 from attnwh.cli.options import cli_command
+from attnwh.cli.output import results_console
 from attnwh.cli.summaries import print_relations
 
 
 def show_relations(done: api.Done) -> None:
     for summary in done.results:
         print_relations(summary, done.db)
-    Console().print(f"done in {done.seconds:.1f} s → {done.db.resolve()}")
+    results_console().print(f"done in {done.seconds:.1f} s → {done.db.resolve()}")
 
 
 relations = cli_command(api.relations, show_relations)

@@ -3,16 +3,15 @@ prints the runs and the heads that score highest."""
 
 from __future__ import annotations
 
-from rich.console import Console
-
 from attnwh import api
 from attnwh.cli.options import cli_command
+from attnwh.cli.output import results_console
 
 
 def show_roles(done: api.Done) -> None:
     from attnwh.sql import queries, warehouse
 
-    out = Console()
+    out = results_console()
     con = warehouse.connect(done.db, read_only=True)
     named = queries.named_queries()["head_roles"]
     try:

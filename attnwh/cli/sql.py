@@ -46,7 +46,7 @@ def sql(
 
 def queries() -> None:
     """List the named queries with their parameters, each with its title below."""
-    console = Console()
+    console = Console()  # a listing to read: wrapped at 80 columns in a log, as in a terminal
     width = max(console.width, 40)
     # Name and parameters on one line, the title indented below: a title column beside them
     # would get a quarter of an 80-column terminal (or log) and wrap over five lines. Wrapped

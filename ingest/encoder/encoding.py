@@ -67,6 +67,34 @@ def _carried(
     )
 
 
+WORD_START = "\u2423"  # ␣: a token that starts a word (after a space) in the labels a reader sees
+_SHOWN = str.maketrans({"\n": "\u21b5", "\t": "\u21e5", "\r": "\u240d"})  # ↵ ⇥ ␍
+
+
+def readable_tokens(tokenizer: transformers.PreTrainedTokenizerBase, ids: Sequence[int]) -> list[str]:
+    """The tokens of `ids` as a reader should see them: each as the tokenizer decodes it, not
+    in its vocabulary's spelling (byte-level BPE's "Ġrise", SentencePiece's "▁rise"), with a
+    word start marked by a leading ␣ and newlines and tabs drawn (↵, ⇥). Special tokens and
+    WordPiece's "##" continuations stay as they are; a piece of a character (a byte-level token
+    that is not valid UTF-8 alone) keeps its vocabulary spelling."""
+    special = set(tokenizer.all_special_tokens)
+    labels = []
+    for token in cast(list[str], tokenizer.convert_ids_to_tokens(list(ids))):
+        if token in special:
+            labels.append(token)
+            continue
+        if token.startswith("\u2581"):  # SentencePiece: its decoder drops a leading space
+            start, text = True, token[1:].replace("\u2581", " ")
+        else:
+            text = tokenizer.convert_tokens_to_string([token])
+            start, text = text.startswith(" "), text.removeprefix(" ")
+        if "\ufffd" in text or not text and not start:
+            labels.append(token)
+            continue
+        labels.append((WORD_START if start else "") + text.translate(_SHOWN))
+    return labels
+
+
 class TokenKinds:
     """Which token ids are [CLS], [SEP] and punctuation, for any tokenizer.
 

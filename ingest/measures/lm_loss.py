@@ -80,6 +80,13 @@ def span_sums(
     return names, nats, tokens
 
 
+# The fewest sequences whose two-sided paired sign-flip test can reach p < 0.05: n pairs give
+# at best p = 2 / 2^n (all differences of one sign), 0.0625 for 5 and 0.03125 for 6. With fewer,
+# no result can be told from noise, and a percentile bootstrap of so few pairs gives intervals
+# that exclude 0 beside p ≥ 0.5: callers say so instead of showing them.
+MIN_TESTED_SEQUENCES = 6
+
+
 def compare_losses(
     span: str,
     baseline: np.ndarray,

@@ -43,6 +43,7 @@ import torch
 from attnwh.errors import DataError, ModelError, UsageError
 from attnwh.ingest.encoder import capture
 from attnwh.ingest.encoder.encoding import collate, length_buckets
+from attnwh.ingest.encoder.families import facts_of
 from attnwh.ingest.encoder.loading import EncoderModel, require_every_layer
 from attnwh.ingest.measures.ablation import (
     AblationSweep,
@@ -148,9 +149,20 @@ ALPHA = 0.05
 
 
 NO_HEAD = (
-    "a language model has no classification head: give --prompt to read it through a prompt, "
-    "or fine-tune it with `attnwh finetune`"
+    "a language model has no classification head: give --prompt to read it through a task's prompt, score it by "
+    "next-token loss on text (--text FILE, --task prose) or probes (--probe induction, --probe needle), or "
+    "fine-tune it with `attnwh finetune`"
 )
+
+
+def check_head_in_config(config: Any, name: str | None) -> None:
+    """What :func:`check_classifier` refuses that the config already says, before the weights
+    load: a causal language model without a classification head, swept without --prompt."""
+    architectures = list(config.architectures or [])
+    classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
+    if not facts_of(config.model_type).encoder and not classifier:
+        shown = architectures[0] if architectures else config.model_type
+        raise ModelError(f"{name} ({shown}): {NO_HEAD}")
 
 
 def check_classifier(encoder: EncoderModel, prompted: bool = False) -> None:

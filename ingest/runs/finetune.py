@@ -112,7 +112,7 @@ StepCallback = Callable[[int, int, float], None]
 LineageExtra = Callable[[FinetuneResult], dict[str, object]]
 
 
-def check_classifier(config: Any, model_name: str | None) -> None:
+def check_sequence_classifier(config: Any, model_name: str | None) -> None:
     """Refuse, in one line, a family transformers has no sequence-classification class for:
     the classifier fine-tuning trains is that class."""
     family = config.model_type
@@ -194,7 +194,7 @@ def finetune(
         raise DataError("fine-tuning needs a non-empty train and dev split")
     if train.labels != dev.labels:
         raise DataError(f"train and dev of {train.task} have different label sets")
-    check_classifier(read_config(model_name), model_name)  # before any weights load
+    check_sequence_classifier(read_config(model_name), model_name)  # before any weights load
     base = load_encoder(model_name, device)  # checks the model is a supported encoder or decoder
     # Training needs the pre-trained model's facts and tokenizer, not its weights: letting them
     # go takes their size off the peak (~0.4 GiB for a 12-layer base model).

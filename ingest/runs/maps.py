@@ -33,7 +33,14 @@ from torch import nn
 
 from attnwh.errors import ModelError, UsageError
 from attnwh.ingest.encoder import capture, gguf
-from attnwh.ingest.encoder.encoding import EncodedTask, TokenKinds, collate, encode_task, length_buckets
+from attnwh.ingest.encoder.encoding import (
+    EncodedTask,
+    TokenKinds,
+    collate,
+    encode_task,
+    length_buckets,
+    readable_tokens,
+)
 from attnwh.ingest.encoder.loading import (
     DEFAULT_MODEL_NAME,
     EncoderModel,
@@ -42,10 +49,9 @@ from attnwh.ingest.encoder.loading import (
 )
 from attnwh.ingest.measures.mixing import ContextMixing
 from attnwh.ingest.measures.statistics import value_norm_grams
+from attnwh.ingest.runs.map_checks import LENSES
 from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.sql import warehouse
-
-HEAD_LENSES: tuple[str, ...] = ("weights", "norm", "post_ln")
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,9 @@ class ExampleMaps:
     num_key_value_heads: int | None = None
     # A hybrid model's layers that are no softmax attention (no maps): layer -> its kind.
     other_layers: dict[int, str] = field(default_factory=dict)
+    # The tokens as a reader sees them (`encoding.readable_tokens`: "␣rise", not "Ġrise");
+    # `tokens` keeps the vocabulary's spelling.
+    labels: list[str] = field(default_factory=list)
 
     @property
     def lenses(self) -> tuple[str, ...]:
@@ -82,7 +91,7 @@ class MapCapture:
     `encoder`; what the lenses need from the model's weights is prepared once, so one capture
     serves many inputs."""
 
-    def __init__(self, encoder: EncoderModel, lenses: Sequence[str] = (*HEAD_LENSES, "block")) -> None:
+    def __init__(self, encoder: EncoderModel, lenses: Sequence[str] = LENSES) -> None:
         self.encoder = encoder
         self.lenses = tuple(lenses)
         outputs = encoder.outputs
@@ -347,4 +356,5 @@ def example_maps(
         causal=encoder.causal,
         num_key_value_heads=encoder.num_key_value_heads,
         other_layers={f.layer: f.kind for f in encoder.layers if not f.read},
+        labels=readable_tokens(encoder.tokenizer, ids),
     )
