@@ -76,6 +76,7 @@ class _Layer:
     right: torch.Tensor  # (B, H, S, K): what a tile is multiplied by (see begin_layer)
     split: list[int]  # the widths of its parts
     stats: torch.Tensor  # (B, H, len(STAT_COLUMNS)) means over rows so far, float64
+    sink: bool  # the layer adds a learned sink logit: to_learned_sink is measured (else NaN)
     features: patterns.MapFeatures
     mixing: LayerMixing | None
     thumbs: list[torch.Tensor]  # per thumbnail row, (H, size, size) pooled so far
@@ -219,7 +220,9 @@ class HeadStatistics:
         # segment's ordinary keys (pattern features); context mixing's scaled columns; and the
         # values, whose product is the tile's rows of the attention output.
         segments = batch.masks.segment_columns[:, None].expand(-1, heads, -1, -1)
-        parts = [columns, norms[..., None] * columns, segments]
+        # The row sums (ones) only where a learned sink can take a share of them.
+        sink = capture.learned_sink()
+        parts = [columns if sink else columns[..., :3], norms[..., None] * columns, segments]
         if mixing is not None:
             parts.append(mixing.scaled_columns)
         parts.append(v)
@@ -228,6 +231,7 @@ class HeadStatistics:
             right=torch.cat(parts, dim=-1),
             split=width,
             stats=v.new_zeros((v.shape[0], heads, len(STAT_COLUMNS)), dtype=torch.float64),
+            sink=sink,
             features=patterns.MapFeatures(batch.masks, heads),
             mixing=mixing,
             thumbs=[v.new_zeros((heads, patterns.THUMBNAIL_SIZE, patterns.THUMBNAIL_SIZE)) for _ in self._thumb_rows],
@@ -259,13 +263,14 @@ class HeadStatistics:
                 row_max,
                 *norm_shares.unbind(-1),
                 # The share of a learned sink: what the row's weights over the tokens leave of 1.
-                1 - targets[..., 3],
+                *([1 - targets[..., 3]] if layer.sink else []),
             ],
             dim=-1,
         )  # (B, H, rows, K)
         # Means over rows accumulate in float64, so that tiles of any height sum the same
         # per-row values to the same float32 result (the rows' count reaches thousands).
-        layer.stats += torch.einsum("bhsk,bs->bhk", per_row.double(), batch.row_weight[:, rows].double())
+        measured = layer.stats if layer.sink else layer.stats[..., : len(STAT_COLUMNS) - 1]
+        measured += torch.einsum("bhsk,bs->bhk", per_row.double(), batch.row_weight[:, rows].double())
         layer.features.add(tile, a, diagonals, row_max, by_segment)
         if layer.mixing is not None:
             layer.mixing.add(tile, a, diagonals, (products[3], output))
@@ -288,6 +293,8 @@ class HeadStatistics:
         if layer is None:
             raise RuntimeError("call begin_layer before end_layer")
         self._layer = None
+        if not layer.sink:
+            layer.stats[..., STAT_COLUMNS.index("to_learned_sink")] = float("nan")
         features, look = layer.features.finish(tiles)
         code, margin = pattern_model.assign(self.classifier, features, look)
         self._layers.append(
