@@ -28,7 +28,13 @@ pytest.importorskip("ray", reason="the ray extra is not installed: pip install '
 
 # A hang is what is tested, not speed: Ray alone took 866 s for 127.0.0.1:1.
 BOUND_S = 60
-ATTNWH = [sys.executable, "-c", "from attnwh.cli import main; main()"]
+# Ctrl-C as in a user's shell: a test run before may have left SIGINT ignored in this process
+# (a worker of the suite), and a child inherits an ignored signal.
+ATTNWH = [
+    sys.executable,
+    "-c",
+    "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); from attnwh.cli import main; main()",
+]
 
 
 def attnwh_process(args: list[str], cwd: Path) -> subprocess.Popen[str]:
@@ -116,18 +122,11 @@ def test_ctrl_c_and_sigterm_stop_the_command_while_the_address_is_checked(tmp_pa
     process = attnwh_process(["--engine", "ray", "--ray-address", f"127.0.0.1:{port}"], tmp_path)
     try:
         assert arrived.wait(BOUND_S), "the address was never checked"
+        process.send_signal(sig)
         # Had the signal not stopped the check, it would end after its own 5 s with its own
-        # line and code: the assertions below tell the two apart. On a loaded machine one
-        # signal, sent the moment the connection arrives, was once not acted on: a user
-        # presses Ctrl-C again, and so does this test, twice a second, until the command ends.
-        deadline = time.monotonic() + BOUND_S
-        while True:
-            process.send_signal(sig)
-            try:
-                _, err = process.communicate(timeout=0.5)
-                break
-            except subprocess.TimeoutExpired:
-                assert time.monotonic() < deadline, "the command did not stop"
+        # line and code: the assertions below tell the two apart, so a loaded machine may
+        # take its time to exit.
+        _, err = process.communicate(timeout=BOUND_S)
     finally:
         process.kill()
     assert process.returncode == code, err
