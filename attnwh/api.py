@@ -1168,15 +1168,13 @@ def _loss_ablation(
         raise UsageError(
             "--prompt reads a labelled task; plain text and probes are scored by next-token loss: drop --prompt"
         )
-    if run_on.shard is not None or run_on.engine == "ray":
-        raise UsageError("the ablation sweep on next-token loss runs in one process: drop --shard and --engine ray")
     if top_k != 10:
         raise UsageError("--top-k ranks heads by a task score: the sweep on next-token loss has no top-k curve")
     if probes and (task or source.given) and "needle" not in probes:
         raise UsageError("--probe induction sweeps random tokens: drop --text, --task and the other data sources")
     if repeat_length is not None and "induction" not in probes:
         raise UsageError("--repeat-length goes with --probe induction")
-    with loading(console, db, source, models=[model]):
+    with loading(console, None if run_on.shard else db, source, models=[model]):
         # Text to sweep, or the needle probes' haystack (the prose sample by default).
         loaded = source.load(task or (["prose"] if probes and not source.given else None))
         from attnwh.ingest.encoder.loading import load_encoder
@@ -1186,6 +1184,7 @@ def _loss_ablation(
             ingest_loss_ablation,
             make_probes,
             prepare_loss_ablation,
+            shard_loss_ablation,
         )
 
         encoder = load_encoder(model, device.value, language_model=True)
@@ -1218,13 +1217,28 @@ def _loss_ablation(
         f"{per_pass} per pass, prefix cache {'on' if prefix_cache else 'off'}",
         highlight=False,
     )
+    if run_on.shard:
+        shards, seconds = run_resumable(
+            console,
+            run_on.shard_dir or db,
+            lambda bars: [
+                summary
+                for s in settings_by_mode
+                for summary in shard_loss_ablation(
+                    encoder, prepared[s.mode], options, s, run_on, bars.start, bars.advance
+                )
+            ],
+        )
+        return Done(list(shards), seconds, db, sharded=True)
     summaries, seconds = run_resumable(
         console,
         db,
         lambda bars: [
             summary
             for s in settings_by_mode
-            for summary in ingest_loss_ablation(db, encoder, prepared[s.mode], options, s, bars.start, bars.advance)
+            for summary in ingest_loss_ablation(
+                db, encoder, prepared[s.mode], options, s, bars.start, bars.advance, run_on
+            )
         ],
     )
     return Done(list(summaries), seconds, db)

@@ -281,7 +281,6 @@ def test_an_interrupted_sweep_resumes_without_duplicates_and_replace_redoes_it(l
         ("lm", ["--task", "prose", "--probe", "induction"], "--probe induction sweeps random tokens"),
         ("lm", ["--task", "prose", "--repeat-length", "8"], "--repeat-length goes with --probe induction"),
         ("lm", ["--task", "prose", "--task", "sentiment"], "sentiment is a labelled task"),
-        ("lm", ["--task", "prose", "--engine", "ray"], "runs in one process"),
     ],
 )
 def test_bad_input_is_refused_in_one_line_before_anything_is_written(

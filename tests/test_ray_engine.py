@@ -133,6 +133,22 @@ def test_ray_prompted_sweep_equals_the_single_process(monkeypatch, capsys, tmp_p
     assert fetch(on_ray, "SELECT status, prompt IS NOT NULL FROM runs") == [("complete", True)]
 
 
+def test_ray_loss_sweep_equals_the_single_process(monkeypatch, capsys, tmp_path_factory, tmp_path):
+    """A tiny Llama swept by next-token loss on induction probes: Ray workers take each
+    batch's configurations in groups and give the single process's nats per sequence and
+    span; the tests, run on the driver, give its scores."""
+    from test_decoder_ablation import make_causal_lm
+    from test_engine_kinds import LOSS_ROWS, LOSS_SCORES, assert_same
+
+    lm = make_causal_lm("llama", tmp_path_factory.mktemp("lm"), positions=320)
+    args = ["ingest", "ablation", "--model", str(lm), "--probe", "induction", "--repeat-length", "8"]
+    args += ["--limit", "7", "--batch-size", "2", "--mode", "zero", "--resamples", "100"]
+    single, on_ray = single_and_ray(monkeypatch, capsys, args, tmp_path)
+    assert_same(single, on_ray, LOSS_ROWS)
+    assert_same(single, on_ray, LOSS_SCORES)
+    assert fetch(on_ray, "SELECT status FROM runs") == [("complete",)]
+
+
 def _map_workers() -> list[int]:
     """Process ids of the Ray Data actors (their process title names MapWorker)."""
     found = []

@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,26 +59,18 @@ from attnwh.ingest.measures.metrics import metrics_for
 from attnwh.ingest.measures.prompting import label_scores
 from attnwh.ingest.measures.significance import PairedResult, benjamini_hochberg, compare_to_baseline
 from attnwh.ingest.runs import rows
-from attnwh.ingest.runs.loop import (
-    IngestOptions,
-    OpenRun,
-    PreparedTask,
-    longest_input,
-    model_identity,
-    open_task_run,
-    prepare_tasks,
-    store_stream,
-)
+from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, longest_input, model_identity, prepare_tasks
 from attnwh.ingest.runs.prompted import check_language_model, label_ids_of, prompted_task, task_template
 from attnwh.ingest.runs.shards import Part
-from attnwh.ingest.runs.units import WorkUnit, plan_units
+from attnwh.ingest.runs.sweep import ProgressBatch, ProgressStart, ingest_sweep, shard_sweep
+from attnwh.ingest.runs.units import WorkUnit
 from attnwh.ingest.sources import prompts
 from attnwh.ingest.sources.examples import TaskData
 from attnwh.ingest.sources.prompts import Prompt, Template
 from attnwh.sql import runs, warehouse
 
 if TYPE_CHECKING:
-    from attnwh.ingest.runs.engine import EngineOptions, ShardSummary, WorkerSpec
+    from attnwh.ingest.runs.engine import EngineOptions, ShardSummary
 
 
 @dataclass(frozen=True)
@@ -143,8 +135,6 @@ SINKS_LATER = (
 )
 
 
-ProgressStart = Callable[[str, int], None]
-ProgressBatch = Callable[[int], None]
 ALPHA = 0.05
 
 
@@ -270,6 +260,68 @@ def check_ablation_fits(encoder: EncoderModel, tasks: Sequence[PreparedTask], ab
         )
 
 
+class TaskObjective:
+    """A sweep scored by the task's metric on gold labels: a fine-tuned classifier's logits,
+    or a causal language model's label words read through the task's prompt."""
+
+    name = "task"
+    table = "ablation_predictions"
+
+    def __init__(self) -> None:
+        self.language_model = False
+        self._golds: dict[str, tuple[np.ndarray, bool]] = {}
+
+    def check(self, encoder: EncoderModel, tasks: Sequence[PreparedTask], ablation: AblationOptions) -> None:
+        """Gold labels of every task, all checked before anything is written."""
+        wanted = ablation_identity(encoder, ablation)
+        if any({k: task.identity.get(k) for k in wanted} != wanted for task in tasks):
+            raise ValueError("ablation tasks must be prepared by prepare_ablation with the same model and settings")
+        prompted = {task_template(task) is not None for task in tasks}
+        if len(prompted) > 1:
+            raise ValueError("the tasks of one sweep are all read through prompts or none is")
+        check_classifier(encoder, prompted == {True})
+        # A prompted sweep reads the label words' logits: its workers load the language-model head.
+        self.language_model = prompted == {True}
+        self._golds = {task.run_key: gold_labels(encoder, task.data, task_template(task)) for task in tasks}
+
+    def labels(self, task: PreparedTask) -> np.ndarray | None:
+        return self._golds[task.run_key][0]
+
+    def worker_settings(self, tasks: Sequence[PreparedTask]) -> dict[str, Any]:
+        """Each run's label words where a prompt is read."""
+        return {"label_ids": {task.run_key: label_ids_of(task) for task in tasks}}
+
+    def describe(self, task: PreparedTask, ablation: AblationOptions, n_configs: int) -> str:
+        return f"{task.data.task} · {ablation.mode}: {n_configs} configurations"
+
+    def finish(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        run_id: int,
+        task: PreparedTask,
+        sweep: AblationSweep,
+        options: IngestOptions,
+        ablation: AblationOptions,
+        on_start: ProgressStart,
+        on_batch: ProgressBatch,
+    ) -> None:
+        labels, regression = self._golds[task.run_key]
+        singles = sweep_configurations(sweep.encoder.attention_layers, sweep.encoder.num_heads)
+        _finish(con, run_id, sweep, task, labels, regression, singles, options, ablation, on_start, on_batch)
+
+    def summary(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        run_id: int,
+        task: PreparedTask,
+        ablation: AblationOptions,
+        outcome: str,
+        n_written: int,
+        seconds: float,
+    ) -> AblationSummary:
+        return _summary(con, run_id, task, ablation, outcome, n_written, seconds)
+
+
 def ingest_ablation(
     db_path: Path,
     encoder: EncoderModel,
@@ -283,66 +335,7 @@ def ingest_ablation(
     """Sweep, test and store every prepared task (prepared by `prepare_ablation` with the
     same settings); returns one summary per task. `engine` sweeps on Ray (the finish runs
     here, from the stored predictions); by default, everything runs here."""
-    from attnwh.ingest.runs.engine import EngineOptions, executor_for
-
-    engine = engine or EngineOptions()
-    if engine.shard is not None:
-        raise ValueError("a static shard writes no warehouse: use shard_ablation")
-    golds = _check_tasks(encoder, tasks, ablation)
-    worker = sweep_worker(encoder, _settings(ablation, tasks))
-    executor = executor_for(engine, _spec(encoder, ablation, tasks), worker, db_path)
-    # Ray workers take a batch's configurations in groups that share a first disabled layer.
-    groups = sweep_groups(encoder.num_layers, encoder.num_heads) if engine.engine == "ray" else None
-    con = warehouse.connect(db_path)
-    try:
-        model_ids = {"model_id": runs.upsert_model(con, encoder.facts())}
-        singles = sweep_configurations(encoder.attention_layers, encoder.num_heads)
-        states = [open_task_run(con, model_ids, "ablation", encoder, task, options) for task in tasks]
-        opened = []
-        for task, state, (labels, _) in zip(tasks, states, golds):
-            if state.status == "complete":
-                continue
-            _insert_configs(con, state.run_id, ablation.mode, singles, 0)
-            units = plan_units(
-                task.run_key,
-                task.encoded,
-                task.example_ids,
-                options.batch_size,
-                _done_by_group(con, state, groups),
-                labels=labels,
-                groups=groups,
-            )
-            # With groups, the bar counts examples once per group.
-            note = f" (examples × {len(groups)} groups)" if groups else ""
-            label = f"{task.data.task} · {ablation.mode}: {len(singles)} configurations{note}"
-            opened.append(OpenRun(task.run_key, label, state.run_id, units))
-        store_stream(con, executor, opened, "ablation_predictions", on_start, on_batch)
-        summaries = []
-        for task, state, (labels, regression) in zip(tasks, states, golds):
-            if state.status == "complete":
-                summaries.append(_summary(con, state.run_id, task, ablation, "already complete", 0, 0.0))
-                continue
-            run = next(o for o in opened if o.run_id == state.run_id)
-            started = time.perf_counter()
-            with runs.marking_failure(con, state.run_id):
-                _finish(
-                    con,
-                    state.run_id,
-                    worker.sweep,
-                    task,
-                    labels,
-                    regression,
-                    singles,
-                    options,
-                    ablation,
-                    on_start or _ignore,
-                    on_batch or _ignore,
-                )
-            seconds = run.seconds + time.perf_counter() - started
-            summaries.append(_summary(con, state.run_id, task, ablation, state.outcome, run.n_todo, seconds))
-        return summaries
-    finally:
-        con.close()
+    return ingest_sweep(db_path, encoder, tasks, options, ablation, TaskObjective(), on_start, on_batch, engine)
 
 
 def shard_ablation(
@@ -354,70 +347,10 @@ def shard_ablation(
     on_start: ProgressStart | None = None,
     on_batch: ProgressBatch | None = None,
 ) -> list[ShardSummary]:
-    """Sweep static shard `engine.shard` of every task (its units: batches × groups of
-    configurations) into `engine.shard_dir`. After `attnwh merge`, the same command without
-    --shard finishes each run (significance, combinations, importance)."""
-    from attnwh.ingest.runs.engine import write_shards
-    from attnwh.ingest.runs.loop import run_info
-
-    golds = _check_tasks(encoder, tasks, ablation)
-    worker = sweep_worker(encoder, _settings(ablation, tasks))
-    groups = sweep_groups(encoder.num_layers, encoder.num_heads)
-    plans = [
-        (
-            run_info("ablation", {"model_id": encoder}, task, options),
-            plan_units(
-                task.run_key, task.encoded, task.example_ids, options.batch_size, {}, labels=gold, groups=groups
-            ),
-        )
-        for task, (gold, _) in zip(tasks, golds)
-    ]
-    return write_shards(engine, plans, worker, tasks, on_start, on_batch)
-
-
-def _check_tasks(
-    encoder: EncoderModel, tasks: Sequence[PreparedTask], ablation: AblationOptions
-) -> list[tuple[np.ndarray, bool]]:
-    """Gold labels of every task, all checked before anything is written."""
-    wanted = ablation_identity(encoder, ablation)
-    if any({k: task.identity.get(k) for k in wanted} != wanted for task in tasks):
-        raise ValueError("ablation tasks must be prepared by prepare_ablation with the same model and settings")
-    prompted = {task_template(task) is not None for task in tasks}
-    if len(prompted) > 1:
-        raise ValueError("the tasks of one sweep are all read through prompts or none is")
-    check_classifier(encoder, prompted == {True})
-    return [gold_labels(encoder, task.data, task_template(task)) for task in tasks]
-
-
-def _settings(ablation: AblationOptions, tasks: Sequence[PreparedTask]) -> dict[str, Any]:
-    """The worker's settings: the sweep's, and each run's label words where a prompt is read."""
-    return ablation.worker_settings() | {"label_ids": {task.run_key: label_ids_of(task) for task in tasks}}
-
-
-def _spec(encoder: EncoderModel, ablation: AblationOptions, tasks: Sequence[PreparedTask]) -> WorkerSpec:
-    from attnwh.ingest.runs.engine import WorkerSpec
-
-    return WorkerSpec(
-        kind="ablation",
-        models={"model_id": encoder.source},
-        weights={"model_id": encoder.weights_hash},
-        dtype=str(encoder.dtype).removeprefix("torch."),
-        settings=_settings(ablation, tasks),
-        # A prompted sweep reads the label words' logits: its workers load the language-model head.
-        language_model=any(task_template(task) is not None for task in tasks),
-    )
-
-
-def sweep_groups(num_layers: int, num_heads: int) -> list[tuple[int, ...]]:
-    """The sweep's configuration ids (`sweep_configurations` order) in groups that share a
-    first disabled layer: layer l's heads and the whole layer l; the baseline goes with the
-    last layer, whose pass is the shortest."""
-    groups = [
-        tuple(1 + l * num_heads + h for h in range(num_heads)) + (1 + num_layers * num_heads + l,)
-        for l in range(num_layers)
-    ]
-    groups[-1] = (0, *groups[-1])
-    return groups
+    """Sweep static shard `engine.shard` of every task into `engine.shard_dir`. After `attnwh
+    merge`, the same command without --shard finishes each run (significance, combinations,
+    importance)."""
+    return shard_sweep(encoder, tasks, options, ablation, TaskObjective(), engine, on_start, on_batch)
 
 
 class SweepWorker:
@@ -454,42 +387,6 @@ class SweepWorker:
         }
         covers = len(ids) == len(self.configs)
         return Part(unit.run_key, unit.name, tables, covers, time.perf_counter() - tick, str(encoder.device))
-
-
-def sweep_worker(encoder: EncoderModel, settings: Mapping[str, Any]) -> SweepWorker:
-    """The worker of a sweep of `encoder` with `AblationOptions.worker_settings()`."""
-    return SweepWorker(
-        AblationSweep(
-            encoder,
-            settings["mode"],
-            settings["prefix_cache"],
-            settings["configs_per_pass"],
-            settings.get("attention_memory"),
-        ),
-        settings.get("label_ids"),
-    )
-
-
-def _ignore(*args: object) -> None:
-    pass
-
-
-def _done_by_group(
-    con: duckdb.DuckDBPyConnection, state: runs.RunState, groups: list[tuple[int, ...]] | None
-) -> dict[int | None, frozenset[int]]:
-    """Examples already swept: for the whole sweep (no groups), those marked done; per
-    group, those with a prediction under the group's first configuration (a group's
-    predictions are stored together)."""
-    if groups is None:
-        return {None: state.done}
-    found = con.execute(
-        "SELECT config_id, example_id FROM ablation_predictions WHERE run_id = ? AND config_id IN (SELECT unnest(?))",
-        [state.run_id, [g[0] for g in groups]],
-    ).fetchall()
-    by_config: dict[int, set[int]] = {}
-    for config_id, example_id in found:
-        by_config.setdefault(config_id, set()).add(example_id)
-    return {g: frozenset(by_config.get(ids[0], set())) for g, ids in enumerate(groups)}
 
 
 def _predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
@@ -533,7 +430,7 @@ def config_rows(mode: str, configs: Sequence[Configuration], first: int) -> pa.T
     )
 
 
-def _insert_configs(
+def insert_configs(
     con: duckdb.DuckDBPyConnection, run_id: int, mode: str, configs: Sequence[Configuration], first: int
 ) -> None:
     # Idempotent: a resumed run finds its configurations already there.
@@ -634,7 +531,7 @@ def _finish(
     score_rows = [score_row(i, r, adjusted[r.metric].get(i)) for i, row in enumerate(results) for r in row]
     score_rows += [score_row(first_combo + i, r, None) for i, row in enumerate(combo_results) for r in row]
     with warehouse.transaction(con):
-        _insert_configs(con, run_id, ablation.mode, combos, first_combo)
+        insert_configs(con, run_id, ablation.mode, combos, first_combo)
         if combos:
             warehouse.insert_arrow(
                 con,

@@ -125,7 +125,7 @@ class WorkerSpec:
     dtype: str
     settings: Mapping[str, Any] = field(
         default_factory=dict
-    )  # the capture's settings(); ablation: mode, prefix_cache, …
+    )  # the capture's settings(); ablation: mode, prefix_cache, the objective and its settings, …
     language_model: bool = False  # load a decoder with its language-model head (runs read through a prompt)
 
 
@@ -167,7 +167,7 @@ def build_worker(spec: WorkerSpec, device: str) -> Worker:
 
         return CaptureWorker(ChangeCapture(encoders["base_model_id"], encoders["model_id"], **spec.settings))
     if spec.kind == "ablation":
-        from attnwh.ingest.runs.ablation import sweep_worker
+        from attnwh.ingest.runs.sweep import sweep_worker
 
         return sweep_worker(encoders["model_id"], spec.settings)
     raise ValueError(f"no worker for runs of kind {spec.kind!r}")

@@ -2,13 +2,15 @@
 model disabled in turn, each configuration scored by its next-token loss (:mod:`lm_loss`).
 
 A run (runs.kind = 'ablation', its identity naming the loss objective) is one model, text (or
-probe set) and mode, in two stages, as the classifier sweep's:
+probe set) and mode, in the two stages of every sweep (:mod:`attnwh.ingest.runs.sweep`), this
+module being its objective (:class:`LossObjective`):
 
 1. the sweep: the baseline, every head and every whole layer (1 + L×H + L configurations)
-   batch by batch, through the same exact prefix cache (:class:`AblationSweep`, scoring each
-   position's next-token cross-entropy). A batch's rows in ablation_losses (one per
+   unit by unit, through the same exact prefix cache (:class:`AblationSweep`, scoring each
+   position's next-token cross-entropy). A unit's rows in ablation_losses (one per
    configuration, sequence and span: nats and tokens) are committed with its run_examples
-   marks, so an interrupted run resumes at the next batch and never stores a row twice;
+   marks, so an interrupted run resumes at the next unit and never stores a row twice; the
+   units run here, on Ray (``--engine ray``) or in static shards (``--shard``) merged later;
 2. the finish: each configuration's mean loss per token against the baseline's on the same
    sequences, per span (a paired permutation test and a bootstrap interval, :mod:`lm_loss`),
    Benjamini–Hochberg across the head and layer configurations per span, into ablations
@@ -37,22 +39,16 @@ from attnwh.ingest.encoder.loading import EncoderModel
 from attnwh.ingest.measures.ablation import AblationSweep, sweep_configurations
 from attnwh.ingest.measures.lm_loss import ALL, compare_losses, metric_name, span_sums, token_losses
 from attnwh.ingest.measures.significance import PairedResult, benjamini_hochberg
-from attnwh.ingest.runs.ablation import (
-    AblationOptions,
-    ProgressBatch,
-    ProgressStart,
-    _insert_configs,
-    ablation_identity,
-    check_ablation_fits,
-    config_rows,
-)
-from attnwh.ingest.runs.loop import IngestOptions, OpenRun, PreparedTask, open_task_run, prepare_tasks, store_stream
+from attnwh.ingest.runs.ablation import AblationOptions, ablation_identity, check_ablation_fits, config_rows
+from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, prepare_tasks
 from attnwh.ingest.runs.shards import Part
-from attnwh.ingest.runs.units import WorkUnit, plan_units
+from attnwh.ingest.runs.sweep import ProgressBatch, ProgressStart, ingest_sweep, shard_sweep
+from attnwh.ingest.runs.units import WorkUnit
 from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.sql import runs, warehouse
 
 if TYPE_CHECKING:
+    from attnwh.ingest.runs.engine import EngineOptions, ShardSummary
     from attnwh.ingest.sources.probes import ProbeSequence
 
 OBJECTIVE = "loss"
@@ -220,11 +216,13 @@ class LossWorker:
         encoder = self.sweep.encoder
         tick = time.perf_counter()
         spans = self.spans[unit.run_key]
-        ids = np.arange(len(self.configs), dtype=np.int32)
+        # A unit of one group of configurations (Ray, static shards) sweeps those alone.
+        ids = np.asarray(unit.configs if unit.configs is not None else range(len(self.configs)), dtype=np.int32)
+        configs = [self.configs[i] for i in ids]
         tables = []
         for piece in unit.split(self.rows_per_pass(int(unit.n_tokens.max()))):
             batch = piece.collate(encoder.tokenizer.pad_token_id, encoder.device)
-            losses = self.sweep.logits(batch, self.configs)  # (configurations, rows, positions)
+            losses = self.sweep.logits(batch, configs)  # (configurations, rows, positions)
             names, nats, tokens = span_sums(losses, piece.n_tokens.tolist(), [spans[p] for p in piece.positions])
             tables.append(loss_rows(ids, piece.example_ids, names, nats, tokens))
         return Part(
@@ -235,7 +233,7 @@ class LossWorker:
                 "ablation_losses": pa.concat_tables(tables),
                 "run_examples": unit.done_rows(),
             },
-            True,
+            len(ids) == len(self.configs),
             time.perf_counter() - tick,
             str(encoder.device),
         )
@@ -260,6 +258,58 @@ def loss_rows(
     )
 
 
+class LossObjective:
+    """A sweep scored by next-token loss on text or probes, per sequence and named span."""
+
+    name = "loss"
+    table = "ablation_losses"
+    language_model = True
+
+    def __init__(self, loss_tasks: Sequence[LossTask]) -> None:
+        self.spans = {t.task.run_key: t.spans for t in loss_tasks}
+
+    def check(self, encoder: EncoderModel, tasks: Sequence[PreparedTask], ablation: AblationOptions) -> None:
+        check_language_model(encoder)
+        if any(task.identity.get("objective") != OBJECTIVE for task in tasks):
+            raise ValueError("loss sweeps must be prepared by prepare_loss_ablation")
+
+    def labels(self, task: PreparedTask) -> np.ndarray | None:
+        return None
+
+    def worker_settings(self, tasks: Sequence[PreparedTask]) -> dict[str, Any]:
+        """Each run's spans, per sequence in task order."""
+        return {"spans": {task.run_key: self.spans[task.run_key] for task in tasks}}
+
+    def describe(self, task: PreparedTask, ablation: AblationOptions, n_configs: int) -> str:
+        return f"{task.data.task} · {ablation.mode} · loss: {n_configs} configurations"
+
+    def finish(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        run_id: int,
+        task: PreparedTask,
+        sweep: AblationSweep,
+        options: IngestOptions,
+        ablation: AblationOptions,
+        on_start: ProgressStart,
+        on_batch: ProgressBatch,
+    ) -> None:
+        singles = sweep_configurations(sweep.encoder.attention_layers, sweep.encoder.num_heads)
+        finish_loss_run(con, run_id, task, singles, ablation, options.seed)
+
+    def summary(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        run_id: int,
+        task: PreparedTask,
+        ablation: AblationOptions,
+        outcome: str,
+        n_written: int,
+        seconds: float,
+    ) -> LossSummary:
+        return loss_summary(con, run_id, task, ablation, outcome, n_written, seconds)
+
+
 def ingest_loss_ablation(
     db_path: Path,
     encoder: EncoderModel,
@@ -268,44 +318,29 @@ def ingest_loss_ablation(
     ablation: AblationOptions,
     on_start: ProgressStart | None = None,
     on_batch: ProgressBatch | None = None,
+    engine: EngineOptions | None = None,
 ) -> list[LossSummary]:
     """Sweep, test and store every task prepared by `prepare_loss_ablation` with the same
-    settings, in this process; returns one summary per task."""
-    from attnwh.ingest.runs.engine import LocalExecutor
-
-    sweep = AblationSweep(
-        encoder, ablation.mode, ablation.prefix_cache, ablation.configs_per_pass, ablation.attention_memory
-    )
+    settings; returns one summary per task. `engine` sweeps on Ray (the tests run here,
+    from the stored losses); by default, everything runs here."""
     tasks = [t.task for t in loss_tasks]
-    worker = LossWorker(sweep, {t.task.run_key: t.spans for t in loss_tasks})
-    singles = worker.configs
-    con = warehouse.connect(db_path)
-    try:
-        model_ids = {"model_id": runs.upsert_model(con, encoder.facts())}
-        states = [open_task_run(con, model_ids, "ablation", encoder, task, options) for task in tasks]
-        opened = []
-        for task, state in zip(tasks, states):
-            if state.status == "complete":
-                continue
-            _insert_configs(con, state.run_id, ablation.mode, singles, 0)
-            units = plan_units(task.run_key, task.encoded, task.example_ids, options.batch_size, {None: state.done})
-            label = f"{task.data.task} · {ablation.mode} · loss: {len(singles)} configurations"
-            opened.append(OpenRun(task.run_key, label, state.run_id, units))
-        store_stream(con, LocalExecutor(worker), opened, "ablation_losses", on_start, on_batch)
-        summaries = []
-        for task, state in zip(tasks, states):
-            if state.status == "complete":
-                summaries.append(loss_summary(con, state.run_id, task, ablation, "already complete", 0, 0.0))
-                continue
-            run = next(o for o in opened if o.run_id == state.run_id)
-            started = time.perf_counter()
-            with runs.marking_failure(con, state.run_id):
-                finish_loss_run(con, state.run_id, task, singles, ablation, options.seed)
-            seconds = run.seconds + time.perf_counter() - started
-            summaries.append(loss_summary(con, state.run_id, task, ablation, state.outcome, run.n_todo, seconds))
-        return summaries
-    finally:
-        con.close()
+    objective = LossObjective(loss_tasks)
+    return ingest_sweep(db_path, encoder, tasks, options, ablation, objective, on_start, on_batch, engine)
+
+
+def shard_loss_ablation(
+    encoder: EncoderModel,
+    loss_tasks: Sequence[LossTask],
+    options: IngestOptions,
+    ablation: AblationOptions,
+    engine: EngineOptions,
+    on_start: ProgressStart | None = None,
+    on_batch: ProgressBatch | None = None,
+) -> list[ShardSummary]:
+    """Sweep static shard `engine.shard` of every task into `engine.shard_dir`; after `attnwh
+    merge`, the same command without the shard options tests and completes each run."""
+    tasks = [t.task for t in loss_tasks]
+    return shard_sweep(encoder, tasks, options, ablation, LossObjective(loss_tasks), engine, on_start, on_batch)
 
 
 def stored_losses(
@@ -414,6 +449,7 @@ def loss_summary(
 __all__ = [
     "OBJECTIVE",
     "LossSummary",
+    "LossObjective",
     "LossTask",
     "LossWorker",
     "check_language_model",
@@ -423,4 +459,5 @@ __all__ = [
     "metric_name",
     "prepare_loss_ablation",
     "probe_task",
+    "shard_loss_ablation",
 ]

@@ -215,7 +215,7 @@ def store_part(con: duckdb.DuckDBPyConnection, run_id: int, part: Part) -> int:
             insert_arrow(con, "run_examples", done)
             n_done = done.num_rows
         else:
-            n_done = _mark_swept(con, run_id, done)
+            n_done = _mark_swept(con, run_id, done, "ablation_losses" in part.tables)
         add_seconds(con, run_id, part.seconds)
     return n_done
 
@@ -241,17 +241,20 @@ def with_run_id(rows: pa.Table, run_id: int) -> pa.Table:
     return rows.add_column(0, "run_id", pa.array(np.full(rows.num_rows, run_id, dtype=np.int32)))
 
 
-def _mark_swept(con: duckdb.DuckDBPyConnection, run_id: int, candidates: pa.Table) -> int:
-    """Mark done the candidates that now have a prediction under every configuration of the
-    sweep (baseline, heads, layers); returns how many."""
+def _mark_swept(con: duckdb.DuckDBPyConnection, run_id: int, candidates: pa.Table, losses: bool = False) -> int:
+    """Mark done the candidates that now have a prediction (with `losses`, a loss over the
+    whole sequence) under every configuration of the sweep (baseline, heads, layers);
+    returns how many."""
+    swept = "ablation_losses AS p" if losses else "ablation_predictions AS p"
+    whole = "AND p.span = 'all'" if losses else ""
     with registered(con, candidates) as name:
         marked = con.execute(
             f"""
             INSERT OR IGNORE INTO run_examples BY NAME
             SELECT c.* FROM {name} AS c
             JOIN (SELECT p.example_id, count(*) AS n
-                  FROM ablation_predictions AS p JOIN ablation_configs AS k USING (run_id, config_id)
-                  WHERE p.run_id = $run AND k.kind IN ('baseline', 'head', 'layer')
+                  FROM {swept} JOIN ablation_configs AS k USING (run_id, config_id)
+                  WHERE p.run_id = $run AND k.kind IN ('baseline', 'head', 'layer') {whole}
                     AND p.example_id IN (SELECT example_id FROM {name})
                   GROUP BY p.example_id) AS swept USING (example_id)
             WHERE swept.n = (SELECT count(*) FROM ablation_configs

@@ -62,6 +62,7 @@ PART_TABLES = frozenset(
         "massive_activations",
         "attention_change",
         "ablation_configs",
+        "ablation_losses",
         "ablation_predictions",
         "prompt_predictions",
     }

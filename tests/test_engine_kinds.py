@@ -1,0 +1,144 @@
+"""Every run kind through the engine: a run computed in one process, in three static shards
+merged (`--shard I/3`, `attnwh merge`, then the same command to finish it), and a run killed
+with SIGKILL in the middle and rerun all store the same rows. (Ray: tests/test_ray_engine.py.)
+
+The killed run dies in a child process at the start of its third unit of work, as if the
+power went: no handler, no rollback; the rerun must resume it to the rows of an unbroken run,
+none twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import run
+from test_shards import fetch, merge, sharded
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def wide_terminal(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+# A child that runs an attnwh command and kills itself (SIGKILL) when `method` of `cls` in
+# `module` is called for the `at`-th time: in the middle of the run, between two units.
+KILLER = textwrap.dedent(
+    """
+    import importlib, os, signal, sys
+    module, cls, method, at = sys.argv[1:5]
+    owner = getattr(importlib.import_module(module), cls)
+    original = getattr(owner, method)
+    calls = []
+
+    def dying(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == int(at):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(*args, **kwargs)
+
+    setattr(owner, method, dying)
+    from attnwh.cli import main
+    sys.argv = ["attnwh", *sys.argv[5:]]
+    main()
+    """
+)
+
+
+def killed_then_rerun(monkeypatch, capsys, args: list[str], db: Path, where: tuple[str, str, str], at: int = 3) -> str:
+    """Run `args` into `db` in a child killed at the `at`-th call of `where` (module, class,
+    method), check it died there, rerun it here; returns the rerun's stdout."""
+    child = subprocess.run(
+        [sys.executable, "-c", KILLER, *where, str(at), *args, "--db", str(db)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
+        timeout=600,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    code, out, err = run(monkeypatch, capsys, *args, "--db", str(db))
+    assert code == 0, err
+    return out
+
+
+def assert_same(a: Path, b: Path, sql: str, atol: float = 0.0) -> None:
+    """The rows of `sql` in both warehouses: the same keys (all columns but the float ones),
+    the float columns within `atol`, and no duplicates."""
+    x, y = fetch(a, sql), fetch(b, sql)
+    assert len(x) == len(y) > 0
+    for r, s in zip(x, y):
+        exact = [v for v in r if not isinstance(v, float)]
+        assert exact == [v for v in s if not isinstance(v, float)]
+        floats = np.array([v for v in r if isinstance(v, float)], float)
+        np.testing.assert_allclose(floats, np.array([v for v in s if isinstance(v, float)], float), atol=atol, rtol=0)
+
+
+# -- the loss sweep ------------------------------------------------------------------------
+
+LOSS_ROWS = "SELECT config_id, example_id, span, tokens, nats FROM ablation_losses ORDER BY ALL"
+LOSS_SCORES = (
+    "SELECT config_id, metric, test, n_examples, value, baseline, delta, ci_low, ci_high, p_value, p_adjusted "
+    "FROM ablations ORDER BY ALL"
+)
+LOSS_WORKER = ("attnwh.ingest.runs.loss_ablation", "LossWorker", "compute")
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory) -> Path:
+    from test_decoder_ablation import make_causal_lm
+
+    return make_causal_lm("llama", tmp_path_factory.mktemp("lm"), positions=320)
+
+
+@pytest.fixture(scope="module")
+def loss_runs(lm, tmp_path_factory) -> dict[str, tuple[list[str], Path]]:
+    """The loss sweep on text and on induction probes, each run once in one process."""
+    from helpers import cli_main
+
+    folder = tmp_path_factory.mktemp("loss")
+    out = {}
+    for name, data in {
+        "text": ["--task", "prose", "--max-length", "40", "--limit", "7"],
+        "probes": ["--probe", "induction", "--repeat-length", "8", "--limit", "7"],
+    }.items():
+        args = ["ingest", "ablation", "--model", str(lm), *data, "--mode", "zero", "--resamples", "100"]
+        args += ["--batch-size", "2"]
+        db = folder / f"{name}.duckdb"
+        cli_main(*args, "--db", str(db))
+        out[name] = (args, db)
+    return out
+
+
+@pytest.mark.parametrize("data", ["text", "probes"])
+def test_the_loss_sweep_in_three_shards_merges_and_finishes_to_the_one_process_rows(
+    monkeypatch, capsys, loss_runs, tmp_path, data
+):
+    args, single = loss_runs[data]
+    merged, shard_dir = tmp_path / "merged.duckdb", tmp_path / "shards"
+    sharded(monkeypatch, capsys, args, shard_dir, 3)
+    code, out, err = merge(monkeypatch, capsys, shard_dir, merged)
+    assert code == 0, err
+    assert fetch(merged, "SELECT status FROM runs") == [("partial",)]
+    code, out, err = run(monkeypatch, capsys, *args, "--db", str(merged))
+    assert code == 0, err
+    assert fetch(merged, "SELECT status FROM runs") == [("complete",)]
+    assert_same(single, merged, LOSS_ROWS)
+    assert_same(single, merged, LOSS_SCORES)
+    assert fetch(single, "SELECT run_key FROM runs") == fetch(merged, "SELECT run_key FROM runs")
+
+
+def test_the_loss_sweep_killed_mid_run_resumes_to_the_rows_of_an_unbroken_run(monkeypatch, capsys, loss_runs, tmp_path):
+    args, single = loss_runs["probes"]
+    db = tmp_path / "killed.duckdb"
+    out = killed_then_rerun(monkeypatch, capsys, args, db, LOSS_WORKER)
+    assert "resumed" in out
+    assert_same(single, db, LOSS_ROWS)
+    assert_same(single, db, LOSS_SCORES)
