@@ -705,11 +705,13 @@ def relations(
 
 
 @python_arguments
+@with_option_groups
 def roles(
     model: Annotated[
         str,
         typer.Option(help="Hub name, local directory or GGUF file of a decoder (causal language model)."),
     ],
+    *,
     text: Annotated[
         Path | None,
         typer.Option(
@@ -748,10 +750,11 @@ def roles(
     device: DeviceOpt = Device.auto,
     db: DbOpt = DEFAULT_DB,
     replace: Annotated[bool, typer.Option(help="Redo a run that is already stored instead of skipping it.")] = False,
+    compute: Engine,
 ) -> Done:
     """Score every head of a decoder for its role, on probe inputs built from a seed: previous-token (the mean weight on the previous token), induction and duplicate-token (Olsson et al. 2022: m random tokens repeated, attention from the repeat to the token after, or at, the earlier occurrence), retrieval (Wu et al. 2025: a needle sentence in a haystack of the text at each of --depths, the answer teacher-forced; the share of answer tokens whose largest attention falls on the needle token being copied), sink share (the first token) and local mass (the last --local-window tokens), per probe, layer and query head into head_roles, with the probes in role_probes (docs/metrics.md#head-roles).
 
-    One run per probe kind; its rows are written in one transaction at the end. A stored run with the same model, probe settings, seed, window and text is kept unless --replace. Long needle probes are read in tiles of query rows under --attention-memory. Decoders only: these scores are defined for causal models.
+    One run per probe kind, stored batch by batch: an interrupted run resumes where it stopped, --engine ray computes it on Ray, and --shard I/N writes one slice for `attnwh merge`. A stored run with the same model, probe settings, seed, window and text is kept unless --replace. Long needle probes are read in tiles of query rows under --attention-memory. Decoders only: these scores are defined for causal models.
     """
     console = Console(stderr=True)
     from attnwh.ingest.encoder.available import check_model
@@ -808,30 +811,27 @@ def roles(
     console.print(
         f"{describe(encoder)}; {', '.join(f'{len(m)} {p.kind} probes' for p, m in zip(plans, made))}", highlight=False
     )
-    summaries: list[Any] = []
+    run_on = compute.options(device.value)
 
-    def interrupted() -> str:
-        done = "; the runs before it are kept" if summaries else ""
-        return f"interrupted; nothing of the interrupted run was written to {db}{done}"
+    def ingest(bars: Bars) -> Any:
+        return role_runs.ingest_roles(
+            db,
+            encoder,
+            list(zip(plans, made)),
+            attention_memory=parse_memory(attention_memory),
+            batch_size=batch_size,
+            replace=replace,
+            command=command_line(),
+            on_start=bars.start,
+            on_batch=bars.advance,
+            engine=run_on,
+        )
 
-    started = time.perf_counter()
-    with Bars(console, "probe") as bars, interrupts_as(interrupted):
-        for plan, probe_set in zip(plans, made):
-            summaries.append(
-                role_runs.ingest_roles(
-                    db,
-                    encoder,
-                    plan,
-                    probe_set,
-                    attention_memory=parse_memory(attention_memory),
-                    batch_size=batch_size,
-                    replace=replace,
-                    command=command_line(),
-                    on_start=bars.starter(plan.kind),
-                    on_batch=bars.advance,
-                )
-            )
-    return Done(summaries, time.perf_counter() - started, db)
+    if run_on.shard:
+        shards, seconds = run_resumable(console, run_on.shard_dir or db, ingest)
+        return Done(list(shards), seconds, db, sharded=True)
+    summaries, seconds = run_resumable(console, db, ingest)
+    return Done(list(summaries), seconds, db)
 
 
 def restriction(

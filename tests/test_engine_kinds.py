@@ -142,3 +142,58 @@ def test_the_loss_sweep_killed_mid_run_resumes_to_the_rows_of_an_unbroken_run(mo
     assert "resumed" in out
     assert_same(single, db, LOSS_ROWS)
     assert_same(single, db, LOSS_SCORES)
+
+
+# -- head roles ----------------------------------------------------------------------------
+
+ROLE_ROWS = (
+    "SELECT r.task, h.example_id, h.layer, h.head, h.previous_token, h.induction, h.duplicate, h.retrieval, "
+    "h.sink, h.local_mass FROM head_roles AS h JOIN runs AS r USING (run_id) ORDER BY ALL"
+)
+ROLE_PROBES = (
+    "SELECT r.task, p.example_id, p.position, p.kind, p.seed, p.depth, p.token_ids, p.segments "
+    "FROM role_probes AS p JOIN runs AS r USING (run_id) ORDER BY ALL"
+)
+ROLE_RUNS = (
+    "SELECT r.run_key, r.task, r.status, r.n_examples, s.kind, s.local_window, s.repeat_length, s.context_length, "
+    "s.depths, s.text_hash FROM runs AS r JOIN role_settings AS s USING (run_id) ORDER BY ALL"
+)
+ROLE_CAPTURE = ("attnwh.ingest.runs.roles", "RolesCapture", "run")
+
+
+@pytest.fixture(scope="module")
+def role_run(tmp_path_factory) -> tuple[list[str], Path]:
+    """Both probe kinds on a tiny Llama, 6 probes each in units of 2, in one process."""
+    from helpers import cli_main
+    from tiny_models import make_tiny_decoder
+
+    folder = tmp_path_factory.mktemp("roles")
+    model = make_tiny_decoder("llama", folder / "llama", 2, 4, seed=3, positions=256)
+    args = ["ingest", "roles", "--model", str(model), "--device", "cpu", "--examples", "6", "--batch-size", "2"]
+    args += ["--repeat-length", "10", "--context-length", "160", "--depths", "0,1", "--local-window", "8"]
+    cli_main(*args, "--db", str(folder / "single.duckdb"))
+    return args, folder / "single.duckdb"
+
+
+def assert_same_roles(a: Path, b: Path) -> None:
+    assert_same(a, b, ROLE_ROWS)
+    assert fetch(a, ROLE_PROBES) == fetch(b, ROLE_PROBES)
+    assert fetch(a, ROLE_RUNS) == fetch(b, ROLE_RUNS)
+    assert [r[2] for r in fetch(b, ROLE_RUNS)] == ["complete", "complete"]
+
+
+def test_roles_in_three_shards_merge_to_the_one_process_rows(monkeypatch, capsys, role_run, tmp_path):
+    args, single = role_run
+    merged, shard_dir = tmp_path / "merged.duckdb", tmp_path / "shards"
+    sharded(monkeypatch, capsys, args, shard_dir, 3)
+    code, out, err = merge(monkeypatch, capsys, shard_dir, merged)
+    assert code == 0, err
+    assert_same_roles(single, merged)
+
+
+def test_roles_killed_mid_run_resume_to_the_rows_of_an_unbroken_run(monkeypatch, capsys, role_run, tmp_path):
+    args, single = role_run
+    db = tmp_path / "killed.duckdb"
+    out = killed_then_rerun(monkeypatch, capsys, args, db, ROLE_CAPTURE, at=5)  # in the needle run's units
+    assert "induction run" in out and "needle run" in out and "resumed" in out
+    assert_same_roles(single, db)

@@ -149,6 +149,19 @@ def test_ray_loss_sweep_equals_the_single_process(monkeypatch, capsys, tmp_path_
     assert fetch(on_ray, "SELECT status FROM runs") == [("complete",)]
 
 
+def test_ray_roles_equal_the_single_process(monkeypatch, capsys, tmp_path):
+    """Head roles of a tiny Llama on both probe kinds: Ray workers score the probes the
+    driver built and give the single process's rows."""
+    from test_engine_kinds import assert_same_roles
+    from tiny_models import make_tiny_decoder
+
+    model = make_tiny_decoder("llama", tmp_path / "llama", 2, 4, seed=3, positions=256)
+    args = ["ingest", "roles", "--model", str(model), "--examples", "6", "--batch-size", "2"]
+    args += ["--repeat-length", "10", "--context-length", "160", "--depths", "0,1", "--local-window", "8"]
+    single, on_ray = single_and_ray(monkeypatch, capsys, args, tmp_path)
+    assert_same_roles(single, on_ray)
+
+
 def _map_workers() -> list[int]:
     """Process ids of the Ray Data actors (their process title names MapWorker)."""
     found = []

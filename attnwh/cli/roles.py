@@ -6,23 +6,27 @@ from __future__ import annotations
 from attnwh import api
 from attnwh.cli.options import cli_command
 from attnwh.cli.output import results_console
+from attnwh.cli.summaries import print_shards
 
 
 def show_roles(done: api.Done) -> None:
     from attnwh.sql import queries, warehouse
 
+    if done.sharded:
+        print_shards(done.results, done.seconds)
+        return
     out = results_console()
     con = warehouse.connect(done.db, read_only=True)
     named = queries.named_queries()["head_roles"]
     try:
         for summary in done.results:
             top = queries.run_query(con, named, {"run": summary.run_id}).to_pylist()
-            if summary.tiles_read is None:
+            if summary.seconds is None:
                 out.print(f"{summary.kind} run {summary.run_id}: already complete (--replace redoes it)")
             else:
                 out.print(
-                    f"{summary.kind} run {summary.run_id} {summary.outcome}: {summary.n_probes} probes "
-                    f"in {summary.seconds:.1f} s"
+                    f"{summary.kind} run {summary.run_id} {summary.outcome}: {summary.n_written} of "
+                    f"{summary.n_probes} probes in {summary.seconds:.1f} s"
                 )
             score = "induction" if summary.kind == "induction" else "retrieval"
             best = sorted(top, key=lambda r: -(r[score] or 0))[:5]

@@ -119,7 +119,7 @@ class WorkerSpec:
     """What a worker process loads to compute units of one kind of run: the models by the
     names `load_encoder` was given, the weights they must have, and the kind's settings."""
 
-    kind: str  # statistics | compare | ablation
+    kind: str  # statistics | compare | ablation | roles
     models: Mapping[str, str | None]  # runs column (model_id, base_model_id) -> load_encoder name
     weights: Mapping[str, str]  # runs column -> weights hash the loaded model must have
     dtype: str
@@ -166,6 +166,11 @@ def build_worker(spec: WorkerSpec, device: str) -> Worker:
         from attnwh.ingest.runs.units import CaptureWorker
 
         return CaptureWorker(ChangeCapture(encoders["base_model_id"], encoders["model_id"], **spec.settings))
+    if spec.kind == "roles":
+        from attnwh.ingest.runs.roles import RolesCapture
+        from attnwh.ingest.runs.units import CaptureWorker
+
+        return CaptureWorker(RolesCapture(encoders["model_id"], **spec.settings))
     if spec.kind == "ablation":
         from attnwh.ingest.runs.sweep import sweep_worker
 

@@ -1,21 +1,33 @@
 """Storing `attnwh ingest roles` runs: one run per probe kind (task `induction` or `needle`),
-written with its probes (role_probes), its settings (role_settings) and its scores (head_roles)
-in one transaction at the end, so a run row exists only when its rows do. A stored run with
-the same identity (model weights, probe kind and settings, seed, local window and, for needles,
-the text) is kept unless `replace`."""
+its probes (role_probes) and its scores (head_roles) stored unit by unit through the engine
+(:mod:`attnwh.ingest.runs.engine`), as a statistics run's: an interrupted run resumes with the
+probes it lacks, static shards merge into it, Ray computes it. Its settings (role_settings)
+are stored with the run. A stored run with the same identity (model weights, probe kind and
+settings, seed, local window and, for needles, the text) is kept unless `replace`."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pyarrow as pa
+import torch
 
-from attnwh.ingest.encoder.loading import EncoderModel
+from attnwh.ingest.encoder import capture
+from attnwh.ingest.encoder.loading import EncoderModel, require_every_layer
 from attnwh.ingest.measures import roles
+from attnwh.ingest.runs.loop import PreparedTask
 from attnwh.ingest.sources import probes
+from attnwh.ingest.sources.examples import Example, TaskData
+
+if TYPE_CHECKING:
+    from attnwh.ingest.runs.engine import EngineOptions, ShardSummary
+    from attnwh.ingest.runs.units import WorkUnit
 
 ROLE_TEXT_DEFAULT = "prose"
 
@@ -58,6 +70,18 @@ class RoleSettings:
             "text": self.text_hash,
         }
 
+    def row(self) -> dict[str, Any]:
+        """The run's role_settings row (without run_id), and its seed."""
+        return {
+            "kind": self.kind,
+            "local_window": self.local_window,
+            "repeat_length": self.repeat_length,
+            "context_length": self.context_length,
+            "depths": list(self.depths) if self.depths is not None else None,
+            "text_hash": self.text_hash,
+            "seed": self.seed,
+        }
+
     def build(self, encoder: EncoderModel) -> list[probes.ProbeSequence]:
         """The run's probes, from the model's tokenizer."""
         if self.kind == "induction":
@@ -71,76 +95,163 @@ class RoleSettings:
 class RolesSummary:
     run_id: int
     kind: str
-    outcome: str  # "complete", "replaced" or "already complete"
+    outcome: str  # "complete", "resumed", "replaced" or "already complete"
     n_probes: int
-    tiles_read: int | None  # None when already complete
-    seconds: float | None
+    n_written: int  # probes scored by this invocation
+    seconds: float | None  # None when already complete
+
+
+class RolesCapture:
+    """Scores of every head on a batch of probes (:class:`roles.RoleScores`), as a capture of
+    the engine: a roles run goes unit by unit like a statistics run, so it resumes, shards and
+    runs on Ray. `probes` holds each run's probes (by run key, in task order): a unit names
+    its probes by position, and the scores need their segments (halves, needle, answer)."""
+
+    kind = "roles"
+    table = "head_roles"
+    columns = roles.ROLE_COLUMNS
+
+    def __init__(
+        self,
+        encoder: EncoderModel,
+        probes: Mapping[str, Sequence[probes.ProbeSequence]],
+        run_settings: Mapping[str, Mapping[str, Any]],
+        local_window: int = roles.DEFAULT_LOCAL_WINDOW,
+        attention_memory: int | None = None,
+    ) -> None:
+        self.encoder = encoder
+        # Per run key: its probes, and its role_settings row (with its seed).
+        self.probes, self.run_settings = dict(probes), dict(run_settings)
+        self.local_window, self.attention_memory = local_window, attention_memory
+        self.budget = attention_memory or capture.default_budget(encoder.device)
+        self.observer = roles.RoleScores(len(encoder.attention_layers), local_window)
+        self._run_key = ""
+        self._positions: tuple[int, ...] = ()
+
+    def models(self) -> dict[str, EncoderModel]:
+        return {"model_id": self.encoder}
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "probes": self.probes,
+            "run_settings": self.run_settings,
+            "local_window": self.local_window,
+            "attention_memory": self.attention_memory,
+        }
+
+    def begin_unit(self, unit: WorkUnit) -> None:
+        self._run_key, self._positions = unit.run_key, unit.positions
+
+    def max_rows(self, length: int) -> int:
+        return capture.batch_rows(self.budget, self.encoder.num_heads, length, self.observer, tiles=True)
+
+    def run(self, batch: dict[str, torch.Tensor], thumbnail_rows: Sequence[int] = ()) -> np.ndarray:
+        """(probes, attention layers, heads, ROLE_COLUMNS) of one batch; the probes of a run
+        have one length, so the batch holds no padding."""
+        self.observer.begin([self.probes[self._run_key][i] for i in self._positions])
+        with torch.inference_mode(), capture.attention_memory(self.budget), capture.observing(self.observer):
+            self.encoder.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        return self.observer.collect()
+
+    def extra_rows(self, example_ids: np.ndarray) -> dict[str, pa.Table]:
+        """The batch's role_probes rows (a probe's tokens and segments), and the run's
+        role_settings row (stored once: its key is the run)."""
+        made = [self.probes[self._run_key][i] for i in self._positions]
+        settings = self.run_settings[self._run_key]
+        return {
+            "role_settings": pa.table(
+                {
+                    "kind": [settings["kind"]],
+                    "local_window": pa.array([settings["local_window"]], pa.int32()),
+                    "repeat_length": pa.array([settings["repeat_length"]], pa.int32()),
+                    "context_length": pa.array([settings["context_length"]], pa.int32()),
+                    "depths": pa.array([settings["depths"]], pa.list_(pa.float64())),
+                    "text_hash": pa.array([settings["text_hash"]], pa.string()),
+                }
+            ),
+            "role_probes": pa.table(
+                {
+                    "example_id": pa.array(example_ids, pa.int64()),
+                    "position": pa.array(self._positions, pa.int32()),
+                    "kind": [p.kind for p in made],
+                    "seed": pa.array([settings["seed"]] * len(made), pa.int32()),
+                    "depth": pa.array([p.depth for p in made], pa.float64()),
+                    "token_ids": pa.array([list(p.token_ids) for p in made], pa.list_(pa.int32())),
+                    "segments": [json.dumps({k: list(v) for k, v in p.segments.items()}) for p in made],
+                }
+            ),
+        }
+
+
+def role_task(encoder: EncoderModel, settings: RoleSettings, made: Sequence[probes.ProbeSequence]) -> PreparedTask:
+    """The probes of one kind as a task of the engine: examples (decoded text, a needle's
+    answer as the label, so that `attnwh show` draws a probe), token ids, stable ids and the
+    run's identity."""
+    from attnwh.ingest.encoder.encoding import EncodedTask
+
+    def decode(ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return str(encoder.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    examples = tuple(
+        Example(
+            position=i,
+            guid=f"{p.kind}-{settings.seed}-{i}",
+            text_a=decode(p.token_ids, skip_special_tokens=True),
+            text_b=None,
+            label=decode([p.token_ids[j] for j in p.span("answer")]).strip() if p.kind == "needle" else None,
+            token_ids=p.token_ids,
+        )
+        for i, p in enumerate(made)
+    )
+    source = settings.text_name if settings.kind == "needle" else "random tokens"
+    data = TaskData("probes", settings.kind, f"seed {settings.seed}", examples, None, source or "")
+    lengths = np.array([len(p) for p in made], dtype=np.int64)
+    encoded = EncodedTask(tuple(np.asarray(p.token_ids, dtype=np.int64) for p in made), None, lengths)
+    ids = np.array(probe_example_ids(settings, made), dtype=np.int64)
+    return PreparedTask(data, encoded, ids, int(lengths.max()), settings.identity(encoder))
 
 
 def ingest_roles(
-    db_path,
+    db_path: Path,
     encoder: EncoderModel,
-    settings: RoleSettings,
-    made: Sequence[probes.ProbeSequence],
+    plans: Sequence[tuple[RoleSettings, Sequence[probes.ProbeSequence]]],
     *,
     attention_memory: int | None = None,
     batch_size: int = 8,
     replace: bool = False,
     command: str | None = None,
-    on_start: Callable[[int], None] | None = None,
+    on_start: Callable[[str, int], None] | None = None,
     on_batch: Callable[[int], None] | None = None,
-) -> RolesSummary:
-    """Skip a stored run of these settings (unless `replace`), else score `made` (the probes
-    :meth:`RoleSettings.build` gives) and write the run in one transaction."""
+    engine: EngineOptions | None = None,
+) -> list[RolesSummary] | list[ShardSummary]:
+    """One run per probe kind (`plans`: its settings and the probes :meth:`RoleSettings.build`
+    gives): skip a complete one (unless `replace`), resume an interrupted one, else score and
+    store it unit by unit. `engine` runs the units on Ray, or writes one static shard of them
+    for `attnwh merge`; by default, here."""
+    from attnwh.ingest.runs.loop import IngestOptions, ingest_runs, shard_runs
 
-    from attnwh.ingest.runs.rows import library_versions
-    from attnwh.sql import runs, warehouse
-
-    identity = settings.identity(encoder)
-    con = warehouse.connect(db_path)
-    try:
-        found = runs.find_run(con, "roles", identity)
-        if found and not replace and found.status == "complete":
-            return RolesSummary(found.run_id, settings.kind, "already complete", len(made), None, None)
-        if on_start:
-            on_start(len(made))
-        result = roles.measure_roles(encoder, made, settings.local_window, attention_memory, batch_size, on_batch)
-        with warehouse.transaction(con):
-            model_id = runs.upsert_model(con, encoder.facts())
-            state = runs.create_run(
-                con,
-                "roles",
-                identity,
-                {
-                    "model_id": model_id,
-                    "dataset": "probes",
-                    "task": settings.kind,
-                    "split": "generated",
-                    "source": settings.text_name if settings.kind == "needle" else "random tokens",
-                    "example_limit": settings.examples,
-                    "seed": settings.seed,
-                    "max_length": max(len(p) for p in made),
-                    "n_examples": len(made),
-                    "n_truncated": 0,
-                    "device": str(encoder.device),
-                    "dtype": str(encoder.dtype).removeprefix("torch."),
-                    "batch_size": batch_size,
-                    "versions": json.dumps(library_versions()),
-                    "command": command,
-                },
-                replace=True,  # a stored run is only here to be replaced
-            )
-            run = state.run_id
-            ids = probe_example_ids(settings, made)
-            warehouse.insert_arrow(con, "examples", _example_rows(encoder, settings, made, ids), or_ignore=True)
-            warehouse.insert_arrow(con, "run_examples", _run_example_rows(run, made, ids))
-            warehouse.insert_arrow(con, "role_settings", _settings_rows(run, settings))
-            warehouse.insert_arrow(con, "role_probes", _probe_rows(run, settings.seed, made, ids))
-            warehouse.insert_arrow(con, "head_roles", _score_rows(run, result.scores, ids, encoder.attention_layers))
-            runs.finish_run(con, run, "complete", result.seconds)
-        return RolesSummary(run, settings.kind, state.outcome, len(made), result.tiles_read, result.seconds)
-    finally:
-        con.close()
+    require_every_layer(encoder, "head roles")
+    tasks = [role_task(encoder, settings, made) for settings, made in plans]
+    capture_ = RolesCapture(
+        encoder,
+        {t.run_key: made for t, (_, made) in zip(tasks, plans)},
+        {t.run_key: settings.row() for t, (settings, _) in zip(tasks, plans)},
+        plans[0][0].local_window,
+        attention_memory,
+    )
+    first = plans[0][0]
+    options = IngestOptions(
+        limit=first.examples, seed=first.seed, batch_size=batch_size, replace=replace, command=command, thumbnails=0
+    )
+    if engine is not None and engine.shard is not None:
+        return shard_runs(capture_, tasks, options, engine, on_start, on_batch)
+    summaries = ingest_runs(db_path, capture_, tasks, options, on_start, on_batch, engine)
+    return [
+        RolesSummary(s.run_id, t.data.task, s.outcome, s.n_examples, s.n_written, s.seconds or None)
+        if s.outcome != "already complete"
+        else RolesSummary(s.run_id, t.data.task, s.outcome, s.n_examples, 0, None)
+        for s, t in zip(summaries, tasks)
+    ]
 
 
 def probe_example_ids(settings: RoleSettings, made: Sequence[probes.ProbeSequence]) -> list[int]:
@@ -151,94 +262,3 @@ def probe_example_ids(settings: RoleSettings, made: Sequence[probes.ProbeSequenc
         key = json.dumps(["probes", probe.kind, settings.seed, i, list(probe.token_ids)])
         out.append(int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big", signed=True))
     return out
-
-
-def _example_rows(
-    encoder: EncoderModel, settings: RoleSettings, made: Sequence[probes.ProbeSequence], ids: Sequence[int]
-) -> dict[str, object]:
-    """`examples` rows of the probes, so that `attnwh show` draws a probe's maps: its text
-    (decoded, for display; the maps are of the stored token ids) and, for a needle, its answer
-    as the label."""
-    import pyarrow as pa
-
-    def decode(ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        return str(encoder.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens))
-
-    return {
-        "example_id": pa.array(ids, pa.int64()),
-        "dataset": ["probes"] * len(made),
-        "task": [p.kind for p in made],
-        "split": [f"seed {settings.seed}"] * len(made),
-        "position": pa.array(range(len(made)), pa.int32()),
-        "guid": [f"{p.kind}-{settings.seed}-{i}" for i, p in enumerate(made)],
-        "text_a": [decode(list(p.token_ids), skip_special_tokens=True) for p in made],
-        "text_b": pa.array([None] * len(made), pa.string()),
-        "label": [
-            decode([p.token_ids[i] for i in p.span("answer")]).strip() if p.kind == "needle" else None for p in made
-        ],
-        "label_id": pa.array([None] * len(made), pa.int32()),
-    }
-
-
-def _run_example_rows(run: int, made: Sequence[probes.ProbeSequence], ids: Sequence[int]) -> dict[str, object]:
-    import pyarrow as pa
-
-    lengths = pa.array([len(p) for p in made], pa.int32())
-    return {
-        "run_id": pa.array([run] * len(made), pa.int32()),
-        "example_id": pa.array(ids, pa.int64()),
-        "n_tokens": lengths,
-        "n_tokens_full": lengths,
-        "truncated": [False] * len(made),
-        "token_ids": pa.array([list(p.token_ids) for p in made], pa.list_(pa.int32())),
-    }
-
-
-def _settings_rows(run: int, settings: RoleSettings) -> dict[str, object]:
-    import pyarrow as pa
-
-    return {
-        "run_id": pa.array([run], pa.int32()),
-        "kind": [settings.kind],
-        "local_window": pa.array([settings.local_window], pa.int32()),
-        "repeat_length": pa.array([settings.repeat_length], pa.int32()),
-        "context_length": pa.array([settings.context_length], pa.int32()),
-        "depths": pa.array([list(settings.depths) if settings.depths is not None else None], pa.list_(pa.float64())),
-        "text_hash": [settings.text_hash],
-    }
-
-
-def _probe_rows(run: int, seed: int, made: Sequence[probes.ProbeSequence], ids: Sequence[int]) -> dict[str, object]:
-    import pyarrow as pa
-
-    return {
-        "run_id": pa.array([run] * len(made), pa.int32()),
-        "example_id": pa.array(ids, pa.int64()),
-        "position": pa.array(range(len(made)), pa.int32()),
-        "kind": [p.kind for p in made],
-        "seed": pa.array([seed] * len(made), pa.int32()),
-        "depth": pa.array([p.depth for p in made], pa.float64()),
-        "token_ids": pa.array([list(p.token_ids) for p in made], pa.list_(pa.int32())),
-        "segments": [json.dumps({k: list(v) for k, v in p.segments.items()}) for p in made],
-    }
-
-
-def _score_rows(run: int, scores: np.ndarray, ids: Sequence[int], numbers: Sequence[int]) -> dict[str, object]:
-    """head_roles rows from scores (probes, attention layers, heads, columns), each attention
-    layer under the model's own number (`numbers`: a hybrid's have gaps); NaN becomes NULL."""
-    import pyarrow as pa
-
-    n, layers, heads, _ = scores.shape
-    example, layer, head = (
-        a.ravel() for a in np.meshgrid(np.arange(n), np.arange(layers), np.arange(heads), indexing="ij")
-    )
-    flat = scores.reshape(-1, scores.shape[-1]).astype(np.float32)
-    rows: dict[str, object] = {
-        "run_id": pa.array(np.full(len(example), run, np.int32)),
-        "example_id": pa.array(np.asarray(ids, np.int64)[example]),
-        "layer": pa.array(np.asarray(numbers, np.int16)[layer]),
-        "head": pa.array(head.astype(np.int16)),
-    }
-    for i, column in enumerate(roles.ROLE_COLUMNS):
-        rows[column] = pa.array(flat[:, i], pa.float32(), from_pandas=True)  # NaN: NULL
-    return rows

@@ -99,10 +99,15 @@ def grid_rows(example_ids: np.ndarray, values: np.ndarray, columns: Sequence[str
     return pa.table(rows)
 
 
+# head_roles scores a probe does not define (induction on a needle, retrieval on repeats).
+ROLE_NULL_COLUMNS = ("induction", "duplicate", "retrieval")
+
+
 def _nullable(name: str, values: np.ndarray) -> np.ndarray | pa.Array:
     """A column's values, with NaN as NULL in :data:`CAUSAL_NULL_COLUMNS`,
-    :data:`CAUSAL_NULL_VZ_COLUMNS` and :data:`LAYER_NULL_COLUMNS`."""
-    if name not in CAUSAL_NULL_COLUMNS + CAUSAL_NULL_VZ_COLUMNS + LAYER_NULL_COLUMNS or not np.isnan(values).any():
+    :data:`CAUSAL_NULL_VZ_COLUMNS`, :data:`LAYER_NULL_COLUMNS` and :data:`ROLE_NULL_COLUMNS`."""
+    nullable = CAUSAL_NULL_COLUMNS + CAUSAL_NULL_VZ_COLUMNS + LAYER_NULL_COLUMNS + ROLE_NULL_COLUMNS
+    if name not in nullable or not np.isnan(values).any():
         return values
     return pa.array(values, mask=np.isnan(values))
 
@@ -232,6 +237,9 @@ _KEYED = frozenset(
         "ablation_predictions",
         "ablation_losses",
         "prompt_predictions",
+        "role_settings",
+        "role_probes",
+        "head_roles",
     }
 )
 

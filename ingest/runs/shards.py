@@ -65,6 +65,9 @@ PART_TABLES = frozenset(
         "ablation_losses",
         "ablation_predictions",
         "prompt_predictions",
+        "role_settings",
+        "role_probes",
+        "head_roles",
     }
 )
 
