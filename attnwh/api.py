@@ -954,7 +954,9 @@ def restriction(
     started = time.perf_counter()
     message = f"interrupted; nothing of the run was written to {db}"
     with Bars(console, "set") as bars, interrupts_as(message):
-        summary = runs_of.ingest_restriction(db, encoder, cut, options, bars.starter("restriction sets"), bars.advance)
+        summary = runs_of.ingest_restriction(
+            db, encoder, cut, options, bars.starter("restriction sets × batches"), bars.advance
+        )
     return Done([summary], time.perf_counter() - started, db)
 
 

@@ -31,8 +31,10 @@ MAX_CELLS = 2_000_000  # one byte each, about 2.7 MB of base64
 
 def map_bytes(shares: np.ndarray) -> str:
     """Maps of shares 0 … 1 (any shape, row-major) as base64 of one byte a cell, 0 … 255: a
-    share to ±0.002, which no colour on screen tells apart, in a quarter of a float's bytes."""
-    return base64.b64encode(np.rint(np.clip(shares, 0, 1) * 255).astype(np.uint8).tobytes()).decode("ascii")
+    share to ±0.002, which no colour on screen tells apart, in a quarter of a float's bytes.
+    A cell with no share (NaN: a hybrid's layer without attention maps) is drawn as 0."""
+    cells = np.clip(np.nan_to_num(shares, nan=0.0), 0, 1)
+    return base64.b64encode(np.rint(cells * 255).astype(np.uint8).tobytes()).decode("ascii")
 
 
 def embed_token_maps(con: duckdb.DuckDBPyConnection, db: Path, examples: pl.DataFrame) -> dict[str, Any]:

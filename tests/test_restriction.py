@@ -192,6 +192,26 @@ def greedy_batch(path: Path, restricted: set[tuple[int, int]], side: str) -> dic
     return {"input_ids": ids, "attention_mask": mask}
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_prefix_cache_gives_the_whole_passes_losses_bit_for_bit(lms, family):
+    """Every set that starts in layer 1 replays layer 0 from the unrestricted pass: the same
+    nats and hits as running the whole model for each set, one set per pass (and within
+    rounding several per pass, whose batches differ in composition)."""
+    from attnwh.ingest.measures.ablation import PrefixCache
+
+    encoder = load_encoder(str(lms[family]), "cpu", language_model=True)
+    assert PrefixCache(encoder.model, family, LAYERS).layers is not None  # the cache is there to test
+    groups = encoder.num_key_value_heads or HEADS
+    sets = [*sets_for(groups), {(1, 0)}, set()]
+    batch = batch_of(encoder.tokenizer, "left")
+    naive = restricted_lm_loss(encoder.model, batch, sets, SINKS, WINDOW, prefix_cache=False)
+    cached = restricted_lm_loss(encoder.model, batch, sets, SINKS, WINDOW)
+    assert np.array_equal(cached.nats, naive.nats) and np.array_equal(cached.correct, naive.correct)
+    several = restricted_lm_loss(encoder.model, batch, sets, SINKS, WINDOW, sets_per_pass=3)
+    np.testing.assert_allclose(several.nats, naive.nats, atol=1e-9, rtol=1e-12)
+    assert not np.array_equal(naive.nats[2], naive.nats[0])  # a set from layer 1 on moves the loss
+
+
 def test_greedy_hits_and_scored_spans_equal_the_masked_reference(lms):
     """The tokens the model ranks first, counted by `restricted_lm_loss` under each set, equal
     the argmax of the masked-before-softmax reference; with `scored`, the loss and the count

@@ -31,7 +31,7 @@ import contextlib
 import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -230,7 +230,7 @@ def qkv_projections(layers: nn.ModuleList, family: str | None = None) -> list[tu
 
 
 @contextlib.contextmanager
-def _replacing(outputs: Sequence[tuple[nn.Module, object]]) -> Iterator[None]:
+def replaying(outputs: Sequence[tuple[nn.Module, object]]) -> Iterator[None]:
     """Inside the block, each module returns its given output without computing anything;
     always undone."""
 
@@ -248,7 +248,7 @@ def _replacing(outputs: Sequence[tuple[nn.Module, object]]) -> Iterator[None]:
 
 @dataclass
 class _Reference:
-    """One batch's pass with nothing disabled: the layer modules and every layer's output,
+    """One batch's pass with nothing changed: the layer modules and every layer's output,
     the embeddings' output, and, where found, every layer's query, key and value projections
     with their outputs."""
 
@@ -256,6 +256,75 @@ class _Reference:
     outputs: list[object]  # what each layer returned: a tensor, or a tuple holding it
     projections: list[list[tuple[nn.Module, torch.Tensor]]] | None
     embeddings: list[tuple[nn.Module, torch.Tensor]]  # each embedding module and what it returned
+
+    def stubs(self, start: int, k: int) -> list[tuple[nn.Module, object]]:
+        """What a pass of k copies of the batch that changes nothing below layer `start`
+        takes from this one instead of computing it (for :func:`replaying`): the embeddings,
+        the layers below `start` and the projections of layer `start`, which read the same
+        input as here."""
+        stubs: list[tuple[nn.Module, object]] = [
+            (module, _repeated(embedded, k)) for module, embedded in self.embeddings
+        ]
+        if start > 0:
+            hidden = _repeated(self.outputs[start - 1], k)
+            stubs += [(layer, hidden) for layer in self.layers[:start]]
+        if self.projections is not None and start < len(self.layers):
+            stubs += [(linear, _repeated(stored, k)) for linear, stored in self.projections[start]]
+        return stubs
+
+
+T = TypeVar("T")
+
+
+class PrefixCache:
+    """The exact prefix cache of the sweeps: a configuration that first changes layer l (a
+    disabled head, a restricted key/value group) computes the same hidden states below l as
+    the unchanged model, so one reference pass per batch records them and each configuration
+    replays them and runs from layer l on. `layers` is None where the model's layers cannot
+    be found one module per depth (then every pass runs the whole model)."""
+
+    def __init__(self, model: nn.Module, family: str | None, num_layers: int) -> None:
+        self.model = model
+        layers = encoder_layers(model)
+        self.layers = layers if layers is not None and len(layers) == num_layers else None
+        self.projections = qkv_projections(self.layers, family) if self.layers is not None else None
+
+    def reference(self, forward: Callable[[], T], rows: int) -> tuple[T, _Reference]:
+        """`forward()` (the unchanged model on a batch of `rows`) and what it recorded."""
+        layers = self.layers
+        if layers is None:
+            raise ValueError("no prefix cache: the model's layers were not found")
+        outputs: list[object] = []
+        hooks = [layer.register_forward_hook(lambda m, a, out: outputs.append(out)) for layer in layers]
+        embedded: dict[nn.Module, list[object]] = {}
+        base: Any = self.model.base_model  # Any: torch types it as Tensor | Module
+        for module in _embedding_modules(base):
+            hooks.append(module.register_forward_hook(lambda m, a, out: embedded.setdefault(m, []).append(out)))
+        projections: dict[nn.Module, torch.Tensor] = {}
+        if self.projections is not None:
+            hooks += [
+                linear.register_forward_hook(lambda m, a, out: projections.__setitem__(m, out))
+                for linears in self.projections
+                for linear in linears
+            ]
+        try:
+            result = forward()
+        finally:
+            for hook in hooks:
+                hook.remove()
+        # Only where it ran once, with a tensor of the batch's rows out (none of the families
+        # calls one twice; a table looked up by one row of positions is left to run).
+        kept = [
+            (module, out[0])
+            for module, out in embedded.items()
+            if len(out) == 1 and isinstance(out[0], torch.Tensor) and out[0].shape[0] == rows
+        ]
+        stored = (
+            None
+            if self.projections is None
+            else [[(linear, projections[linear]) for linear in linears] for linears in self.projections]
+        )
+        return result, _Reference(layers, outputs, stored, kept)
 
 
 Scorer = Callable[[nn.Module, dict[str, torch.Tensor]], torch.Tensor]
@@ -297,10 +366,8 @@ class AblationSweep:
         self.mode = mode
         self.scorer = scorer
         self.disabler = HeadDisabler(mode)
-        self.layers = encoder_layers(encoder.model) if prefix_cache else None
-        if self.layers is not None and len(self.layers) != encoder.num_layers:
-            self.layers = None
-        self.projections = qkv_projections(self.layers, encoder.family) if self.layers is not None else None
+        cache = PrefixCache(encoder.model, encoder.family, encoder.num_layers) if prefix_cache else None
+        self.prefix = cache if cache is not None and cache.layers is not None else None
         self.configs_per_pass = max(1, configs_per_pass)
 
     def max_rows(self, length: int) -> int:
@@ -324,32 +391,24 @@ class AblationSweep:
         inputs = sweep_inputs(model, batch)
         key_mask = batch["attention_mask"].bool()
         rows = key_mask.shape[0]
-        reference = self._reference(inputs, self.layers, rows) if self.layers is not None else None
+        prefix = self.prefix
+        reference = prefix.reference(lambda: self.scorer(model, inputs), rows)[1] if prefix is not None else None
         starts = [c.start(L) if reference is not None else 0 for c in configurations]
         out: np.ndarray | None = None
         order = sorted(range(len(configurations)), key=lambda i: (starts[i], i))
         groups = [order[i : i + self.configs_per_pass] for i in range(0, len(order), self.configs_per_pass)]
         # A group holds one first layer only, so no copy is computed below where it must be.
-        groups = [g for group in groups for g in _split_by(group, starts)]
+        groups = [g for group in groups for g in split_by(group, starts)]
         for group in groups:
             k, start = len(group), starts[group[0]]
             disabled = np.zeros((len(numbers), k, H), dtype=bool)
             for j, i in enumerate(group):
                 for layer, head in configurations[i].heads:
                     disabled[place[layer], j, head] = True
-            stubs: list[tuple[nn.Module, object]] = []
-            # The embeddings of the same inputs are the same in every configuration: computed
-            # once, in the reference pass.
-            if reference is not None:
-                stubs += [(module, _repeated(embedded, k)) for module, embedded in reference.embeddings]
-            if reference is not None and start > 0:  # start > 0 only with a reference
-                hidden = _repeated(reference.outputs[start - 1], k)
-                stubs += [(layer, hidden) for layer in reference.layers[:start]]
-            if reference is not None and reference.projections is not None and start < L:
-                stubs += [(linear, _repeated(stored, k)) for linear, stored in reference.projections[start]]
+            stubs = reference.stubs(start, k) if reference is not None else []
             first = bisect.bisect_left(numbers, start)  # the first attention layer the pass runs
             self.disabler.begin(key_mask.repeat(k, 1), np.repeat(disabled, rows, axis=1), first)
-            with capture.observing(self.disabler), _replacing(stubs):
+            with capture.observing(self.disabler), replaying(stubs):
                 logits = self.scorer(model, {name: _repeated(t, k) for name, t in inputs.items()})
             values = logits.float().view(k, rows, -1).cpu().numpy()
             if out is None:
@@ -358,37 +417,6 @@ class AblationSweep:
         if out is None:  # only when no configuration was given
             raise ValueError("logits needs at least one configuration")
         return out
-
-    def _reference(self, inputs: dict[str, torch.Tensor], layers: nn.ModuleList, rows: int) -> _Reference:
-        outputs: list[object] = []
-        hooks = [layer.register_forward_hook(lambda m, a, out: outputs.append(out)) for layer in layers]
-        embedded: dict[nn.Module, list[object]] = {}
-        base: Any = self.encoder.model.base_model  # Any: torch types it as Tensor | Module
-        for module in _embedding_modules(base):
-            hooks.append(module.register_forward_hook(lambda m, a, out: embedded.setdefault(m, []).append(out)))
-        projections: dict[nn.Module, torch.Tensor] = {}
-        if self.projections is not None:
-            hooks += [
-                linear.register_forward_hook(lambda m, a, out: projections.__setitem__(m, out))
-                for linears in self.projections
-                for linear in linears
-            ]
-        try:
-            self.scorer(self.encoder.model, inputs)
-        finally:
-            for hook in hooks:
-                hook.remove()
-        # Only where it ran once, with a tensor of the batch's rows out (none of the families
-        # calls one twice; a table looked up by one row of positions is left to run).
-        kept = [
-            (module, out[0])
-            for module, out in embedded.items()
-            if len(out) == 1 and isinstance(out[0], torch.Tensor) and out[0].shape[0] == rows
-        ]
-        if self.projections is None:
-            return _Reference(layers, outputs, None, kept)
-        stored = [[(linear, projections[linear]) for linear in linears] for linears in self.projections]
-        return _Reference(layers, outputs, stored, kept)
 
 
 def sweep_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -419,7 +447,8 @@ def _repeated(output: Any, k: int) -> Any:
     raise TypeError(f"cannot replay a layer output of type {type(output).__name__}")
 
 
-def _split_by(group: list[int], starts: list[int]) -> Iterator[list[int]]:
+def split_by(group: list[int], starts: list[int]) -> Iterator[list[int]]:
+    """`group` (indices in order of their start) cut where the start changes."""
     current: list[int] = []
     for i in group:
         if current and starts[i] != starts[current[0]]:

@@ -18,6 +18,7 @@ and :func:`kv_bytes_saved` give the memory, from a model's config alone.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ from torch import nn
 
 from attnwh.ingest.encoder import capture
 from attnwh.ingest.encoder.reading import layer_types
-from attnwh.ingest.measures.ablation import sweep_inputs
+from attnwh.ingest.measures.ablation import PrefixCache, replaying, split_by, sweep_inputs
 
 # The defaults of the restriction (DuoAttention keeps a few sinks and a short window).
 DEFAULT_SINKS = 4
@@ -186,6 +187,8 @@ def restricted_lm_loss(
     sets_per_pass: int = 1,
     attention_memory: int | None = None,
     scored: torch.Tensor | None = None,
+    prefix_cache: bool = True,
+    on_sets: Callable[[int], None] | None = None,
 ) -> SequenceLoss:
     """The summed next-token loss of each sequence of `batch` (input_ids, attention_mask)
     under each restriction set of `sets` (an empty set: the model as it is), from a causal
@@ -195,10 +198,13 @@ def restricted_lm_loss(
     sets run side by side in one forward pass (rows = set × sequence). `attention_memory`
     (bytes) computes long layers in tiles. A left-padded row is read with its real tokens
     moved to the front, so every sequence gives what it gives alone (positions 0..n−1),
-    padded on either side."""
+    padded on either side. With `prefix_cache`, one unrestricted pass records the hidden
+    states, and a set whose first restricted group is in layer l replays those below l and
+    runs from l on (the same numbers: nothing below l differs); the unrestricted set is that
+    pass. `on_sets` is called with the sets done after each pass (for a progress bar)."""
     if getattr(model.config, "_attn_implementation", None) != capture.ATTENTION_NAME:
         raise ValueError("restricted_lm_loss needs a model loaded with attnwh's attention function")
-    config = model.config
+    config: Any = model.config
     numbers, groups = cache_layers(config), _layers_and_groups(config)[1]
     key_mask = batch["attention_mask"].bool()
     start = _first_real(key_mask)
@@ -215,25 +221,52 @@ def restricted_lm_loss(
     inputs = sweep_inputs(model, rolled)
     nats = np.zeros((len(sets), sequences), dtype=np.float64)
     correct = np.zeros((len(sets), sequences), dtype=np.int64)
-    step = max(1, sets_per_pass)
+
+    def score(logits: torch.Tensor, chunk: Sequence[int]) -> None:
+        # A row at a time: on long inputs a row's log-probabilities over the vocabulary
+        # are already large (4096 tokens × 49k words: 800 MB in float32).
+        for row in range(len(chunk) * sequences):
+            sequence, at = row % sequences, chunk[row // sequences]
+            predicted, target = logits[row, :-1].float(), ids[sequence, 1:]
+            losses = nn.functional.cross_entropy(predicted, target, reduction="none")
+            nats[at, sequence] = float((losses.double() * targets[sequence].double()).sum())
+            correct[at, sequence] = int(((predicted.argmax(-1) == target) & targets[sequence]).sum())
+
+    num_layers = int(config.num_hidden_layers)
+    cache = PrefixCache(model, config.model_type, num_layers) if prefix_cache else None
+    prefix = cache if cache is not None and cache.layers is not None else None
+    # Each set's first restricted layer (the model's number; num_layers for the empty set).
+    starts = [min((layer for layer, _ in chosen), default=num_layers) if prefix else 0 for chosen in sets]
     with torch.inference_mode(), capture.attention_memory(attention_memory):
-        for lo in range(0, len(sets), step):
-            chunk = sets[lo : lo + step]
-            k = len(chunk)
-            observer.begin(key_mask.repeat(k, 1), restriction_rows(chunk, numbers, groups, sequences))
+        reference = None
+        if prefix is not None:
+            unrestricted, reference = prefix.reference(lambda: model(**inputs).logits, sequences)
+            empty = [i for i, start in enumerate(starts) if start == num_layers]
+            for i in empty:
+                score(unrestricted, [i])
+            del unrestricted
+            if on_sets and empty:
+                on_sets(len(empty))
+        todo = [
+            i for i in sorted(range(len(sets)), key=lambda i: (starts[i], i)) if starts[i] < num_layers or not prefix
+        ]
+        # A pass holds sets of one first layer only, so no copy is computed below where it must be.
+        step = max(1, sets_per_pass)
+        chunks = [c for lo in range(0, len(todo), step) for c in split_by(todo[lo : lo + step], starts)]
+        for chunk in chunks:
+            k, layer = len(chunk), starts[chunk[0]]
+            first = bisect.bisect_left(numbers, layer)  # the first attention layer the pass runs
+            chosen = [sets[i] for i in chunk]
+            observer.begin(key_mask.repeat(k, 1), restriction_rows(chosen, numbers, groups, sequences), first)
             repeated = {name: _repeated(t, k) for name, t in inputs.items()}
-            with capture.observing(observer):
+            stubs = reference.stubs(layer, k) if reference is not None else []
+            with capture.observing(observer), replaying(stubs):
                 logits = model(**repeated).logits
             if observer.layers_seen != len(numbers):
                 raise RuntimeError(f"saw {observer.layers_seen} attention layers, expected {len(numbers)}")
-            # A row at a time: on long inputs a row's log-probabilities over the vocabulary
-            # are already large (4096 tokens × 49k words: 800 MB in float32).
-            for row in range(k * sequences):
-                sequence, at = row % sequences, lo + row // sequences
-                predicted, target = logits[row, :-1].float(), ids[sequence, 1:]
-                losses = nn.functional.cross_entropy(predicted, target, reduction="none")
-                nats[at, sequence] = float((losses.double() * targets[sequence].double()).sum())
-                correct[at, sequence] = int(((predicted.argmax(-1) == target) & targets[sequence]).sum())
+            score(logits, chunk)
+            if on_sets:
+                on_sets(k)
     return SequenceLoss(nats, tokens, correct)
 
 

@@ -67,7 +67,7 @@ from torch import nn
 from attnwh.errors import ModelError
 from attnwh.ingest.encoder import capture
 from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs, require_every_layer
-from attnwh.ingest.measures.ablation import _replacing, encoder_layers, qkv_projections
+from attnwh.ingest.measures.ablation import encoder_layers, qkv_projections, replaying
 
 VARIANTS = ("layer", "head")
 VZ_COLUMNS = ("vz_to_cls", "vz_to_sep", "vz_to_punct", "vz_to_self", "vz_to_prev", "vz_to_next")
@@ -325,7 +325,7 @@ class ValueZeroing:
                 # Queries, keys and values do not change: their projections come from the
                 # reference pass (a quarter of a BERT layer's work), not computed again per row.
                 stubs = [(p, stored.index_select(0, ex).narrow(1, 0, m)) for p, stored in call.projections]
-                with capture.observing(zeroing), _replacing(stubs):
+                with capture.observing(zeroing), replaying(stubs):
                     changed = _hidden(call.module(*args, **kwargs))
                 if zeroing.calls != 1:
                     raise RuntimeError(

@@ -64,6 +64,7 @@ class RestrictionOptions:
     needles: int = 0
     needle_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     needle_seed: int = 42
+    prefix_cache: bool = True  # False: every set runs the whole model (for checks and benchmarks)
 
 
 @dataclass(frozen=True)
@@ -194,27 +195,32 @@ def batched_measure(
     options: RestrictionOptions,
     on_sets: Callable[[int], None] | None = None,
 ) -> rs.Measure:
-    """:func:`restricted_lm_loss` over every batch of `inputs`, `options.sets_per_pass` sets at
-    a time, calling `on_sets` with the sets done (for a progress bar); the sequences in the
-    order of the batches."""
+    """:func:`restricted_lm_loss` over every batch of `inputs` (all the sets on one batch, so
+    the prefix cache's unrestricted pass is made once per batch), `options.sets_per_pass`
+    sets side by side, calling `on_sets` with the sets done on a batch (a progress bar counts
+    sets × batches); the sequences in the order of the batches."""
 
     def measure(sets: Sequence[Collection[rs.Group]]) -> rs.SequenceLoss:
-        step = max(1, options.sets_per_pass)
-        nats, correct, tokens = [], [], np.zeros(0, np.int64)
-        for lo in range(0, len(sets), step):
-            chunk = sets[lo : lo + step]
-            parts = [
-                rs.restricted_lm_loss(
-                    model, batch, chunk, options.sinks, options.window, step, options.attention_memory, scored
-                )
-                for batch, scored in inputs
-            ]
-            nats.append(np.concatenate([p.nats for p in parts], axis=1))
-            correct.append(np.concatenate([p.correct for p in parts], axis=1))
-            tokens = np.concatenate([p.tokens for p in parts])
-            if on_sets:
-                on_sets(len(chunk))
-        return rs.SequenceLoss(np.concatenate(nats, axis=0), tokens, np.concatenate(correct, axis=0))
+        parts = [
+            rs.restricted_lm_loss(
+                model,
+                batch,
+                sets,
+                options.sinks,
+                options.window,
+                options.sets_per_pass,
+                options.attention_memory,
+                scored,
+                options.prefix_cache,
+                on_sets,
+            )
+            for batch, scored in inputs
+        ]
+        return rs.SequenceLoss(
+            np.concatenate([p.nats for p in parts], axis=1),
+            np.concatenate([p.tokens for p in parts]),
+            np.concatenate([p.correct for p in parts], axis=1),
+        )
 
     return measure
 
@@ -273,18 +279,15 @@ def ingest_restriction(
         found = runs.find_run(con, "restriction", identity)
         if found and not options.replace:
             return RestrictionSummary(found.run_id, "already complete", None, None)
-        if on_start:
-            on_start((1 + len(layers) * groups + len(grid)) * (2 if text.needles else 1))
         started = time.perf_counter()
         pad = 0 if encoder.tokenizer.pad_token_id is None else int(encoder.tokenizer.pad_token_id)
-        measured = batched_measure(encoder.model, batches(text.sequences, pad, options.batch_size), options, on_sets)
+        on_text = batches(text.sequences, pad, options.batch_size)
         answers = [p.span("answer") for p in text.needles]
-        on_needles = batched_measure(
-            encoder.model,
-            batches([p.token_ids for p in text.needles], pad, options.batch_size, answers),
-            options,
-            on_sets,
-        )
+        needle_batches = batches([p.token_ids for p in text.needles], pad, options.batch_size, answers)
+        if on_start:
+            on_start((1 + len(layers) * groups + len(grid)) * (len(on_text) + len(needle_batches)))
+        measured = batched_measure(encoder.model, on_text, options, on_sets)
+        on_needles = batched_measure(encoder.model, needle_batches, options, on_sets)
         # The losses call by call: the ranking's sets (nothing, then each group alone, layer
         # by layer), then the plan's; on the text, and on the needles under the same sets.
         texts: list[rs.SequenceLoss] = []

@@ -19,7 +19,7 @@ import pyarrow as pa
 import torch
 
 from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.loading import EncoderModel, require_every_layer
+from attnwh.ingest.encoder.loading import EncoderModel
 from attnwh.ingest.measures import roles
 from attnwh.ingest.runs.loop import PreparedTask
 from attnwh.ingest.sources import probes
@@ -230,7 +230,6 @@ def ingest_roles(
     for `attnwh merge`; by default, here."""
     from attnwh.ingest.runs.loop import IngestOptions, ingest_runs, shard_runs
 
-    require_every_layer(encoder, "head roles")
     tasks = [role_task(encoder, settings, made) for settings, made in plans]
     capture_ = RolesCapture(
         encoder,
