@@ -834,10 +834,13 @@ def roles(
     return Done(list(summaries), seconds, db)
 
 
+@python_arguments
+@with_option_groups
 def restriction(
     model: Annotated[
         str, typer.Option(help="A causal language model (hub name, local directory or GGUF file) to restrict.")
     ],
+    *,
     text: Annotated[
         str | None,
         typer.Option(
@@ -895,6 +898,7 @@ def restriction(
     device: DeviceOpt = Device.auto,
     db: DbOpt = DEFAULT_DB,
     replace: ReplaceOpt = False,
+    compute: Engine,
 ) -> Done:
     """Find which key/value groups of a decoder need the whole context. Each group (under grouped-query attention the cache is per group, shared by its query heads) is restricted alone to the first S tokens and the last W (StreamingLLM's sinks and window; DuoAttention), its attention renormalised over them, and ranked by the change in next-token loss on held-out text; then the k least harmed are restricted together for each k of --grid, each set's loss measured with exactly that set, with the KV-cache bytes it saves at --kv-context tokens. Every set is also scored on --needles needle-in-a-haystack probes cut from the same text: the share of answer tokens the model still predicts, and the answer's loss.
 
@@ -951,13 +955,20 @@ def restriction(
         f"{probes}, sinks {sink_tokens} + window {window}",
         highlight=False,
     )
-    started = time.perf_counter()
-    message = f"interrupted; nothing of the run was written to {db}"
-    with Bars(console, "set") as bars, interrupts_as(message):
-        summary = runs_of.ingest_restriction(
-            db, encoder, cut, options, bars.starter("restriction sets × batches"), bars.advance
+    run_on = compute.options(device.value)
+    if run_on.shard:
+        shards, seconds = run_resumable(
+            console,
+            run_on.shard_dir or db,
+            lambda bars: runs_of.shard_restriction(encoder, cut, options, run_on, bars.start, bars.advance),
         )
-    return Done([summary], time.perf_counter() - started, db)
+        return Done(list(shards), seconds, db, sharded=True)
+    summaries, seconds = run_resumable(
+        console,
+        db,
+        lambda bars: [runs_of.ingest_restriction(db, encoder, cut, options, bars.start, bars.advance, run_on)],
+    )
+    return Done(list(summaries), seconds, db)
 
 
 def _depths(text: str) -> tuple[float, ...]:

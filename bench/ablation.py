@@ -1,4 +1,17 @@
-"""Benchmark: the full ablation sweep with prefix caching against the naive sweep, in one run.
+"""Benchmark: the sweeps with prefix caching against the naive sweeps, in one run.
+
+Three sweeps (``--sweep``):
+
+- ``classifier`` (default): the head sweep of a fine-tuned classifier, below;
+- ``loss``: the head sweep of a causal language model scored by next-token loss on text
+  (the baseline, L×H heads and L whole layers), per sequence in nats;
+- ``restriction``: the ranking of the whole-context restriction, every key/value group
+  restricted alone to 4 sinks and a window of 64, plus the unrestricted model.
+
+For ``loss`` and ``restriction`` the model is a causal LM (``--model``: a folder, hub name or
+GGUF file; default: SmolLM2-135M where tools/fetch_smollm2.py put it) on the bundled prose
+cut into ``--max-length`` tokens; naive and prefix-cached alternate batch by batch, the
+model's loading left out, and every loss is compared bit for bit.
 
 The sweep is every configuration of `attnwh ingest ablation` (the baseline, L×H heads and
 L whole layers, mode uniform) on a fine-tuned classifier:
@@ -18,6 +31,7 @@ the naive sweep), and whether every prediction is identical.
 Usage: ``python bench/ablation.py --model DIR [--glue-dir ../shared/data/glue --task sst2]
 [--limit N]``, DIR a classifier fine-tuned on the task (e.g. by `attnwh finetune`). Without
 --model, MiniLM is first fine-tuned on 2000 SST-2 training examples (one epoch, lr 1e-4).
+``python bench/ablation.py --sweep loss [--model FILE.gguf] [--limit 8 --max-length 128]``.
 """
 
 from __future__ import annotations
@@ -52,7 +66,12 @@ def main() -> None:
     parser.add_argument("--configs-per-pass", type=int, default=1)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sweep", choices=("classifier", "loss", "restriction"), default="classifier")
+    parser.add_argument("--max-length", type=int, default=128, help="loss, restriction: tokens per sequence")
     args = parser.parse_args()
+    if args.sweep != "classifier":
+        decoder_sweeps(args)
+        return
 
     model = args.model
     if model is None:
@@ -113,6 +132,84 @@ def main() -> None:
         f"{passes / (len(configs) * L):.3f}"
     )
     print(f"identical predictions: {'yes' if same else 'NO'}; largest logit difference {worst:.2e}")
+
+
+SMOLLM2 = Path(__file__).resolve().parents[1] / "models" / "smollm2-135m" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def decoder_sweeps(args: argparse.Namespace) -> None:
+    """--sweep loss or restriction: naive against prefix-cached, batch by batch."""
+    import torch
+
+    from attnwh.ingest.measures import restriction as rs
+    from attnwh.ingest.measures.lm_loss import token_losses
+    from attnwh.ingest.sources.text import cut_documents, load_sample_text
+
+    encoder = load_encoder(args.model or str(SMOLLM2), args.device, language_model=True)
+    cut = cut_documents(load_sample_text("prose"), encoder.tokenizer, args.max_length)
+    sequences = [e.token_ids for e in cut.examples if e.token_ids and len(e.token_ids) == args.max_length]
+    sequences = sequences[: args.limit or 8]
+    batch_size = min(args.batch_size, 4)
+    batches = []
+    for lo in range(0, len(sequences), batch_size):
+        ids = torch.tensor(sequences[lo : lo + batch_size], device=encoder.device)
+        batches.append({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+    config = encoder.model.config
+    L = int(config.num_hidden_layers)
+    if args.sweep == "loss":
+        configs = sweep_configurations(encoder.attention_layers, encoder.num_heads)
+        sweeps = {
+            name: AblationSweep(encoder, "uniform", prefix_cache=cache, scorer=token_losses)
+            for name, cache in (("naive", False), ("attnwh", True))
+        }
+
+        def run(name: str, batch: dict) -> np.ndarray:
+            return sweeps[name].logits(batch, configs)
+
+        starts = [c.start(L) for c in configs]
+        what = f"{len(configs)} configurations ({L} layers × {encoder.num_heads} heads + {L} layers + baseline)"
+    else:
+        groups = int(getattr(config, "num_key_value_heads", None) or encoder.num_heads)
+        sets = [set(), *({(layer, g)} for layer in rs.cache_layers(config) for g in range(groups))]
+
+        def run(name: str, batch: dict) -> np.ndarray:
+            found = rs.restricted_lm_loss(encoder.model, batch, sets, prefix_cache=name == "attnwh")
+            return np.stack([found.nats, found.correct.astype(np.float64)])
+
+        starts = [min((layer for layer, _ in chosen), default=L) for chosen in sets]
+        what = f"{len(sets)} restriction sets (the unrestricted model and {L} layers × {groups} key/value groups alone)"
+    run("naive", batches[0]), run("attnwh", batches[0])  # warm-up
+    same = True
+    ratios, totals = [], {"naive": [], "attnwh": []}
+    for repeat in range(args.repeats):
+        times = {"naive": 0.0, "attnwh": 0.0}
+        for batch in batches:
+            found = {}
+            for name in ("naive", "attnwh") if repeat % 2 == 0 else ("attnwh", "naive"):
+                start = time.perf_counter()
+                found[name] = run(name, batch)
+                times[name] += time.perf_counter() - start
+            same &= bool(np.array_equal(found["naive"], found["attnwh"]))
+        for name, seconds in times.items():
+            totals[name].append(seconds)
+        ratios.append(times["attnwh"] / times["naive"])
+        print(f"repeat {repeat + 1}: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()), flush=True)
+    # The unchanged model's pass, then each configuration from its first changed layer.
+    passes = L + sum(L - s for s in starts)
+    print(
+        f"{args.sweep} sweep of {encoder.name} on {len(sequences)} sequences of {args.max_length} tokens "
+        f"(batches of {batch_size}), device {encoder.device}: {what}"
+    )
+    print(f"naive sweep (baseline)   median {statistics.median(totals['naive']):7.1f} s")
+    print(
+        f"attnwh (prefix cache)    median {statistics.median(totals['attnwh']):7.1f} s   ratio median "
+        f"{statistics.median(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}] over {len(ratios)} repeats"
+    )
+    print(
+        f"arithmetic floor of the layers: {passes}/{len(starts) * L} layer passes = {passes / (len(starts) * L):.3f} "
+        "(the language-model head and the loss run once per configuration either way)"
+    )
+    print(f"identical losses{' and hits' if args.sweep == 'restriction' else ''}: {'yes' if same else 'NO'}")
 
 
 def stored_sweep(encoder, data, args) -> float:

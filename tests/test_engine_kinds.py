@@ -197,3 +197,67 @@ def test_roles_killed_mid_run_resume_to_the_rows_of_an_unbroken_run(monkeypatch,
     out = killed_then_rerun(monkeypatch, capsys, args, db, ROLE_CAPTURE, at=5)  # in the needle run's units
     assert "induction run" in out and "needle run" in out and "resumed" in out
     assert_same_roles(single, db)
+
+
+# -- the restriction -----------------------------------------------------------------------
+
+RESTRICTION_LOSSES = (
+    "SELECT input, kind, layer, kv_group, k, sequence, example_id, tokens, correct, nats FROM restriction_losses "
+    "ORDER BY ALL"
+)
+RESTRICTION_TABLES = (
+    "SELECT rank, layer, kv_group, loss, delta, ci_low, ci_high, p_value, p_adjusted, needle_accuracy, needle_delta "
+    "FROM restriction_groups ORDER BY rank",
+    "SELECT k, loss, delta, ci_low, ci_high, p_value, kv_bytes_saved, needle_accuracy FROM restriction_plan ORDER BY k",
+    "SELECT sequences, tokens, loss, needles, needle_tokens, needle_loss, needle_accuracy FROM restriction_runs",
+)
+RESTRICTION_WORKER = ("attnwh.ingest.runs.restriction", "RestrictionWorker", "compute")
+
+
+@pytest.fixture(scope="module")
+def restriction_run(tmp_path_factory) -> tuple[list[str], Path]:
+    """The restriction of a tiny Llama (2 layers, 2 key/value groups) on 7 text sequences and 2
+    needle probes in units of 2, in one process."""
+    from helpers import cli_main
+    from test_restriction import make_lm
+
+    folder = tmp_path_factory.mktemp("restriction")
+    model = make_lm("llama", folder, positions=256)
+    args = ["ingest", "restriction", "--model", str(model), "--device", "cpu", "--sink-tokens", "2", "--window", "4"]
+    args += ["--context-length", "160", "--limit", "7", "--grid", "0,1,2,4", "--needles", "2", "--batch-size", "2"]
+    cli_main(*args, "--db", str(folder / "single.duckdb"))
+    return args, folder / "single.duckdb"
+
+
+def assert_same_restriction(a: Path, b: Path) -> None:
+    assert_same(a, b, RESTRICTION_LOSSES)
+    for sql in RESTRICTION_TABLES:
+        assert_same(a, b, sql)
+    assert fetch(b, "SELECT kind, status, n_examples FROM runs") == [("restriction", "complete", 9)]
+    assert fetch(a, "SELECT run_key FROM runs") == fetch(b, "SELECT run_key FROM runs")
+
+
+def test_the_restriction_in_three_shards_merges_and_finishes_to_the_one_process_rows(
+    monkeypatch, capsys, restriction_run, tmp_path
+):
+    args, single = restriction_run
+    merged, shard_dir = tmp_path / "merged.duckdb", tmp_path / "shards"
+    sharded(monkeypatch, capsys, args, shard_dir, 3)
+    code, out, err = merge(monkeypatch, capsys, shard_dir, merged)
+    assert code == 0, err
+    assert "ranking whole; finish it" in out and "--shard" not in out.split("finish it")[1]
+    assert fetch(merged, "SELECT status FROM runs") == [("partial",)]
+    code, out, err = run(monkeypatch, capsys, *args, "--db", str(merged))
+    assert code == 0, err
+    assert_same_restriction(single, merged)
+
+
+@pytest.mark.parametrize("at", [3, 7], ids=["in the ranking", "in the plan"])
+def test_the_restriction_killed_mid_run_resumes_to_the_rows_of_an_unbroken_run(
+    monkeypatch, capsys, restriction_run, tmp_path, at
+):
+    """5 units of ranking (9 examples in twos), then 5 of the plan: killed in either."""
+    args, single = restriction_run
+    db = tmp_path / "killed.duckdb"
+    killed_then_rerun(monkeypatch, capsys, args, db, RESTRICTION_WORKER, at=at)
+    assert_same_restriction(single, db)

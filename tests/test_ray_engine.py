@@ -162,6 +162,19 @@ def test_ray_roles_equal_the_single_process(monkeypatch, capsys, tmp_path):
     assert_same_roles(single, on_ray)
 
 
+def test_ray_restriction_equals_the_single_process(monkeypatch, capsys, tmp_path):
+    """The restriction's ranking on Ray workers (text and needle probes), the plan and the
+    tests on the driver: the single process's losses and tables."""
+    from test_engine_kinds import assert_same_restriction
+    from test_restriction import make_lm
+
+    model = make_lm("llama", tmp_path, positions=256)
+    args = ["ingest", "restriction", "--model", str(model), "--sink-tokens", "2", "--window", "4"]
+    args += ["--context-length", "160", "--limit", "7", "--grid", "0,1,2,4", "--needles", "2", "--batch-size", "2"]
+    single, on_ray = single_and_ray(monkeypatch, capsys, args, tmp_path)
+    assert_same_restriction(single, on_ray)
+
+
 def _map_workers() -> list[int]:
     """Process ids of the Ray Data actors (their process title names MapWorker)."""
     found = []

@@ -8,11 +8,15 @@ from rich.table import Table
 from attnwh import api
 from attnwh.cli.options import cli_command
 from attnwh.cli.output import results_console
+from attnwh.cli.summaries import print_shards
 
 
 def show_restriction(done: api.Done) -> None:
     from attnwh.ingest.measures.lm_loss import MIN_TESTED_SEQUENCES  # loaded by the run already
 
+    if done.sharded:
+        print_shards(done.results, done.seconds)
+        return
     out = results_console()
     for summary in done.results:
         if summary.outcome == "already complete":

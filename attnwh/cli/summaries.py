@@ -82,15 +82,22 @@ def print_merge(summaries: Sequence[Any], db: Path, seconds: float) -> None:
         table.add_row(str(s.run_id), s.kind, s.task, str(s.parts), str(s.n_examples), str(s.n_done), s.status)
     out = results_console()
     out.print(table)
+    # What finishing a whole run does, for the kinds whose finish needs the model.
+    finishes = {
+        "ablation": "sweep whole; finish it (significance, combinations, importance)",
+        "restriction": "ranking whole; finish it (the plan and the tests)",
+    }
     for s in summaries:
-        if s.kind != "ablation" and s.status == "partial":
+        if s.kind not in finishes and s.status == "partial":
             out.print(f"run {s.run_id}: {s.n_examples - s.n_done} examples still missing; merge the other shards")
-        elif s.kind == "ablation" and s.status == "partial":
+        elif s.status == "partial":
             if s.finish_command:
-                out.print(f"run {s.run_id}: sweep whole; finish it (significance, combinations, importance) with:")
+                out.print(f"run {s.run_id}: {finishes[s.kind]} with:")
                 out.print(f"  {s.finish_command}", highlight=False, soft_wrap=True)
             else:
-                out.print(f"run {s.run_id}: {s.n_examples - s.n_done} examples not yet swept; merge the other shards")
+                out.print(
+                    f"run {s.run_id}: {s.n_examples - s.n_done} examples not yet computed; merge the other shards"
+                )
     out.print(f"{sum(s.parts for s in summaries)} parts merged in {seconds:.1f} s → {db.resolve()}")
 
 

@@ -119,7 +119,7 @@ class WorkerSpec:
     """What a worker process loads to compute units of one kind of run: the models by the
     names `load_encoder` was given, the weights they must have, and the kind's settings."""
 
-    kind: str  # statistics | compare | ablation | roles
+    kind: str  # statistics | compare | ablation | roles | restriction
     models: Mapping[str, str | None]  # runs column (model_id, base_model_id) -> load_encoder name
     weights: Mapping[str, str]  # runs column -> weights hash the loaded model must have
     dtype: str
@@ -166,6 +166,13 @@ def build_worker(spec: WorkerSpec, device: str) -> Worker:
         from attnwh.ingest.runs.units import CaptureWorker
 
         return CaptureWorker(ChangeCapture(encoders["base_model_id"], encoders["model_id"], **spec.settings))
+    if spec.kind == "restriction":
+        from attnwh.ingest.runs.restriction import RestrictionWorker
+
+        settings = spec.settings
+        return RestrictionWorker(
+            encoders["model_id"], settings["options"], settings["sets"], settings["labels"], settings["places"]
+        )
     if spec.kind == "roles":
         from attnwh.ingest.runs.roles import RolesCapture
         from attnwh.ingest.runs.units import CaptureWorker

@@ -7,9 +7,13 @@ With needle probes (`attnwh.ingest.sources.probes`), every set is also scored on
 teacher-forced answers: the answer's loss and the share of its tokens the model still
 predicts (greedy), so a plan says what a restriction does to retrieval from long context.
 
-A run is written with all its rows in one transaction at the end, so a run row exists only
-when its rows do; a stored run with the same identity (weights, sequences, settings) is kept
-unless `replace`.
+A run's examples are its text sequences and needle probes. The ranking's losses go through
+the engine (:mod:`attnwh.ingest.runs.engine`) unit by unit, each committed with its done marks:
+an interrupted run resumes at the next unit, `--engine ray` computes them on Ray, static
+shards (`--shard I/N`) are merged into the run. The plan needs the whole ranking: it follows
+here, batch by batch, each batch committed; then the tests and the run's tables complete the
+run in one transaction. A stored run with the same identity (weights, sequences, settings) is
+kept unless `replace`.
 """
 
 from __future__ import annotations
@@ -17,21 +21,30 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import duckdb
 import numpy as np
-import torch
+import pyarrow as pa
 
-from attnwh.errors import DataError, ModelError, UsageError
+from attnwh.errors import AttnwhError, DataError, ModelError, UsageError
+from attnwh.ingest.encoder.encoding import EncodedTask
 from attnwh.ingest.encoder.loading import EncoderModel
 from attnwh.ingest.measures import lm_loss
 from attnwh.ingest.measures import restriction as rs
 from attnwh.ingest.measures.significance import benjamini_hochberg
+from attnwh.ingest.runs import rows
+from attnwh.ingest.runs.loop import IngestOptions, PreparedTask
+from attnwh.ingest.runs.shards import Part
 from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.ingest.sources.probes import ProbeSequence
+
+if TYPE_CHECKING:
+    from attnwh.ingest.runs.engine import EngineOptions, ShardSummary
+    from attnwh.ingest.runs.units import WorkUnit
 
 # Bootstrap resamples of the sequences, and their seed: every set is scored on the same ones.
 RESAMPLES = 1000
@@ -164,67 +177,6 @@ def paired_tests(
     return [PairedLoss(r.delta, r.ci_low, r.ci_high, r.p_value) for r in compared]
 
 
-# A batch of sequences, and which of its tokens are scored (None: all but each one's first).
-Batch = tuple[dict[str, torch.Tensor], torch.Tensor | None]
-
-
-def batches(
-    sequences: Sequence[tuple[int, ...]], pad_id: int, size: int, scored: Sequence[range] | None = None
-) -> list[Batch]:
-    """The sequences in batches of `size`, right-padded with `pad_id`; with `scored` (the
-    positions scored in each sequence, e.g. a needle probe's answer) the mask of them."""
-    out: list[Batch] = []
-    for lo in range(0, len(sequences), size):
-        chunk = sequences[lo : lo + size]
-        width = max(len(s) for s in chunk)
-        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        scores = torch.zeros((len(chunk), width), dtype=torch.bool) if scored is not None else None
-        for row, seq in enumerate(chunk):
-            ids[row, : len(seq)] = torch.tensor(seq)
-            mask[row, : len(seq)] = 1
-            if scores is not None and scored is not None:
-                scores[row, list(scored[lo + row])] = True
-        out.append(({"input_ids": ids, "attention_mask": mask}, scores))
-    return out
-
-
-def batched_measure(
-    model: torch.nn.Module,
-    inputs: Sequence[Batch],
-    options: RestrictionOptions,
-    on_sets: Callable[[int], None] | None = None,
-) -> rs.Measure:
-    """:func:`restricted_lm_loss` over every batch of `inputs` (all the sets on one batch, so
-    the prefix cache's unrestricted pass is made once per batch), `options.sets_per_pass`
-    sets side by side, calling `on_sets` with the sets done on a batch (a progress bar counts
-    sets × batches); the sequences in the order of the batches."""
-
-    def measure(sets: Sequence[Collection[rs.Group]]) -> rs.SequenceLoss:
-        parts = [
-            rs.restricted_lm_loss(
-                model,
-                batch,
-                sets,
-                options.sinks,
-                options.window,
-                options.sets_per_pass,
-                options.attention_memory,
-                scored,
-                options.prefix_cache,
-                on_sets,
-            )
-            for batch, scored in inputs
-        ]
-        return rs.SequenceLoss(
-            np.concatenate([p.nats for p in parts], axis=1),
-            np.concatenate([p.tokens for p in parts]),
-            np.concatenate([p.correct for p in parts], axis=1),
-        )
-
-    return measure
-
-
 def run_identity(encoder: EncoderModel, text: Text, options: RestrictionOptions, grid: Sequence[int]) -> dict:
     """What a restriction run's key is made of (`attnwh.sql.runs.run_key`): the sequences'
     tokens stand for the text, the context length, --limit and the tokenizer together, and
@@ -253,18 +205,129 @@ def run_identity(encoder: EncoderModel, text: Text, options: RestrictionOptions,
     }
 
 
-def ingest_restriction(
-    db_path: Path,
-    encoder: EncoderModel,
-    text: Text,
-    options: RestrictionOptions,
-    on_start: Callable[[int], None] | None = None,
-    on_sets: Callable[[int], None] | None = None,
-) -> RestrictionSummary:
-    """Rank every key/value group of `encoder` (a causal LM) restricted alone, measure the plan
-    for the grid of k, and store both with the per-sequence losses in one transaction."""
-    from attnwh.sql import runs, warehouse
+# A set's row labels in restriction_losses: kind, layer, kv_group, k.
+SetLabel = tuple[str, int | None, int | None, int | None]
+# Per example of a run, in task order: its input (text, needle), its place within that input,
+# and the token range scored (a needle's answer; None: every real token but the first).
+Place = tuple[str, int, tuple[int, int] | None]
 
+
+def ranking_sets(layers: Sequence[int], groups: int) -> tuple[list[list[rs.Group]], list[SetLabel]]:
+    """The ranking's sets in the order :func:`rs.rank_groups` measures them: nothing, then
+    each (layer, group) alone, layer by layer; and their labels."""
+    sets: list[list[rs.Group]] = [[]]
+    labels: list[SetLabel] = [("unrestricted", None, None, None)]
+    for layer in layers:
+        for group in range(groups):
+            sets.append([(layer, group)])
+            labels.append(("group", layer, group, None))
+    return sets, labels
+
+
+class RestrictionWorker:
+    """Computes units of a restriction run: each sequence's summed loss, tokens and greedy hits
+    under every set of a stage (the ranking's, or the plan's), as restriction_losses rows."""
+
+    def __init__(
+        self,
+        encoder: EncoderModel,
+        options: RestrictionOptions,
+        sets: Sequence[Sequence[rs.Group]],
+        labels: Sequence[SetLabel],
+        places: Mapping[str, Sequence[Place]],
+    ) -> None:
+        self.encoder, self.options = encoder, options
+        self.sets, self.labels, self.places = [set(c) for c in sets], list(labels), dict(places)
+
+    def compute(self, unit: WorkUnit) -> Part:
+        encoder, options = self.encoder, self.options
+        tick = time.perf_counter()
+        pad = encoder.tokenizer.pad_token_id
+        batch = unit.collate(0 if pad is None else int(pad), encoder.device)
+        places = [self.places[unit.run_key][i] for i in unit.positions]
+        scored = batch["attention_mask"].bool().clone()
+        for row, (_, _, answer) in enumerate(places):
+            if answer is not None:  # a needle probe: its answer's tokens only
+                scored[row] = False
+                scored[row, answer[0] : answer[1]] = True
+        loss = rs.restricted_lm_loss(
+            encoder.model,
+            batch,
+            self.sets,
+            options.sinks,
+            options.window,
+            options.sets_per_pass,
+            options.attention_memory,
+            scored,
+            options.prefix_cache,
+        )
+        n_sets, n_rows = len(self.sets), len(places)
+        s, r = (a.ravel() for a in np.meshgrid(np.arange(n_sets), np.arange(n_rows), indexing="ij"))
+        losses = pa.table(
+            {
+                "input": [places[i][0] for i in r],
+                "kind": [self.labels[i][0] for i in s],
+                "layer": pa.array([self.labels[i][1] for i in s], pa.int16()),
+                "kv_group": pa.array([self.labels[i][2] for i in s], pa.int16()),
+                "k": pa.array([self.labels[i][3] for i in s], pa.int16()),
+                "sequence": pa.array([places[i][1] for i in r], pa.int32()),
+                "example_id": pa.array(unit.example_ids[r], pa.int64()),
+                "nats": pa.array(loss.nats[s, r], pa.float64()),
+                "tokens": pa.array(loss.tokens[r], pa.int32()),
+                "correct": pa.array(loss.correct[s, r], pa.int32()),
+            }
+        )
+        tables = {"restriction_losses": losses, "run_examples": unit.done_rows()}
+        return Part(unit.run_key, unit.name, tables, True, time.perf_counter() - tick, str(encoder.device))
+
+
+def restriction_task(
+    encoder: EncoderModel, text: Text, options: RestrictionOptions, grid: Sequence[int]
+) -> tuple[PreparedTask, list[Place]]:
+    """The text's sequences, then the needle probes, as one task of the engine (examples with
+    their token ids, decoded for display; a needle's answer as its label), and each one's place."""
+    tokenizer = encoder.tokenizer
+    texts = tokenizer.batch_decode([list(s) for s in text.sequences], skip_special_tokens=True)
+    examples = [
+        Example(position=i, guid=f"text-{i}", text_a=t, text_b=None, label=None, token_ids=tuple(s))
+        for i, (s, t) in enumerate(zip(text.sequences, texts))
+    ]
+    places: list[Place] = [("text", i, None) for i in range(len(text.sequences))]
+    for i, probe in enumerate(text.needles):
+        answer = probe.span("answer")
+        examples.append(
+            Example(
+                position=len(places),
+                guid=f"needle-{i}",
+                text_a=str(tokenizer.decode(list(probe.token_ids), skip_special_tokens=True)),
+                text_b=None,
+                label=str(tokenizer.decode([probe.token_ids[j] for j in answer])).strip(),
+                token_ids=probe.token_ids,
+            )
+        )
+        places.append(("needle", i, (answer.start, answer.stop)))
+    data = TaskData(text.dataset, text.task, text.split, tuple(examples), None, text.source)
+    lengths = np.array([len(e.token_ids or ()) for e in examples], dtype=np.int64)
+    encoded = EncodedTask(tuple(np.asarray(e.token_ids, dtype=np.int64) for e in examples), None, lengths)
+    ids = np.array([rows.example_id(data, e) for e in examples], dtype=np.int64)
+    identity = run_identity(encoder, text, options, grid)
+    return PreparedTask(data, encoded, ids, options.context_length, identity), places
+
+
+def _ingest_options(options: RestrictionOptions) -> IngestOptions:
+    return IngestOptions(
+        limit=options.limit,
+        seed=BOOTSTRAP_SEED,
+        batch_size=options.batch_size,
+        replace=options.replace,
+        command=options.command,
+        thumbnails=0,
+    )
+
+
+def _check_layers(encoder: EncoderModel) -> tuple[list[int], int]:
+    """The layers with a key/value cache and the groups per layer, as the config says them;
+    refused where they are not the layers whose attention attnwh reads."""
     config = encoder.model.config
     layers, groups = rs.cache_layers(config), rs._layers_and_groups(config)[1]
     if tuple(layers) != encoder.attention_layers:  # the config's hybrid layers, as the check at load found them
@@ -272,77 +335,187 @@ def ingest_restriction(
             f"{encoder.name}'s config says layers {layers} keep a key/value cache, but attnwh reads attention on "
             f"layers {list(encoder.attention_layers)}: the restriction sweep cannot tell which groups are which"
         )
+    return layers, groups
+
+
+def ingest_restriction(
+    db_path: Path,
+    encoder: EncoderModel,
+    text: Text,
+    options: RestrictionOptions,
+    on_start: Callable[[str, int], None] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+    engine: EngineOptions | None = None,
+) -> RestrictionSummary:
+    """Rank every key/value group of `encoder` (a causal LM) restricted alone, measure the plan
+    for the grid of k, test both and store them, with every set's loss per sequence.
+
+    The ranking goes through the engine unit by unit (here, on Ray, or merged from static
+    shards), each unit's losses committed with its done marks; the plan, which needs the
+    whole ranking, then runs here batch by batch, each batch committed; then the tests and
+    the run's tables complete it. An interrupted run resumes where it stopped."""
+    from attnwh.ingest.runs.engine import EngineOptions, WorkerSpec, executor_for
+    from attnwh.ingest.runs.loop import OpenRun, open_task_run, store_stream
+    from attnwh.ingest.runs.units import plan_units
+    from attnwh.sql import runs, warehouse
+
+    engine = engine or EngineOptions()
+    if engine.shard is not None:
+        raise ValueError("a static shard writes no warehouse: use shard_restriction")
+    layers, groups = _check_layers(encoder)
     grid = list(options.grid) if options.grid is not None else default_grid(len(layers) * groups)
-    identity = run_identity(encoder, text, options, grid)
+    task, places = restriction_task(encoder, text, options, grid)
+    sets, labels = ranking_sets(layers, groups)
+    worker = RestrictionWorker(encoder, options, sets, labels, {task.run_key: places})
+    spec = WorkerSpec(
+        kind="restriction",
+        models={"model_id": encoder.source},
+        weights={"model_id": encoder.weights_hash},
+        dtype=str(encoder.dtype).removeprefix("torch."),
+        settings={"options": options, "sets": sets, "labels": labels, "places": {task.run_key: places}},
+        language_model=True,
+    )
+    executor = executor_for(engine, spec, worker, db_path)
+    ingest_options = _ingest_options(options)
     con = warehouse.connect(db_path)
     try:
-        found = runs.find_run(con, "restriction", identity)
-        if found and not options.replace:
-            return RestrictionSummary(found.run_id, "already complete", None, None)
+        model_ids = {"model_id": runs.upsert_model(con, encoder.facts())}
+        state = open_task_run(con, model_ids, "restriction", encoder, task, ingest_options)
+        if state.status == "complete":
+            return RestrictionSummary(state.run_id, "already complete", None, None)
+        units = plan_units(task.run_key, task.encoded, task.example_ids, options.batch_size, {None: state.done})
+        label = f"{text.task} · ranking: {len(sets)} sets"
+        opened = OpenRun(task.run_key, label, state.run_id, units)
+        store_stream(con, executor, [opened], "restriction_losses", on_start, on_batch)
         started = time.perf_counter()
-        pad = 0 if encoder.tokenizer.pad_token_id is None else int(encoder.tokenizer.pad_token_id)
-        on_text = batches(text.sequences, pad, options.batch_size)
-        answers = [p.span("answer") for p in text.needles]
-        needle_batches = batches([p.token_ids for p in text.needles], pad, options.batch_size, answers)
-        if on_start:
-            on_start((1 + len(layers) * groups + len(grid)) * (len(on_text) + len(needle_batches)))
-        measured = batched_measure(encoder.model, on_text, options, on_sets)
-        on_needles = batched_measure(encoder.model, needle_batches, options, on_sets)
-        # The losses call by call: the ranking's sets (nothing, then each group alone, layer
-        # by layer), then the plan's; on the text, and on the needles under the same sets.
-        texts: list[rs.SequenceLoss] = []
-        needles: list[rs.SequenceLoss] = []
-
-        def measure(sets: Sequence[Collection[rs.Group]]) -> rs.SequenceLoss:
-            texts.append(measured(sets))
-            if text.needles:
-                needles.append(on_needles(sets))
-            return texts[-1]
-
-        ranking = rs.rank_groups(measure, layers, groups)
-        points = rs.plan(measure, ranking, grid)
-        seconds = time.perf_counter() - started
-        tables = _tables(
-            config, ranking, points, options, (texts[0], texts[1]), (needles[0], needles[1]) if needles else None
+        with runs.marking_failure(con, state.run_id):
+            ranking, points = _finish(con, state.run_id, encoder, task, places, options, grid, on_start, on_batch)
+        return RestrictionSummary(
+            state.run_id, state.outcome, ranking, points, opened.seconds + time.perf_counter() - started
         )
-        with warehouse.transaction(con):
-            model_id = runs.upsert_model(con, encoder.facts())
-            state = runs.create_run(
-                con,
-                "restriction",
-                identity,
-                {
-                    "model_id": model_id,
-                    "dataset": text.dataset,
-                    "task": text.task,
-                    "split": text.split,
-                    "source": text.source,
-                    "example_limit": options.limit,
-                    "seed": BOOTSTRAP_SEED,
-                    "max_length": options.context_length,
-                    "n_examples": len(text.sequences),
-                    "n_truncated": 0,
-                    "device": str(encoder.device),
-                    "dtype": str(encoder.dtype).removeprefix("torch."),
-                    "batch_size": options.batch_size,
-                    "versions": json.dumps(_versions()),
-                    "command": options.command,
-                },
-                replace=True,  # a stored run is only here to be replaced
-            )
-            for table, rows in tables.items():
-                n = len(next(iter(rows.values())))
-                warehouse.insert_arrow(con, table, {"run_id": [state.run_id] * n, **rows})
-            runs.finish_run(con, state.run_id, "complete", seconds)
-        return RestrictionSummary(state.run_id, state.outcome, ranking, points, seconds)
     finally:
         con.close()
 
 
-def _versions() -> dict[str, str]:
-    from attnwh.ingest.runs.rows import library_versions
+def shard_restriction(
+    encoder: EncoderModel,
+    text: Text,
+    options: RestrictionOptions,
+    engine: EngineOptions,
+    on_start: Callable[[str, int], None] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[ShardSummary]:
+    """The ranking's units of static shard `engine.shard`, into `engine.shard_dir`; after
+    `attnwh merge`, the same command without the shard options measures the plan, tests
+    and completes the run."""
+    from attnwh.ingest.runs.engine import write_shards
+    from attnwh.ingest.runs.loop import run_info
+    from attnwh.ingest.runs.units import plan_units
 
-    return library_versions()
+    layers, groups = _check_layers(encoder)
+    grid = list(options.grid) if options.grid is not None else default_grid(len(layers) * groups)
+    task, places = restriction_task(encoder, text, options, grid)
+    sets, labels = ranking_sets(layers, groups)
+    worker = RestrictionWorker(encoder, options, sets, labels, {task.run_key: places})
+    units = plan_units(task.run_key, task.encoded, task.example_ids, options.batch_size, {})
+    info = run_info("restriction", {"model_id": encoder}, task, _ingest_options(options))
+    return write_shards(engine, [(info, units)], worker, [task], on_start, on_batch)
+
+
+def _finish(
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    encoder: EncoderModel,
+    task: PreparedTask,
+    places: Sequence[Place],
+    options: RestrictionOptions,
+    grid: Sequence[int],
+    on_start: Callable[[str, int], None] | None,
+    on_batch: Callable[[int], None] | None,
+) -> tuple[rs.Ranking, list[rs.Restricted]]:
+    """The plan from the stored ranking, measured batch by batch (each batch committed, so an
+    interrupted finish resumes), then the tests and the run's tables, completing the run."""
+    from attnwh.ingest.runs.units import plan_units
+    from attnwh.sql import runs, warehouse
+
+    started = time.perf_counter()
+    layers, groups = _check_layers(encoder)
+    n_sets = 1 + len(layers) * groups
+    place = {layer: i for i, layer in enumerate(layers)}
+
+    def ranked_row(kind: str, layer: int | None, group: int | None, k: int | None) -> int:
+        # As `ranking_sets` orders them: nothing, then each group alone, layer by layer.
+        return 0 if kind == "unrestricted" else 1 + place[int(layer or 0)] * groups + int(group or 0)
+
+    ranked = _stored(con, run_id, places, ("unrestricted", "group"), n_sets, ranked_row)
+    ranking = rs.rank_groups(lambda sets: ranked["text"], layers, groups)
+    order = ranking.order()
+    chosen = [sorted(order[:k]) for k in grid]
+    worker = RestrictionWorker(
+        encoder, options, chosen, [("plan", None, None, k) for k in grid], {task.run_key: places}
+    )
+    have = {
+        r[0]
+        for r in con.execute(
+            "SELECT DISTINCT example_id FROM restriction_losses WHERE run_id = ? AND kind = 'plan'", [run_id]
+        ).fetchall()
+    }
+    units = plan_units(task.run_key, task.encoded, task.example_ids, options.batch_size, {None: frozenset(have)})
+    if units and on_start:
+        on_start(f"{task.data.task} · plan: {len(grid)} sets", sum(len(u.positions) for u in units))
+    for unit in units:
+        part = worker.compute(unit)
+        with warehouse.transaction(con):
+            warehouse.insert_arrow(
+                con, "restriction_losses", rows.with_run_id(part.tables["restriction_losses"], run_id)
+            )
+            runs.add_seconds(con, run_id, part.seconds)
+        if on_batch:
+            on_batch(len(unit.positions))
+    position = {k: i for i, k in enumerate(grid)}
+    planned = _stored(con, run_id, places, ("plan",), len(grid), lambda kind, la, g, k: position[int(k or 0)])
+    points = rs.plan(lambda sets: planned["text"], ranking, grid)
+    needles = (ranked["needle"], planned["needle"]) if "needle" in ranked else None
+    tables = _tables(encoder.model.config, ranking, points, options, (ranked["text"], planned["text"]), needles)
+    with warehouse.transaction(con):
+        for table, columns in tables.items():
+            n = len(next(iter(columns.values())))
+            warehouse.insert_arrow(con, table, {"run_id": [run_id] * n, **columns})
+        runs.finish_run(con, run_id, "complete", time.perf_counter() - started)
+    return ranking, points
+
+
+def _stored(
+    con: duckdb.DuckDBPyConnection,
+    run_id: int,
+    places: Sequence[Place],
+    kinds: Sequence[str],
+    n_sets: int,
+    row_of: Callable[[str, int | None, int | None, int | None], int],
+) -> dict[str, rs.SequenceLoss]:
+    """The stored losses of the sets of `kinds`, per input, as (sets, sequences): a row's set
+    is `row_of(kind, layer, kv_group, k)`. Raises where one is missing."""
+    found = con.execute(
+        "SELECT input, kind, layer, kv_group, k, sequence, nats, tokens, correct FROM restriction_losses "
+        "WHERE run_id = ? AND kind IN (SELECT unnest(?))",
+        [run_id, list(kinds)],
+    ).fetchall()
+    sizes: dict[str, int] = {}
+    for input, _, _ in places:
+        sizes[input] = sizes.get(input, 0) + 1
+    out = {
+        input: rs.SequenceLoss(np.full((n_sets, n), np.nan), np.zeros(n, np.int64), np.zeros((n_sets, n), np.int64))
+        for input, n in sizes.items()
+    }
+    for input, kind, layer, group, k, sequence, nats, tokens, correct in found:
+        row = row_of(kind, layer, group, k)
+        out[input].nats[row, sequence] = nats
+        out[input].tokens[sequence] = tokens
+        out[input].correct[row, sequence] = correct
+    for loss in out.values():
+        if np.isnan(loss.nats).any():
+            raise AttnwhError(f"restriction run {run_id} is missing losses; rerun it with --replace")
+    return out
 
 
 def _tables(
@@ -353,8 +526,8 @@ def _tables(
     texts: tuple[rs.SequenceLoss, rs.SequenceLoss],
     needles: tuple[rs.SequenceLoss, rs.SequenceLoss] | None = None,
 ) -> dict[str, dict[str, list]]:
-    """The rows of restriction_runs, restriction_groups, restriction_plan and restriction_losses
-    from the losses measured on the text (`texts`) and the needle probes' answers (`needles`),
+    """The rows of restriction_runs, restriction_groups and restriction_plan from the losses
+    measured on the text (`texts`) and the needle probes' answers (`needles`),
     each under the ranking's sets (nothing, then each group alone, layer by layer) and the plan's."""
     tokens = texts[0].tokens
     base = ranking.baseline.nats
@@ -366,26 +539,6 @@ def _tables(
     def saved(chosen: Collection[rs.Group], context: int) -> int:
         return rs.kv_bytes_saved(config, chosen, context, s, w, dtype)
 
-    columns = ("input", "kind", "layer", "kv_group", "k", "sequence", "nats", "tokens", "correct")
-    losses: dict[str, list] = {c: [] for c in columns}
-
-    def add(
-        input: str,
-        kind: str,
-        loss: rs.SequenceLoss,
-        row: int,
-        layer: int | None = None,
-        group: int | None = None,
-        k: int | None = None,
-    ) -> None:
-        n = len(loss.tokens)
-        for column, value in zip(columns[:5], (input, kind, layer, group, k), strict=True):
-            losses[column] += [value] * n
-        losses["sequence"] += list(range(n))
-        losses["nats"] += [float(v) for v in loss.nats[row]]
-        losses["tokens"] += [int(t) for t in loss.tokens]
-        losses["correct"] += [int(c) for c in loss.correct[row]]
-
     _, groups = rs._layers_and_groups(config)
     place = {layer: i for i, layer in enumerate(rs.cache_layers(config))}
 
@@ -393,15 +546,8 @@ def _tables(
         """The row of `group` among the ranking's sets (attention layer by attention layer)."""
         return 1 + place[group[0]] * groups + group[1]
 
-    rows = [alone(r.groups[0]) for r in ranking.groups]
-    measured = {"text": texts} | ({"needle": needles} if needles is not None else {})
-    for input, (ranked, planned_sets) in measured.items():
-        add(input, "unrestricted", ranked, 0)
-        for r, row in zip(ranking.groups, rows, strict=True):
-            add(input, "group", ranked, row, *r.groups[0])
-        for row, p in enumerate(points):
-            add(input, "plan", planned_sets, row, k=len(p.groups))
-    needle_runs, needle_groups, needle_plan = _needle_columns(needles, rows, len(points), options)
+    ranked_rows = [alone(r.groups[0]) for r in ranking.groups]
+    needle_runs, needle_groups, needle_plan = _needle_columns(needles, ranked_rows, len(points), options)
     n = len(tokens)
     return {
         "restriction_runs": {
@@ -444,7 +590,6 @@ def _tables(
             "kv_bytes_saved_run": [saved(p.groups, options.context_length) for p in points],
             **needle_plan,
         },
-        "restriction_losses": losses,
     }
 
 

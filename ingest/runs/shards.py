@@ -68,6 +68,7 @@ PART_TABLES = frozenset(
         "role_settings",
         "role_probes",
         "head_roles",
+        "restriction_losses",
     }
 )
 
@@ -312,7 +313,7 @@ class MergeSummary:
     n_examples: int
     n_done: int  # examples of the run stored (all its rows), after the merge
     status: str
-    finish_command: str | None  # ablation: the command that finishes a whole sweep
+    finish_command: str | None  # ablation, restriction: the command that finishes a whole run
 
 
 def merge_shards(
@@ -329,7 +330,7 @@ def merge_shards(
     nothing. A statistics or compare run holding all its examples is complete; one that
     still lacks some is `partial`; an ablation run whose sweep is whole waits for its
     finish (significance, combinations, importance), which `attnwh ingest ablation` does
-    with the model.
+    with the model, and a restriction run for its plan and tests.
     """
     shard_runs = scan(shard_dir)
     checked = {run.run_key: [check_part(p) for p in run.parts] for run in shard_runs}
@@ -384,7 +385,7 @@ def _merge_run(con: duckdb.DuckDBPyConnection, run: ShardRun, on_part: Callable[
     n_done = warehouse.one_row(con, "SELECT count(*) FROM run_examples WHERE run_id = ?", [state.run_id])[0]
     whole = n_done == n_examples
     finish = None
-    if kind == "ablation":
+    if kind in ("ablation", "restriction"):
         status = "partial"  # until its finish, which needs the model
         if whole:
             finish = _without_shard_options(info["fields"].get("command"))
