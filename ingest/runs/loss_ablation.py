@@ -34,8 +34,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from attnwh.errors import DataError, ModelError, UsageError
-from attnwh.ingest.encoder.loading import EncoderModel
+from attnwh.errors import DataError, UsageError
+from attnwh.ingest.encoder.loading import EncoderModel, require_language_model
 from attnwh.ingest.measures.ablation import AblationSweep, sweep_configurations
 from attnwh.ingest.measures.lm_loss import ALL, compare_losses, metric_name, span_sums, token_losses
 from attnwh.ingest.measures.significance import PairedResult, benjamini_hochberg
@@ -85,19 +85,17 @@ class LossSummary:
     seconds: float
 
 
+# What the loss objective needs a language model for, and what else to give.
+NEEDS_LANGUAGE_MODEL = (
+    "ablation on plain text (scored by next-token loss)",
+    "give a language model, or a labelled task for a fine-tuned classifier",
+)
+
+
 def check_language_model(encoder: EncoderModel) -> None:
     """The loss objective reads a causal language model's next-token logits: refuse an
     encoder or a fine-tuned classifier in one line."""
-    if not encoder.causal:
-        raise ModelError(
-            f"ablation on plain text scores a causal language model's next-token loss; {encoder.name} is an "
-            f"encoder ({encoder.family}): give a decoder, or a labelled task for a fine-tuned classifier"
-        )
-    if encoder.architecture.endswith("ForSequenceClassification"):
-        raise ModelError(
-            f"ablation on plain text scores a language model's next-token loss; {encoder.name} is a fine-tuned "
-            f"classifier ({encoder.architecture}): give its base language model, or a labelled task"
-        )
+    require_language_model(encoder, *NEEDS_LANGUAGE_MODEL)
 
 
 def is_text(data: TaskData) -> bool:

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from attnwh.errors import DataError, ModelError
+from attnwh.errors import DataError
 from attnwh.ingest.encoder.encoding import EncodedTask
-from attnwh.ingest.encoder.loading import EncoderModel
+from attnwh.ingest.encoder.loading import EncoderModel, require_language_model
 from attnwh.ingest.measures.prompting import PromptedClassifier
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask
 from attnwh.ingest.sources import prompts
@@ -33,16 +33,7 @@ from attnwh.ingest.sources.prompts import Prompt, Template
 def check_language_model(encoder: EncoderModel, remedy: str) -> None:
     """Refuse, in one line, a model a prompt cannot be read from: an encoder, or a fine-tuned
     classifier (its own head answers, not the label words). `remedy` ends the line."""
-    if not encoder.causal:
-        raise ModelError(
-            f"--prompt reads a causal language model through its label words; {encoder.name} is an encoder "
-            f"({encoder.family}): drop --prompt{remedy}"
-        )
-    if encoder.architecture.endswith("ForSequenceClassification"):
-        raise ModelError(
-            f"--prompt reads a language model's label words; {encoder.name} is a fine-tuned classifier "
-            f"({encoder.architecture}) with a head of its own: drop --prompt"
-        )
+    require_language_model(encoder, "--prompt (a model read through its label words)", f"drop --prompt{remedy}")
 
 
 def prompted_task(encoder: EncoderModel, task: PreparedTask, prompt: Prompt, options: IngestOptions) -> PreparedTask:
