@@ -81,7 +81,7 @@ from attnwh.cli.options import (
 from attnwh.cli.progress import Bars, StudyHooks, interrupts_as, loading, run_resumable, steps_column
 from attnwh.cli.summaries import describe
 from attnwh.errors import DataError, UsageError
-from attnwh.ingest.encoder.gguf import model_path as gguf_model_path
+from attnwh.ingest.model.gguf import model_path as gguf_model_path
 from attnwh.ingest.runs.folders import check_out_dir
 from attnwh.ingest.sources.tasks import load_tasks
 from attnwh.sql import queries as named
@@ -498,11 +498,11 @@ def ingest(
     with loading(console, None if run_on.shard else db, source, models=[model]):
         loaded = source.load()  # data errors before torch is imported
         prompts = _task_prompts(source, loaded, shots, shot_seed, words) if prompt else None
-        from attnwh.ingest.encoder.loading import load_encoder
+        from attnwh.ingest.model.loading import load_model
         from attnwh.ingest.runs.loop import StatisticsCapture, check_fits, ingest_runs, prepare_tasks, shard_runs
 
         # Read through a prompt, a decoder loads with its language-model head: the answer is read too.
-        encoder = load_encoder(model, device.value, dtype.value, language_model=prompt)
+        encoder = load_model(model, device.value, dtype.value, language_model=prompt)
         if prompt:
             from attnwh.ingest.runs.prompted import check_language_model
 
@@ -575,12 +575,12 @@ def compare(
     run_on = compute.options(device.value)
     with loading(console, None if run_on.shard else db, source, "models", models=[base, tuned]):
         loaded = source.load()  # data errors before torch is imported
-        from attnwh.ingest.encoder.loading import load_encoder
         from attnwh.ingest.measures.change import ChangeCapture, check_compatible, prepare_comparison
+        from attnwh.ingest.model.loading import load_model
         from attnwh.ingest.runs.loop import check_fits, ingest_runs, shard_runs
 
-        base_encoder = load_encoder(base, device.value, dtype.value)
-        tuned_encoder = load_encoder(tuned, device.value, dtype.value)
+        base_encoder = load_model(base, device.value, dtype.value)
+        tuned_encoder = load_model(tuned, device.value, dtype.value)
         check_compatible(base_encoder, tuned_encoder)
         options = dataclasses.replace(reading.ingest_options(replace), attention_memory=parse_memory(attention_memory))
         prepared = prepare_comparison(base_encoder, tuned_encoder, loaded, options)
@@ -650,7 +650,7 @@ def relations(
     if conllu is None and framenet is None:
         raise UsageError("give --conllu FILE, --framenet FILE or both")
 
-    from attnwh.ingest.encoder.available import check_model
+    from attnwh.ingest.model.available import check_model
     from attnwh.sql import warehouse
 
     for kind, path in (("CoNLL-U", conllu), ("FrameNet", framenet)):
@@ -659,9 +659,9 @@ def relations(
     warehouse.check_writable(db)
     check_model(model)  # before torch is imported
     with console.status("Loading data and model…"):
-        from attnwh.ingest.encoder.loading import load_encoder, require_every_layer
         from attnwh.ingest.measures import dependencies as rel
         from attnwh.ingest.measures import frames as fn
+        from attnwh.ingest.model.loading import load_model, require_every_layer
         from attnwh.ingest.runs import relations as relation_runs
         from attnwh.ingest.sources.examples import seeded_sample
 
@@ -671,7 +671,7 @@ def relations(
             frame_data = fn.read_frames(framenet)
             frame_data = fn.subset(frame_data, seeded_sample(frame_data.links, limit, seed))
         warehouse.check_writable(db)
-        encoder = load_encoder(model, device.value, "float32")
+        encoder = load_model(model, device.value, "float32")
         require_every_layer(encoder, "relations")
 
     inputs = []
@@ -757,7 +757,7 @@ def roles(
     One run per probe kind, stored batch by batch: an interrupted run resumes where it stopped, --engine ray computes it on Ray, and --shard I/N writes one slice for `attnwh merge`. A stored run with the same model, probe settings, seed, window and text is kept unless --replace. Long needle probes are read in tiles of query rows under --attention-memory. Decoders only: these scores are defined for causal models.
     """
     console = Console(stderr=True)
-    from attnwh.ingest.encoder.available import check_model
+    from attnwh.ingest.model.available import check_model
 
     kinds = [k.strip() for k in probes.split(",") if k.strip()]
     unknown = sorted(set(kinds) - {"induction", "needle"})
@@ -769,8 +769,8 @@ def roles(
     warehouse.check_writable(db)
     check_model(model)  # before torch is imported
     with console.status("Loading text and model…"):
-        from attnwh.ingest.encoder.loading import (
-            load_encoder,
+        from attnwh.ingest.model.loading import (
+            load_model,
             read_config,
             require_language_model,
             require_language_model_in_config,
@@ -784,7 +784,7 @@ def roles(
             documents = tuple(e.text_a for e in data.examples)
         what = "head roles (previous-token, induction, retrieval)"
         require_language_model_in_config(read_config(model), model, what, head=False)  # before the weights load
-        encoder = load_encoder(model, device.value, "float32")
+        encoder = load_model(model, device.value, "float32")
     require_language_model(encoder, what, head=False)
     length = context_length or min(1024, encoder.max_length)
     bos = len(special_tokens(encoder.tokenizer)[0])
@@ -914,8 +914,8 @@ def restriction(
         from attnwh.ingest.runs import restriction as runs_of
 
         data = runs_of.read_text(text)  # a missing file fails before the model loads
-        from attnwh.ingest.encoder.loading import (
-            load_encoder,
+        from attnwh.ingest.model.loading import (
+            load_model,
             read_config,
             require_language_model,
             require_language_model_in_config,
@@ -923,7 +923,7 @@ def restriction(
 
         what = "restricting the context"
         require_language_model_in_config(read_config(model), model, what)  # before the weights load
-        encoder = load_encoder(model, device.value, language_model=True)
+        encoder = load_model(model, device.value, language_model=True)
         require_language_model(encoder, what)
         length = context_length or min(1024, encoder.max_length)
         if length > encoder.max_length:
@@ -1086,7 +1086,7 @@ def ablation(
         # Data errors before torch is imported; only a sweep of the bundled sample without
         # --task waits for the model, whose fine-tuning task it is swept on.
         loaded = source.load(task) if task or source.given else None
-        from attnwh.ingest.encoder.loading import load_encoder, read_config
+        from attnwh.ingest.model.loading import load_model, read_config
         from attnwh.ingest.runs.ablation import (
             AblationOptions,
             check_classifier,
@@ -1101,7 +1101,7 @@ def ablation(
 
         if not prompt:
             check_head_in_config(read_config(model), model)  # before the weights load
-        encoder = load_encoder(model, device.value, language_model=prompt)
+        encoder = load_model(model, device.value, language_model=prompt)
         check_classifier(encoder, prompt)
         if loaded is None:
             # On the bundled sample, a model made by `attnwh finetune` is swept on its own task.
@@ -1197,7 +1197,7 @@ def _loss_ablation(
     with loading(console, None if run_on.shard else db, source, models=[model]):
         # Text to sweep, or the needle probes' haystack (the prose sample by default).
         loaded = source.load(task or (["prose"] if probes and not source.given else None))
-        from attnwh.ingest.encoder.loading import load_encoder, read_config, require_language_model_in_config
+        from attnwh.ingest.model.loading import load_model, read_config, require_language_model_in_config
         from attnwh.ingest.runs.ablation import AblationOptions
         from attnwh.ingest.runs.loss_ablation import (
             NEEDS_LANGUAGE_MODEL,
@@ -1209,7 +1209,7 @@ def _loss_ablation(
         )
 
         require_language_model_in_config(read_config(model), model, *NEEDS_LANGUAGE_MODEL)  # before the weights load
-        encoder = load_encoder(model, device.value, language_model=True)
+        encoder = load_model(model, device.value, language_model=True)
         check_language_model(encoder)
         tasks, spans = loaded, None
         if probes:
@@ -1356,7 +1356,7 @@ def finetune(
         train = load(train_split, data).sample(max_train_examples, seed)
         dev = load(eval_split, eval_data)
         # The data and the model's name are checked; now the model libraries.
-        from attnwh.ingest.encoder.loading import load_encoder, read_config
+        from attnwh.ingest.model.loading import load_model, read_config
         from attnwh.ingest.runs.finetune import Checkpoints, FinetuneOptions, check_sequence_classifier, record
         from attnwh.ingest.runs.finetune import finetune as run_finetune
 
@@ -1389,8 +1389,8 @@ def finetune(
         result = run_finetune(model, train, dev, out, options, device.value, on_step, checkpoints=checkpoints)
     if result.resumed_from:
         console.print(f"resumed from the checkpoint at step {result.resumed_from}", highlight=False)
-    base = load_encoder(model, device.value)
-    tuned = load_encoder(str(out), device.value)
+    base = load_model(model, device.value)
+    tuned = load_model(str(out), device.value)
     from attnwh.sql import warehouse
 
     con = warehouse.connect(db)
@@ -1589,7 +1589,7 @@ def study(
     )
     with console.status("Loading data and model…"):
         study_tasks = check_study(options)  # options, data and folders, before torch is imported
-        from attnwh.ingest.encoder.loading import resolve_device
+        from attnwh.ingest.model.loading import resolve_device
 
         if max_train_examples is None and resolve_device(device.value).type != "cuda":
             # A CPU trains on a sample by default (Study draws it), a GPU on every example.

@@ -36,7 +36,7 @@ from attnwh.sql import warehouse
 # The model libraries (torch, transformers) load in Study.__init__, after check_study: bad
 # options, data and output folders fail at once. The modules below import them.
 if TYPE_CHECKING:
-    from attnwh.ingest.encoder.loading import EncoderModel
+    from attnwh.ingest.model.loading import LoadedModel
     from attnwh.ingest.runs.ablation import AblationSummary
     from attnwh.ingest.runs.finetune import FinetuneOptions, FinetuneResult, LineageExtra
     from attnwh.ingest.runs.loop import IngestOptions, RunSummary
@@ -324,7 +324,7 @@ def _split_missing(options: StudyOptions, task: str, split: str, error: DataErro
     return split.strip().lower() not in SAMPLE_SPLITS
 
 
-def _lineage_settings(options: StudyOptions, task: StudyTask, base: EncoderModel, ft: FinetuneOptions) -> dict:
+def _lineage_settings(options: StudyOptions, task: StudyTask, base: LoadedModel, ft: FinetuneOptions) -> dict:
     """What a saved tuned model must have been trained with to be reused."""
     return {
         "base_weights_hash": base.weights_hash,
@@ -340,7 +340,7 @@ def _lineage_settings(options: StudyOptions, task: StudyTask, base: EncoderModel
 def check_study(options: StudyOptions) -> list[StudyTask]:
     """Everything that can be wrong with the options, the data, the base model's name and the
     output paths, checked without torch or transformers; returns the tasks, read."""
-    from attnwh.ingest.encoder.available import check_model
+    from attnwh.ingest.model.available import check_model
 
     parse_force(sorted(options.force))
     if options.report.is_dir():
@@ -374,14 +374,14 @@ class Study:
             dataclasses.replace(t, train=t.train.sample(options.max_train_examples, options.seed))
             for t in (tasks if tasks is not None else check_study(options))
         ]
-        from attnwh.ingest.encoder.loading import load_encoder, read_config, require_every_layer
+        from attnwh.ingest.model.loading import load_model, read_config, require_every_layer
         from attnwh.ingest.runs.finetune import FinetuneOptions, check_sequence_classifier
         from attnwh.ingest.runs.loop import IngestOptions, prepare_tasks
 
         # What would stop a later stage is refused before the first: a family with no sequence
         # classifier to fine-tune, a hybrid whose tuned classifier cannot be swept.
         check_sequence_classifier(read_config(options.model), options.model)
-        self.base = load_encoder(options.model, options.device)  # an encoder or a decoder
+        self.base = load_model(options.model, options.device)  # an encoder or a decoder
         require_every_layer(self.base, "the study's ablation sweep")
         self.finetune_options = FinetuneOptions(
             epochs=options.epochs,
@@ -415,7 +415,7 @@ class Study:
             prepared,
             AblationOptions(importance=options.importance, attention_memory=options.attention_memory),
         )
-        self._tuned: dict[str, EncoderModel] = {}
+        self._tuned: dict[str, LoadedModel] = {}
         self.run_ids: dict[tuple[str, str], int] = {}  # (stage, task) -> run id of this study's run
         self.sinks_notes: dict[tuple[str, str], str | None] = {}  # (ablation stage, task) -> why no sinks
         self.trained: dict[str, FinetuneResult] = {}
@@ -426,11 +426,11 @@ class Study:
     def tuned_dir(self, task: StudyTask) -> Path:
         return self.options.models_dir / task.name
 
-    def tuned(self, task: StudyTask) -> EncoderModel:
-        from attnwh.ingest.encoder.loading import load_encoder
+    def tuned(self, task: StudyTask) -> LoadedModel:
+        from attnwh.ingest.model.loading import load_model
 
         if task.name not in self._tuned:
-            self._tuned[task.name] = load_encoder(str(self.tuned_dir(task)), self.options.device)
+            self._tuned[task.name] = load_model(str(self.tuned_dir(task)), self.options.device)
         return self._tuned[task.name]
 
     def _ingest(self, stage: str) -> IngestOptions:
@@ -482,7 +482,7 @@ class Study:
         self._record("ingest-base", summaries, result)
 
     def stage_finetune(self, result: StageResult) -> None:
-        from attnwh.ingest.encoder.loading import LINEAGE_FILE
+        from attnwh.ingest.model.loading import LINEAGE_FILE
         from attnwh.ingest.runs.finetune import Checkpoints, finetune
 
         forced = "finetune" in self.options.force

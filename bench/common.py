@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from attnwh.ingest.encoder.loading import EncoderModel, load_encoder
+from attnwh.ingest.model.loading import LoadedModel, load_model
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, StatisticsCapture, ingest_runs, prepare_tasks
 from attnwh.ingest.sources import files as loaders
 from attnwh.ingest.sources.examples import TaskData
@@ -39,10 +39,10 @@ def load_task(args: argparse.Namespace) -> TaskData:
     return loaders.load_sample(args.task or "sentiment", "dev")
 
 
-def prepare_ingest(args: argparse.Namespace) -> tuple[EncoderModel, IngestOptions, PreparedTask]:
+def prepare_ingest(args: argparse.Namespace) -> tuple[LoadedModel, IngestOptions, PreparedTask]:
     """--model (default: the bundled MiniLM) on --device, the ingest options of the arguments,
     and the task (:func:`load_task`) prepared for it."""
-    encoder = load_encoder(args.model, args.device)
+    encoder = load_model(args.model, args.device)
     options = IngestOptions(limit=args.limit, batch_size=args.batch_size)
     (prepared,) = prepare_tasks(encoder, [load_task(args)], options)
     return encoder, options, prepared

@@ -27,8 +27,8 @@ import torch
 from common import alternate, load_task, print_ratios, task_parser
 from torch import nn
 
-from attnwh.ingest.encoder.encoding import TokenKinds, collate, encode_task, length_buckets
-from attnwh.ingest.encoder.loading import load_encoder
+from attnwh.ingest.model.encoding import TokenKinds, collate, encode_task, length_buckets
+from attnwh.ingest.model.loading import load_model
 from attnwh.ingest.runs.loop import StatisticsCapture
 
 
@@ -65,7 +65,7 @@ def main() -> None:
     args = task_parser(__doc__.splitlines()[0]).parse_args()
     data = load_task(args)
     data = data.sample(args.limit, 42)
-    encoder = load_encoder(args.model, args.device)
+    encoder = load_model(args.model, args.device)
     encoded = encode_task(encoder.tokenizer, data, encoder.max_length)
     batches = [
         collate(encoded, b, encoder.tokenizer.pad_token_id, encoder.device)

@@ -96,7 +96,7 @@ def build_modernbert(shape: str, folder: Path) -> None:
     import torch
     from transformers import AutoTokenizer, ModernBertConfig, ModernBertModel
 
-    from attnwh.ingest.encoder.loading import bundled_model_path
+    from attnwh.ingest.model.loading import bundled_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(bundled_model_path())
     tokenizer.model_max_length = 8192
@@ -140,10 +140,10 @@ def child(args: argparse.Namespace) -> None:
     import torch
     from transformers import AutoModel
 
-    from attnwh.ingest.encoder.loading import load_encoder
+    from attnwh.ingest.model.loading import load_model
     from attnwh.ingest.runs.loop import StatisticsCapture
 
-    encoder = load_encoder(str(args.model), args.device)
+    encoder = load_model(str(args.model), args.device)
     device = encoder.device
     batches = inputs(encoder.tokenizer, args.length, args.inputs, device, encoder.causal)
     if args.variant == "check":

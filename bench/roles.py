@@ -27,7 +27,7 @@ from pathlib import Path
 
 from common import alternate
 
-from attnwh.ingest.encoder.loading import load_encoder
+from attnwh.ingest.model.loading import load_model
 from attnwh.ingest.runs import restriction as restriction_runs
 from attnwh.ingest.runs import roles as role_runs
 from attnwh.ingest.runs.loop import IngestOptions, StatisticsCapture, ingest_runs, prepare_tasks
@@ -54,14 +54,14 @@ def main() -> None:
         raise SystemExit(f"error: no model at {SMOLLM2}: python tools/fetch_smollm2.py")
 
     # Statistics: the prose paragraphs, as `attnwh ingest --task prose` reads them.
-    stats_encoder = load_encoder(args.model, args.device)
+    stats_encoder = load_model(args.model, args.device)
     options = IngestOptions(limit=args.paragraphs, batch_size=8)
     (prepared,) = prepare_tasks(stats_encoder, [loaders.load_sample("prose", "dev")], options)
     capture = StatisticsCapture(stats_encoder)
     stats_tokens = int(prepared.encoded.n_tokens.sum())
 
     # Roles: both probe kinds, as `attnwh ingest roles --probes induction,needle` builds them.
-    role_encoder = load_encoder(args.model, args.device, "float32")
+    role_encoder = load_model(args.model, args.device, "float32")
     documents = tuple(e.text_a for e in load_sample_text(role_runs.ROLE_TEXT_DEFAULT).examples)
     plans = [
         role_runs.RoleSettings("induction", args.induction, 0, 64, repeat_length=args.repeat_length),
@@ -80,7 +80,7 @@ def main() -> None:
     role_tokens = sum(len(p) for probes in made for p in probes)
 
     # Restriction: the default grid, no needles.
-    lm = load_encoder(args.model, args.device, language_model=True)
+    lm = load_model(args.model, args.device, language_model=True)
     restriction_options = restriction_runs.RestrictionOptions(
         context_length=args.context_length, limit=args.sequences, batch_size=args.sequences
     )

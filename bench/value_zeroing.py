@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from transformers import AutoModel
 
-from attnwh.ingest.encoder.encoding import TokenKinds, collate, encode_task, length_buckets
-from attnwh.ingest.encoder.loading import bundled_model_path, load_encoder
 from attnwh.ingest.measures.value_zeroing import ValueZeroing
+from attnwh.ingest.model.encoding import TokenKinds, collate, encode_task, length_buckets
+from attnwh.ingest.model.loading import bundled_model_path, load_model
 from attnwh.ingest.sources import files as loaders
 
 
@@ -102,7 +102,7 @@ def main() -> None:
     else:
         data = loaders.load_sample("sentiment", "dev")
     data = data.sample(args.limit, 42)
-    encoder = load_encoder(None, args.device)
+    encoder = load_model(None, args.device)
     encoded = encode_task(encoder.tokenizer, data, encoder.max_length)
     order = list(length_buckets(encoded.n_tokens, range(len(data.examples)), args.batch_size))
     batches = [collate(encoded, b, encoder.tokenizer.pad_token_id, encoder.device) for b in order]

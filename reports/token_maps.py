@@ -44,7 +44,7 @@ def embed_token_maps(con: duckdb.DuckDBPyConnection, db: Path, examples: pl.Data
 
     Returns {"examples": {"run-example": [tokens, kinds, causal]}, "maps": {"run-example-layer-head":
     base64 bytes}, "notes": [why a run's maps are missing]}."""
-    from attnwh.ingest.encoder.encoding import readable_tokens
+    from attnwh.ingest.model.encoding import readable_tokens
     from attnwh.ingest.runs.maps import MapCapture, run_model, stored_token_ids, token_kinds
     from attnwh.sql import warehouse
 

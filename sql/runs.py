@@ -202,7 +202,7 @@ def upsert_model(con: duckdb.DuckDBPyConnection, facts: Mapping[str, object]) ->
     return model_id
 
 
-# model_layers' columns, in the order of each layer's facts (`attnwh.ingest.encoder.reading.LayerFacts`).
+# model_layers' columns, in the order of each layer's facts (`attnwh.ingest.model.reading.LayerFacts`).
 LAYER_COLUMNS = ("layer", "kind", "read", "module", "sliding_window", "chunk", "rotary", "gated", "learned_sink")
 
 

@@ -7,8 +7,6 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from attnwh.ingest.encoder.encoding import collate, encode_task
-from attnwh.ingest.encoder.loading import forward_inputs, load_encoder
 from attnwh.ingest.measures.ablation import (
     AblationSweep,
     Configuration,
@@ -16,6 +14,8 @@ from attnwh.ingest.measures.ablation import (
     head_importance_batch,
     sweep_configurations,
 )
+from attnwh.ingest.model.encoding import collate, encode_task
+from attnwh.ingest.model.loading import forward_inputs, load_model
 from attnwh.ingest.sources.examples import Example, TaskData
 from helpers import SENTENCES
 
@@ -78,7 +78,7 @@ def hand_disabled_logits(path, batch, disabled: set[tuple[int, int]], mode: str)
 
 
 def test_nothing_disabled_reproduces_the_baseline_bit_for_bit(classifier_dir):
-    encoder = load_encoder(str(classifier_dir["bert"]), "cpu")
+    encoder = load_model(str(classifier_dir["bert"]), "cpu")
     batch = batch_for(encoder)
     with torch.no_grad():
         plain = encoder.model(**forward_inputs(encoder.model, batch)).logits.numpy()
@@ -92,7 +92,7 @@ def test_nothing_disabled_reproduces_the_baseline_bit_for_bit(classifier_dir):
 @pytest.mark.parametrize("mode", ["uniform", "zero"])
 def test_disabled_head_equals_a_hand_replaced_forward_pass(classifier_dir, family, mode):
     path = classifier_dir[family]
-    encoder = load_encoder(str(path), "cpu")
+    encoder = load_model(str(path), "cpu")
     batch = batch_for(encoder)  # padded pairs
     configs = sweep_configurations(encoder.num_layers, encoder.num_heads)
     out = AblationSweep(encoder, mode).logits(batch, configs)
@@ -104,7 +104,7 @@ def test_disabled_head_equals_a_hand_replaced_forward_pass(classifier_dir, famil
 
 
 def test_all_heads_of_a_layer_equal_the_layer_configuration(classifier_dir):
-    encoder = load_encoder(str(classifier_dir["bert"]), "cpu")
+    encoder = load_model(str(classifier_dir["bert"]), "cpu")
     batch = batch_for(encoder)
     layer = [c for c in sweep_configurations(LAYERS, HEADS) if c.kind == "layer" and c.layer == 1][0]
     by_heads = combination("helpful", [(1, h) for h in reversed(range(HEADS))])
@@ -119,7 +119,7 @@ def test_all_heads_of_a_layer_equal_the_layer_configuration(classifier_dir):
 )
 @pytest.mark.parametrize("per_pass", [1, 5])
 def test_cached_prefix_path_equals_the_full_path(classifier_dir, family, per_pass, mode):
-    encoder = load_encoder(str(classifier_dir[family]), "cpu")
+    encoder = load_model(str(classifier_dir[family]), "cpu")
     batch = batch_for(encoder)
     configs = sweep_configurations(encoder.num_layers, encoder.num_heads) + [
         combination("top_k", [(2, 1), (1, 3)], k=2)
@@ -135,14 +135,14 @@ def test_cached_prefix_path_equals_the_full_path(classifier_dir, family, per_pas
 
 def test_importance_is_the_gradient_of_the_loss_with_respect_to_a_head_gate(classifier_dir):
     """Finite differences of the summed loss with one head's output scaled by 1 ± eps."""
-    encoder = load_encoder(str(classifier_dir["bert"]), "cpu")
+    encoder = load_model(str(classifier_dir["bert"]), "cpu")
     batch = batch_for(encoder, n=1)  # one example: |sum of gradients| = sum of |gradients|
     targets = torch.tensor([1])
     importance = head_importance_batch(encoder, batch, targets, regression=False)
     assert importance.shape == (LAYERS, HEADS)
 
-    from attnwh.ingest.encoder import capture
     from attnwh.ingest.measures.ablation import HeadGates
+    from attnwh.ingest.model import capture
 
     encoder.model.double()  # finite differences need more precision than float32 gives
 

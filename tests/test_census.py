@@ -34,9 +34,9 @@ from transformers import AttentionInterface, AttentionMaskInterface, AutoModel
 from transformers.masking_utils import eager_mask
 
 from attnwh.errors import ModelError
-from attnwh.ingest.encoder.encoding import collate, encode_task
-from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS
+from attnwh.ingest.model.encoding import collate, encode_task
+from attnwh.ingest.model.loading import load_model
 from attnwh.ingest.runs.loop import StatisticsCapture
 from attnwh.ingest.runs.rows import CAUSAL_NULL_COLUMNS
 from attnwh.ingest.sources.examples import Example, TaskData
@@ -188,7 +188,7 @@ def test_every_language_model_family_is_read_exactly_or_refused_in_one_line(fami
         OUTCOMES[family] = f"not built: {_first_line(exc)}"
         pytest.skip(f"tiny {family} cannot be built or run: {_first_line(exc)}")
     try:
-        encoder = load_encoder(str(path), device="cpu")
+        encoder = load_model(str(path), device="cpu")
     except ModelError as exc:
         message = str(exc)
         assert "\n" not in message and message, message
@@ -216,7 +216,7 @@ def test_every_language_model_family_is_read_exactly_or_refused_in_one_line(fami
     if family in CLOSER:
         encoder.tokenizer.padding_side = "left"
         encoder.tokenizer.save_pretrained(path)
-        left = load_encoder(str(path), device="cpu")
+        left = load_model(str(path), device="cpu")
         again = StatisticsCapture(left).run(
             collate(encode_task(left.tokenizer, data, MAX_LENGTH), rows, left.tokenizer.pad_token_id, left.device)
         )

@@ -16,9 +16,9 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from attnwh.ingest.encoder.encoding import collate
-from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures.change import ChangeCapture, prepare_comparison
+from attnwh.ingest.model.encoding import collate
+from attnwh.ingest.model.loading import load_model
 from attnwh.ingest.runs import rows as ingest_rows
 from attnwh.ingest.runs.loop import IngestOptions, ingest_runs
 from attnwh.ingest.sources.files import load_file
@@ -65,8 +65,8 @@ def models(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
 def compare_in_db(base: Path, tuned: Path, data: Path, db: Path, batch_size: int = 32):
     """Run a comparison through the library and return (prepared task, cosines by example id
     as (layer, head) arrays)."""
-    base_enc = load_encoder(str(base), device="cpu")
-    tuned_enc = load_encoder(str(tuned), device="cpu")
+    base_enc = load_model(str(base), device="cpu")
+    tuned_enc = load_model(str(tuned), device="cpu")
     options = IngestOptions(batch_size=batch_size)
     task = load_file(data, "premise", "hypothesis", "label")
     prepared = prepare_comparison(base_enc, tuned_enc, [task], options)
@@ -134,8 +134,8 @@ def test_changing_the_last_layer_leaves_the_others_at_one(models, tmp_path):
 
 
 def test_batched_cosines_equal_one_example_at_a_time(models, tmp_path):
-    base = load_encoder(str(models["bert"]), device="cpu")
-    tuned = load_encoder(str(models["bert-tuned"]), device="cpu")
+    base = load_model(str(models["bert"]), device="cpu")
+    tuned = load_model(str(models["bert-tuned"]), device="cpu")
     task = load_file(write_pairs(tmp_path / "pairs.tsv", 6), "premise", "hypothesis", "label")
     prepared = prepare_comparison(base, tuned, [task], IngestOptions())[0]
     capture = ChangeCapture(base, tuned)

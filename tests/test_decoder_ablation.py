@@ -14,9 +14,9 @@ import torch
 from torch import nn
 from transformers import AttentionInterface, AutoModelForCausalLM, AutoModelForSequenceClassification
 
-from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures.ablation import AblationSweep, combination, head_importance_batch, sweep_configurations
 from attnwh.ingest.measures.prompting import label_scores
+from attnwh.ingest.model.loading import load_model
 from helpers import SENTENCES
 from tiny_models import DECODER_FAMILIES, DECODER_WINDOW, make_tiny_decoder
 
@@ -80,7 +80,7 @@ def padded_batch(tokenizer, side: str, n: int = 5) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("family", DECODER_FAMILIES)
 def test_cached_sweep_equals_the_naive_sweep_bit_for_bit(classifiers, family):
-    encoder = load_encoder(str(classifiers[family]), "cpu")
+    encoder = load_model(str(classifiers[family]), "cpu")
     assert encoder.causal and encoder.architecture.endswith("ForSequenceClassification")
     configs = sweep_configurations(LAYERS, HEADS) + [combination("top_k", [(1, 2), (0, 1)], k=2)]
     cached = AblationSweep(encoder, "uniform")
@@ -148,7 +148,7 @@ def test_disabled_heads_equal_an_independent_attention_function(classifiers, fam
     """GPT-2; Mistral (grouped-query, a window of 5 keys on every layer); Gemma 2 (a window on
     layer 0, soft-capping), each in both modes against the reference written out above."""
     path = classifiers[family]
-    encoder = load_encoder(str(path), "cpu")
+    encoder = load_model(str(path), "cpu")
     batch = padded_batch(encoder.tokenizer, side)
     configs = sweep_configurations(LAYERS, HEADS) + [combination("top_k", [(1, 2), (0, 1)], k=2)]
     for mode in ("uniform", "zero"):
@@ -162,10 +162,10 @@ def test_disabled_heads_equal_an_independent_attention_function(classifiers, fam
 def test_gradient_importance_on_a_prompted_language_model(tmp_path):
     """Importance per head from the label words' cross-entropy, against finite differences of
     that loss with one head's output scaled by 1 ± eps."""
-    from attnwh.ingest.encoder import capture
     from attnwh.ingest.measures.ablation import HeadGates
+    from attnwh.ingest.model import capture
 
-    encoder = load_encoder(str(make_causal_lm("llama", tmp_path)), "cpu", language_model=True)
+    encoder = load_model(str(make_causal_lm("llama", tmp_path)), "cpu", language_model=True)
     assert encoder.architecture == "LlamaForCausalLM"
     batch = padded_batch(encoder.tokenizer, "right", n=1)
     words = [encoder.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in (" the", " dog")]

@@ -21,10 +21,10 @@ import torch
 from transformers import AutoModel, AutoModelForSequenceClassification
 
 from attnwh.errors import ModelError
-from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.encoding import collate, encode_task
-from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures.change import ChangeCapture, check_compatible, prepare_comparison
+from attnwh.ingest.model import capture
+from attnwh.ingest.model.encoding import collate, encode_task
+from attnwh.ingest.model.loading import load_model
 from attnwh.ingest.runs.finetune import FinetuneOptions, FinetuneResult, finetune
 from attnwh.ingest.runs.loop import IngestOptions, ingest_runs
 from attnwh.ingest.sources.examples import TaskData
@@ -65,7 +65,7 @@ def classifier(path: Path) -> torch.nn.Module:
 
 def batch_of(path: Path, data: TaskData) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """attnwh's right-padded batch of every example of `data`, with the gold class ids."""
-    tokenizer = load_encoder(str(path), device="cpu").tokenizer
+    tokenizer = load_model(str(path), device="cpu").tokenizer
     encoded = encode_task(tokenizer, data, MAX_LENGTH)
     batch = collate(encoded, range(len(data.examples)), tokenizer.pad_token_id, torch.device("cpu"))
     labels = torch.tensor([data.labels.index(e.label) for e in data.examples])  # type: ignore[union-attr]
@@ -100,7 +100,7 @@ def test_a_padded_row_gives_the_logits_of_the_row_alone(tuned, data, family):
         for row, n in enumerate(lengths.tolist()):
             alone = model(input_ids=batch["input_ids"][row : row + 1, :n]).logits
             torch.testing.assert_close(together[row : row + 1], alone, atol=1e-5, rtol=0)
-        tokenizer = load_encoder(str(tuned[family][2]), device="cpu").tokenizer
+        tokenizer = load_model(str(tuned[family][2]), device="cpu").tokenizer
         texts = [e.text_a for e in data[1].examples]
         for side in ("left", "right"):
             inputs = tokenizer(
@@ -115,7 +115,7 @@ def test_a_padded_row_gives_the_logits_of_the_row_alone(tuned, data, family):
 
 def test_the_tuned_decoder_loads_back_with_the_body_it_trained(tuned):
     base_dir, _, tuned_dir, result = tuned["llama"]
-    loaded = load_encoder(str(tuned_dir), device="cpu")
+    loaded = load_model(str(tuned_dir), device="cpu")
     assert (loaded.architecture, loaded.causal) == ("LlamaForSequenceClassification", True)
     assert loaded.weights_hash == result.tuned_weights_hash
     assert loaded.lineage is not None and loaded.lineage["base_weights_hash"] == result.base_weights_hash
@@ -131,7 +131,7 @@ def test_the_tuned_decoder_loads_back_with_the_body_it_trained(tuned):
 
 
 def test_a_gpt2_without_a_padding_token_pads_with_its_end_of_sequence_token(tuned):
-    loaded = load_encoder(str(tuned["gpt2"][2]), device="cpu")
+    loaded = load_model(str(tuned["gpt2"][2]), device="cpu")
     assert loaded.tokenizer.pad_token == loaded.tokenizer.eos_token == "<|endoftext|>"
     assert loaded.model.config.pad_token_id == loaded.tokenizer.eos_token_id
 
@@ -151,7 +151,7 @@ def test_compare_of_base_and_tuned_decoder_matches_eager_output_attentions(tuned
     of mixed lengths, and computed again in causal tiles of 5 rows, against the cosine of the
     flattened eager maps of each unpadded example (their upper triangles are 0 in both)."""
     base_dir, _, tuned_dir, _ = tuned["llama"]
-    base, tuned_model = load_encoder(str(base_dir), device="cpu"), load_encoder(str(tuned_dir), device="cpu")
+    base, tuned_model = load_model(str(base_dir), device="cpu"), load_model(str(tuned_dir), device="cpu")
     options = IngestOptions(batch_size=16, max_length=MAX_LENGTH)
     task = prepare_comparison(base, tuned_model, [data[1]], options)[0]
     comparison = ChangeCapture(base, tuned_model)
@@ -182,8 +182,8 @@ def test_compare_of_base_and_tuned_decoder_matches_eager_output_attentions(tuned
 
 
 def test_an_encoder_and_a_decoder_are_not_compared(tuned, tiny_model_dir):
-    decoder = load_encoder(str(tuned["llama"][0]), device="cpu")
-    encoder = load_encoder(str(tiny_model_dir("bert")), device="cpu")
+    decoder = load_model(str(tuned["llama"][0]), device="cpu")
+    encoder = load_model(str(tiny_model_dir("bert")), device="cpu")
     with pytest.raises(ModelError, match="maps are not of one kind"):
         check_compatible(encoder, decoder)
 
@@ -226,7 +226,7 @@ def test_a_gguf_base_is_saved_as_a_plain_safetensors_folder(data, tmp_path):
     untrained = FinetuneOptions(**{**OPTIONS.__dict__, "epochs": 0, "max_length": 16})
     finetune(str(tmp_path / "tiny.gguf"), data[0], data[1], out, untrained, "cpu")
     assert (out / "model.safetensors").is_file() and "quantization_config" not in (out / "config.json").read_text()
-    loaded = load_encoder(str(out), device="cpu")
+    loaded = load_model(str(out), device="cpu")
     assert loaded.architecture == "LlamaForSequenceClassification" and loaded.lineage is not None
     body, source = loaded.model.base_model.state_dict(), written.model.state_dict()
     assert body.keys() == source.keys() and all(torch.equal(body[k], source[k]) for k in body)

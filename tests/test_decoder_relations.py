@@ -299,10 +299,10 @@ def test_a_causal_word_picks_only_earlier_words():
 def test_sentences_longer_than_a_sliding_window_are_skipped_and_counted(tmp_path):
     """A tiny Mistral's window is 5 keys: a sentence of more tokens would have rows that do not
     see their whole prefix, so it is skipped like an over-long one; a short one is measured."""
-    from attnwh.ingest.encoder.loading import load_encoder
+    from attnwh.ingest.model.loading import load_model
     from tiny_models import DECODER_WINDOW, make_tiny_decoder
 
-    encoder = load_encoder(str(make_tiny_decoder("mistral", tmp_path / "mistral")), "cpu")
+    encoder = load_model(str(make_tiny_decoder("mistral", tmp_path / "mistral")), "cpu")
     assert wordlevel.token_limit(encoder) == DECODER_WINDOW < encoder.max_length
     short = rel.Sentence(("The", "dog"), (1, -1), ("det", "root"))
     treebank = tmp_path / "t.conllu"

@@ -25,11 +25,11 @@ from torch import nn
 from transformers import AutoModel, AutoTokenizer
 
 from attnwh.errors import ModelError
-from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.encoding import collate, encode_task
-from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures import patterns
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS
+from attnwh.ingest.model import capture
+from attnwh.ingest.model.encoding import collate, encode_task
+from attnwh.ingest.model.loading import load_model
 from attnwh.ingest.runs.loop import StatisticsCapture
 from attnwh.ingest.runs.rows import CAUSAL_NULL_COLUMNS
 from attnwh.ingest.sources.files import load_sample
@@ -127,7 +127,7 @@ def test_statistics_match_eager_output_attentions(decoders, family, pair):
     """A right-padded batch of mixed lengths and each example alone, whole and in tiles of
     3, 7 and 16 rows (tile edges inside the sliding window), against the reference."""
     path = decoders[family]
-    encoder = load_encoder(str(path), device="cpu")
+    encoder = load_model(str(path), device="cpu")
     assert encoder.causal and encoder.family == family
     eager = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
     data = task(pair)
@@ -166,7 +166,7 @@ def test_long_inputs_in_tiles_of_whole_row_blocks_are_bit_identical(tmp_path, fa
     key-side pattern features to the last bit or two), and the reference's within 1e-5; Mistral and Gemma 2 with sliding windows of 5 keys
     across every tile edge, Gemma 2 soft-capped, all with grouped-query attention."""
     path = make_tiny_decoder(family, tmp_path / family, LAYERS, HEADS, positions=160)
-    encoder = load_encoder(str(path), device="cpu")
+    encoder = load_model(str(path), device="cpu")
     eager = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
     text = " ".join(dict.fromkeys(CORPUS))
     ids = encoder.tokenizer(text, truncation=True, max_length=150)["input_ids"]
@@ -216,7 +216,7 @@ def test_a_left_padding_tokenizer_gives_the_same_statistics(decoders, tmp_path):
     assert AutoTokenizer.from_pretrained(left).padding_side == "left"
     results = []
     for folder in (path, left):
-        encoder = load_encoder(str(folder), device="cpu")
+        encoder = load_model(str(folder), device="cpu")
         encoded = encode_task(encoder.tokenizer, task(True), MAX_LENGTH)
         batch = collate(encoded, [0, 1, 2], encoder.tokenizer.pad_token_id, encoder.device)
         assert not batch["attention_mask"][:, 0].eq(0).any()  # right-padded: the first token is real
@@ -225,13 +225,13 @@ def test_a_left_padding_tokenizer_gives_the_same_statistics(decoders, tmp_path):
 
 
 def test_loaded_decoders_record_their_attention_facts(decoders):
-    facts = {f: load_encoder(str(decoders[f]), device="cpu").facts() for f in ("gpt2", "qwen2", "mistral", "gemma2")}
+    facts = {f: load_model(str(decoders[f]), device="cpu").facts() for f in ("gpt2", "qwen2", "mistral", "gemma2")}
     assert [facts[f]["causal"] for f in facts] == [True] * 4
     assert {f: facts[f]["num_key_value_heads"] for f in facts} == {"gpt2": 4, "qwen2": 1, "mistral": 2, "gemma2": 2}
     assert facts["mistral"]["sliding_window"] == DECODER_WINDOW and facts["mistral"]["sliding_layers"] == [0, 1]
     assert facts["gemma2"]["sliding_layers"] == [0]  # layer 1 is global
     assert facts["gpt2"]["sliding_window"] is None
-    gpt2 = load_encoder(str(decoders["gpt2"]), device="cpu")
+    gpt2 = load_model(str(decoders["gpt2"]), device="cpu")
     assert gpt2.tokenizer.pad_token == gpt2.tokenizer.eos_token  # GPT-2 has no padding token of its own
 
 
@@ -239,7 +239,7 @@ def test_soft_capping_and_key_value_groups_change_the_statistics(decoders):
     """The parity above would hold trivially if soft-capping did nothing or every key/value
     head were the same: without the cap Gemma 2's statistics move, and Qwen2's four query
     heads, which share one key/value head, still differ."""
-    encoder = load_encoder(str(decoders["gemma2"]), device="cpu")
+    encoder = load_model(str(decoders["gemma2"]), device="cpu")
     encoded = encode_task(encoder.tokenizer, task(False), MAX_LENGTH)
     batch = collate(encoded, [0, 2], encoder.tokenizer.pad_token_id, encoder.device)
     capped = StatisticsCapture(encoder).run(batch)
@@ -247,7 +247,7 @@ def test_soft_capping_and_key_value_groups_change_the_statistics(decoders):
         layer.self_attn.attn_logit_softcapping = None
     uncapped = StatisticsCapture(encoder).run(batch)
     assert np.nanmax(np.abs(capped - uncapped)) > 1e-3
-    qwen = load_encoder(str(decoders["qwen2"]), device="cpu")
+    qwen = load_model(str(decoders["qwen2"]), device="cpu")
     stats = StatisticsCapture(qwen).run(
         collate(encode_task(qwen.tokenizer, task(False), MAX_LENGTH), [0], 0, qwen.device)
     )
@@ -373,7 +373,7 @@ def test_the_check_at_load_refuses_maps_that_are_not_per_query_head(decoders, mo
     wrongly), loading would fail in one line rather than store statistics of the groups."""
     monkeypatch.setattr(capture, "_per_query_head", lambda states, heads: states)
     with pytest.raises(ModelError, match="not attention per query head"):
-        load_encoder(str(decoders["qwen2"]), device="cpu")
+        load_model(str(decoders["qwen2"]), device="cpu")
 
 
 # ---------------------------------------------------------------- a real decoder
@@ -389,7 +389,7 @@ def test_smollm2_statistics_match_eager_output_attentions():
     path = SMOLLM2_DIR / SMOLLM2_FILE
     if not path.is_file():
         pytest.skip(f"no SmolLM2-135M at {path} (python tools/fetch_smollm2.py)")
-    encoder = load_encoder(str(path), device="cpu")
+    encoder = load_model(str(path), device="cpu")
     assert encoder.causal and (encoder.num_layers, encoder.num_heads) == (30, 9)
     data = load_sample("prose", "dev").cut(encoder.tokenizer, 48).sample(10, 42)
     encoded = encode_task(encoder.tokenizer, data, 48)

@@ -35,12 +35,12 @@ def test_default_ingest_on_bundled_model_and_sample(monkeypatch, capsys, tmp_pat
 
 @pytest.mark.slow
 def test_bundled_model_statistics_match_eager(tmp_path):
-    from attnwh.ingest.encoder.encoding import collate, encode_task
-    from attnwh.ingest.encoder.loading import bundled_model_path, load_encoder
+    from attnwh.ingest.model.encoding import collate, encode_task
+    from attnwh.ingest.model.loading import bundled_model_path, load_model
     from attnwh.ingest.runs.loop import StatisticsCapture
     from attnwh.ingest.sources.files import load_sample
 
-    encoder = load_encoder(None, device="cpu")
+    encoder = load_model(None, device="cpu")
     eager = AutoModel.from_pretrained(bundled_model_path(), attn_implementation="eager").eval()
     data = load_sample("entailment", "dev").sample(4, 0)
     encoded = encode_task(encoder.tokenizer, data, encoder.max_length)

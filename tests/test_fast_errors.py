@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from attnwh.errors import ModelError
-from attnwh.ingest.encoder.available import check_model
+from attnwh.ingest.model.available import check_model
 
 # Runs the command line and reports on stderr whether torch (or transformers) was imported.
 WRAPPER = """

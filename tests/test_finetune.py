@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score
 
-from attnwh.ingest.encoder.encoding import encode_task
-from attnwh.ingest.encoder.loading import load_encoder
+from attnwh.ingest.model.encoding import encode_task
+from attnwh.ingest.model.loading import load_model
 from attnwh.ingest.runs.finetune import LINEAGE_FILE, FinetuneOptions, finetune, predict
 from attnwh.ingest.sources.examples import Example, TaskData
 from helpers import SENTENCES, run
@@ -33,7 +33,7 @@ def task(n: int, regression: bool = False, split: str = "train") -> TaskData:
 def test_finetune_saves_a_loadable_model_scored_like_sklearn(tiny_model_dir, tmp_path):
     out = tmp_path / "tuned"
     result = finetune(str(tiny_model_dir("bert")), task(48), task(20, split="dev"), out, OPTIONS, device="cpu")
-    tuned = load_encoder(str(out), device="cpu")
+    tuned = load_model(str(out), device="cpu")
     assert tuned.architecture == "BertForSequenceClassification"
     assert tuned.weights_hash == result.tuned_weights_hash != result.base_weights_hash
     lineage = json.loads((out / LINEAGE_FILE).read_text())
@@ -86,10 +86,10 @@ def test_from_scratch_starts_from_random_weights(tiny_model_dir, tmp_path):
         FinetuneOptions(**{**options.__dict__, "from_scratch": True}),
         "cpu",
     )
-    a = load_encoder(str(tmp_path / "a"), "cpu").model.state_dict()
-    b = load_encoder(str(tmp_path / "b"), "cpu").model.state_dict()
+    a = load_model(str(tmp_path / "a"), "cpu").model.state_dict()
+    b = load_model(str(tmp_path / "b"), "cpu").model.state_dict()
     encoder_keys = [k for k in a if "embeddings.word_embeddings" in k]
-    base_weights = load_encoder(str(base), "cpu").model.state_dict()
+    base_weights = load_model(str(base), "cpu").model.state_dict()
     key = encoder_keys[0]
     # learning rate 0: the pre-trained start keeps the base's weights, the scratch one does not
     assert np.allclose(a[key].numpy(), base_weights[key.removeprefix("bert.")].numpy())
@@ -104,8 +104,8 @@ def test_zero_epochs_scores_the_pretrained_encoder_with_an_untrained_head(tiny_m
     options = FinetuneOptions(epochs=0, batch_size=8, max_length=32, seed=3)
     result = finetune(str(base), task(16), task(20, split="dev"), tmp_path / "z", options, "cpu")
     assert result.final_loss is None
-    saved = load_encoder(str(tmp_path / "z"), "cpu")
-    base_weights = load_encoder(str(base), "cpu").model.state_dict()
+    saved = load_model(str(tmp_path / "z"), "cpu")
+    base_weights = load_model(str(base), "cpu").model.state_dict()
     encoder = {k.removeprefix("bert."): v for k, v in saved.model.state_dict().items() if k.startswith("bert.")}
     assert encoder.keys() >= {k for k in base_weights if not k.startswith("pooler.")}
     for key, value in encoder.items():
@@ -272,6 +272,6 @@ def test_families_without_fused_attention_train_on_eager(tiny_model_dir, tmp_pat
     model loads for capture."""
     out = tmp_path / "tuned"
     result = finetune(str(tiny_model_dir(family)), task(16), task(8, split="dev"), out, OPTIONS, device="cpu")
-    tuned = load_encoder(str(out), device="cpu")
+    tuned = load_model(str(out), device="cpu")
     assert tuned.family == family and tuned.architecture.endswith("ForSequenceClassification")
     assert tuned.weights_hash == result.tuned_weights_hash != result.base_weights_hash

@@ -274,10 +274,10 @@ def test_frames_match_eager_attention_on_a_tiny_model(tiny_model_dir, framenet):
     word-level maps computed by hand from `output_attentions=True` on the eager path."""
     from transformers import AutoModel
 
-    from attnwh.ingest.encoder.loading import load_encoder
+    from attnwh.ingest.model.loading import load_model
 
     folder = tiny_model_dir("bert")
-    encoder = load_encoder(str(folder), "cpu")
+    encoder = load_model(str(folder), "cpu")
     data = fn.apply_filters(fn.read_framenet(framenet))
     result = fn.measure_frames(encoder, data, batch_size=1)
     assert (result.n_annotations, result.n_skipped, result.counts.n) == (2, 0, 2)

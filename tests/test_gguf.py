@@ -21,9 +21,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from attnwh.errors import ModelError, UsageError
-from attnwh.ingest.encoder import gguf
-from attnwh.ingest.encoder.available import check_model
-from attnwh.ingest.encoder.loading import load_encoder
+from attnwh.ingest.model import gguf
+from attnwh.ingest.model.available import check_model
+from attnwh.ingest.model.loading import load_model
 from attnwh.ingest.runs import maps
 from helpers import run
 
@@ -189,7 +189,7 @@ def test_a_truncated_gguf_is_one_model_error(tiny, tmp_path, keep):
     if cut.stat().st_size > len(gguf.MAGIC):
         assert str(raised.value).endswith(f"truncated or damaged ({cut.stat().st_size:,} bytes); fetch it again")
     with pytest.raises(ModelError, match="cut.gguf"):
-        load_encoder(str(cut), device="cpu")
+        load_model(str(cut), device="cpu")
 
 
 def test_cli_refuses_a_truncated_or_missing_gguf_in_one_line(tiny, tmp_path, monkeypatch, capsys):
@@ -211,12 +211,12 @@ def test_cli_refuses_a_truncated_or_missing_gguf_in_one_line(tiny, tmp_path, mon
 
 def test_load_encoder_reads_the_gguf_and_keeps_its_path(tiny, monkeypatch):
     """The config comes from the GGUF file (gguf_file= reaches from_pretrained). Until the
-    decoder core lands, load_encoder refuses a Llama, naming it; once it reads decoders, the
+    decoder core lands, load_model refuses a Llama, naming it; once it reads decoders, the
     loaded model's source and models.folder are the .gguf file's absolute path."""
     path, _ = tiny
     monkeypatch.chdir(path.parent)
     try:
-        encoder = load_encoder(path.name, device="cpu")
+        encoder = load_model(path.name, device="cpu")
     except ModelError as exc:
         assert f"{path.name} is a 'llama' model" in str(exc)
     else:
@@ -233,7 +233,7 @@ def test_a_runs_gguf_model_is_found_again_from_its_recorded_path(tiny, tmp_path,
     assert places[0] == str(path)
     assert "models/tiny-llama.gguf" not in places  # a .gguf name is never a hub name
     loaded: list[str | None] = []
-    monkeypatch.setattr(maps, "load_encoder", lambda place, device: loaded.append(place) or "model")
+    monkeypatch.setattr(maps, "load_model", lambda place, device: loaded.append(place) or "model")
     tried: list[str] = []
     assert maps._load_from(str(path), "cpu", tried) == "model"
     assert loaded == [str(path)] and tried == []

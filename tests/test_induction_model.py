@@ -22,7 +22,7 @@ import torch
 from torch.nn import functional as F
 from transformers import AutoModelForCausalLM
 
-from attnwh.ingest.encoder.loading import EncoderModel, load_encoder
+from attnwh.ingest.model.loading import LoadedModel, load_model
 
 FIXTURE = Path(__file__).parent / "fixtures" / "induction-2l"
 KNOWN: dict[str, Any] = json.loads((FIXTURE / "known_answer.json").read_text(encoding="utf-8"))
@@ -40,8 +40,8 @@ def one_thread() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def loaded() -> EncoderModel:
-    return load_encoder(str(FIXTURE), device="cpu", language_model=True)
+def loaded() -> LoadedModel:
+    return load_model(str(FIXTURE), device="cpu", language_model=True)
 
 
 @pytest.fixture(scope="module")

@@ -229,11 +229,11 @@ KILLER = textwrap.dedent(
     import os, signal, sys
     from pathlib import Path
     from attnwh.ingest.sources.files import load_file
-    from attnwh.ingest.encoder.loading import load_encoder
+    from attnwh.ingest.model.loading import load_model
     from attnwh.ingest.runs.loop import IngestOptions, ingest_statistics, prepare_tasks
 
     model, data, db = sys.argv[1:4]
-    encoder = load_encoder(model, device="cpu")
+    encoder = load_model(model, device="cpu")
     options = IngestOptions(batch_size=5)
     tasks = prepare_tasks(encoder, [load_file(Path(data), "premise", "hypothesis", "label")], options)
     seen = []

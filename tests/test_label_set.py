@@ -49,7 +49,7 @@ def test_every_labelled_map_is_rebuilt_by_the_documented_ingest(model):
     --map-tokens 192` with each model keeps whole maps of exactly the examples the set labels."""
     if not GLUE_DIR.exists():
         pytest.skip(f"no GLUE data at {GLUE_DIR}")
-    from attnwh.ingest.encoder.loading import load_encoder
+    from attnwh.ingest.model.loading import load_model
     from attnwh.ingest.runs import rows as run_rows
     from attnwh.ingest.runs.loop import IngestOptions, prepare_tasks
     from attnwh.ingest.sources import files
@@ -57,7 +57,7 @@ def test_every_labelled_map_is_rebuilt_by_the_documented_ingest(model):
 
     if model == MPNET and not MPNET_DIR.exists():
         pytest.skip(f"no all-mpnet-base-v2 at {MPNET_DIR} (python tools/fetch_all_mpnet.py)")
-    encoder = load_encoder(None if model == MINILM else str(MPNET_DIR), "cpu")
+    encoder = load_model(None if model == MINILM else str(MPNET_DIR), "cpu")
     options = IngestOptions(limit=LIMIT, thumbnails=THUMBNAILS, map_tokens=MAP_TOKENS)
     wanted: dict[str, set[int]] = {}
     for r in _rows():
@@ -94,8 +94,8 @@ def test_the_shipped_classifier_is_rebuilt_from_the_set(tmp_path, monkeypatch, c
     import duckdb
     import torch
 
-    from attnwh.ingest.encoder.loading import load_encoder
     from attnwh.ingest.measures import pattern_model
+    from attnwh.ingest.model.loading import load_model
     from attnwh.ingest.runs import rows as run_rows
     from attnwh.ingest.runs.loop import IngestOptions, StatisticsCapture, ingest_runs, prepare_tasks
     from attnwh.ingest.sources import files
@@ -103,7 +103,7 @@ def test_the_shipped_classifier_is_rebuilt_from_the_set(tmp_path, monkeypatch, c
 
     db = tmp_path / "w.duckdb"
     for model in (MINILM, MPNET):
-        encoder = load_encoder(None if model == MINILM else str(MPNET_DIR), "cpu")
+        encoder = load_model(None if model == MINILM else str(MPNET_DIR), "cpu")
         wanted: dict[str, set[int]] = {}
         for r in _rows():
             if r["model"] == model:

@@ -12,9 +12,9 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from attnwh.ingest.encoder.encoding import TokenKinds, collate, encode_task
-from attnwh.ingest.encoder.loading import forward_inputs, load_encoder
 from attnwh.ingest.measures import massive
+from attnwh.ingest.model.encoding import TokenKinds, collate, encode_task
+from attnwh.ingest.model.loading import forward_inputs, load_model
 from attnwh.ingest.sources.examples import Example, TaskData
 
 PAIRS = [
@@ -83,7 +83,7 @@ def assert_same(found: dict[str, np.ndarray], want: dict) -> None:
 def padded_batch(path):
     """The pair task as one padded batch through attnwh's encoder: (encoder, encoded, batch,
     layer outputs, masks)."""
-    encoder = load_encoder(str(path), device="cpu")
+    encoder = load_model(str(path), device="cpu")
     encoded = encode_task(encoder.tokenizer, pair_task(), encoder.max_length)
     batch = collate(encoded, list(range(len(PAIRS))), encoder.tokenizer.pad_token_id, encoder.device)
     with torch.inference_mode():

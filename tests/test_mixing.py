@@ -12,9 +12,9 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from attnwh.ingest.encoder.encoding import TokenKinds, collate, encode_task
-from attnwh.ingest.encoder.loading import AttentionOutput, load_encoder
 from attnwh.ingest.measures.mixing import HEAD_COLUMNS, LAYER_COLUMNS, ln_terms
+from attnwh.ingest.model.encoding import TokenKinds, collate, encode_task
+from attnwh.ingest.model.loading import AttentionOutput, load_model
 from attnwh.ingest.runs.loop import StatisticsCapture
 from test_statistics import task
 
@@ -162,7 +162,7 @@ def _reference(model, tokenizer, ids: list[int], types: list[int] | None) -> tup
 @pytest.mark.parametrize("pair", [False, True])
 def test_stored_shares_match_numpy_from_eager_maps(strong, family, pair):
     path = strong(family)
-    encoder = load_encoder(str(path), device="cpu")
+    encoder = load_model(str(path), device="cpu")
     eager = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
     data = task(pair)
     encoded = encode_task(encoder.tokenizer, data, encoder.max_length)
@@ -195,7 +195,7 @@ def test_stored_shares_match_numpy_from_eager_maps(strong, family, pair):
 def test_pre_ln_models_leave_mixing_out(tiny_model_dir):
     """ModernBERT normalises before attention: no LayerNorm follows the residual sum, so no
     head_mixing or layer_mixing rows (the statistics are still there)."""
-    encoder = load_encoder(str(tiny_model_dir("modernbert")), device="cpu")
+    encoder = load_model(str(tiny_model_dir("modernbert")), device="cpu")
     data = task(False)
     encoded = encode_task(encoder.tokenizer, data, encoder.max_length)
     capture = StatisticsCapture(encoder)
@@ -208,7 +208,7 @@ def test_pre_ln_models_leave_mixing_out(tiny_model_dir):
 @pytest.mark.parametrize("family", ["distilbert", "electra", "albert", "deberta-v2", "mpnet"])
 def test_other_post_ln_families_mix(tiny_model_dir, family):
     """Every other post-LN family gets rows whose shares are proper shares."""
-    encoder = load_encoder(str(tiny_model_dir(family)), device="cpu")
+    encoder = load_model(str(tiny_model_dir(family)), device="cpu")
     data = task(True)
     encoded = encode_task(encoder.tokenizer, data, encoder.max_length)
     capture = StatisticsCapture(encoder)

@@ -27,10 +27,6 @@ from transformers import AutoModel, AutoModelForSequenceClassification, AutoToke
 from transformers.masking_utils import create_bidirectional_sliding_window_mask
 
 from attnwh.errors import ModelError
-from attnwh.ingest.encoder import capture, inline, reading
-from attnwh.ingest.encoder.encoding import collate, encode_task
-from attnwh.ingest.encoder.families import facts_of
-from attnwh.ingest.encoder.loading import forward_inputs, load_encoder
 from attnwh.ingest.measures.ablation import (
     AblationSweep,
     HeadGates,
@@ -39,6 +35,10 @@ from attnwh.ingest.measures.ablation import (
     sweep_configurations,
 )
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, STAT_COLUMNS
+from attnwh.ingest.model import capture, inline, reading
+from attnwh.ingest.model.encoding import collate, encode_task
+from attnwh.ingest.model.families import facts_of
+from attnwh.ingest.model.loading import forward_inputs, load_model
 from attnwh.ingest.runs.loop import StatisticsCapture
 from attnwh.ingest.sources.examples import Example, TaskData
 from helpers import SENTENCES, counts, ingest_args, run, write_pairs
@@ -160,7 +160,7 @@ def reference(model: nn.Module, tokenizer, ids: list[int], types: list[int] | No
 @pytest.mark.parametrize("pair", [False, True])
 def test_statistics_match_eager_output_attentions(tiny, tiny_model_dir, family, pair):
     path = tiny[family] if family in tiny else tiny_model_dir(family)
-    encoder = load_encoder(str(path), device="cpu")
+    encoder = load_model(str(path), device="cpu")
     eager = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
     data = task(pair)
     encoded = encode_task(encoder.tokenizer, data, STATS_MAX_LENGTH)
@@ -194,7 +194,7 @@ def test_modernbert_local_layers_see_only_their_window(tiny):
     captured maps, the mask handed to observers is the eager model's own mask, and the
     captured maps and the statistics equal the eager model's."""
     path = tiny["modernbert"]
-    encoder = load_encoder(str(path), device="cpu")
+    encoder = load_model(str(path), device="cpu")
     eager = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
     data = task(True)
     encoded = encode_task(encoder.tokenizer, data, STATS_MAX_LENGTH)
@@ -319,7 +319,7 @@ def hand_disabled_logits(
 @pytest.mark.parametrize("family", FAMILIES)
 def test_disabled_heads_equal_hand_replaced_forward_passes(classifiers, family):
     path = classifiers[family]
-    encoder = load_encoder(str(path), "cpu")
+    encoder = load_model(str(path), "cpu")
     eager = AutoModelForSequenceClassification.from_pretrained(path, attn_implementation="eager").eval()
     batch = pair_batch(encoder)
     configs = sweep_configurations(encoder.num_layers, encoder.num_heads)
@@ -338,7 +338,7 @@ def test_uniform_disabling_on_a_local_layer_keeps_to_the_window(classifiers):
     """On ModernBERT's local layer, the mean over all real tokens is not what uniform
     disabling does: the hand reference over all keys differs, the one over the window agrees."""
     path = classifiers["modernbert"]
-    encoder = load_encoder(str(path), "cpu")
+    encoder = load_model(str(path), "cpu")
     eager = AutoModelForSequenceClassification.from_pretrained(path, attn_implementation="eager").eval()
     batch = pair_batch(encoder)
     local = [c for c in sweep_configurations(ABL_LAYERS, HEADS) if c.kind == "layer" and c.layer == 1]
@@ -356,7 +356,7 @@ def within(cached: np.ndarray, full: np.ndarray, absolute: float, relative: floa
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("per_pass", [1, 5])
 def test_cached_prefix_path_equals_the_full_path(classifiers, family, per_pass):
-    encoder = load_encoder(str(classifiers[family]), "cpu")
+    encoder = load_model(str(classifiers[family]), "cpu")
     batch = pair_batch(encoder)
     configs = sweep_configurations(encoder.num_layers, encoder.num_heads) + [
         combination("top_k", [(2, 1), (1, 3)], k=2)
@@ -378,7 +378,7 @@ def test_importance_is_the_gradient_of_the_loss_with_respect_to_a_head_gate(clas
     """Finite differences of the summed loss with one example's gate on one head scaled by
     1 ± eps; the importance is the sum over the (padded) batch's examples of their absolute
     values."""
-    encoder = load_encoder(str(classifiers[family]), "cpu")
+    encoder = load_model(str(classifiers[family]), "cpu")
     batch = pair_batch(encoder, n=3)
     rows = batch["input_ids"].shape[0]
     targets = torch.tensor([1, 0, 1])
@@ -530,7 +530,7 @@ class OwnAttention(nn.Module):
 
 
 def test_the_check_at_load_fails_loudly_on_attention_it_cannot_reach(tiny_model_dir):
-    encoder = load_encoder(str(tiny_model_dir("bert")), "cpu")
+    encoder = load_model(str(tiny_model_dir("bert")), "cpu")
     model = encoder.model
     assert OwnAttention.__name__ not in inline.INLINE_ATTENTION
     probe = forward_inputs(
@@ -570,7 +570,7 @@ def local_layer_configs() -> list:
 
 
 def test_a_wide_window_on_padded_batches_and_in_zero_mode(wide_window):
-    encoder = load_encoder(str(wide_window), "cpu")
+    encoder = load_model(str(wide_window), "cpu")
     eager = AutoModelForSequenceClassification.from_pretrained(wide_window, attn_implementation="eager").eval()
     assert windows(eager) == [None, 32, None]
     configs = local_layer_configs()
@@ -586,7 +586,7 @@ def test_a_wide_window_on_padded_batches_and_in_zero_mode(wide_window):
 def test_uniform_disabling_of_a_local_layer_when_the_input_fits_in_the_window(wide_window):
     """Unpadded and shorter than the window, a local layer gets no mask from transformers:
     the disabled head is uniform over every real token, as the eager model computes."""
-    encoder = load_encoder(str(wide_window), "cpu")
+    encoder = load_model(str(wide_window), "cpu")
     eager = AutoModelForSequenceClassification.from_pretrained(wide_window, attn_implementation="eager").eval()
     configs = local_layer_configs()
     # One sentence, or several of one length: no padding, 12 tokens, all within |i - j| <= 32.

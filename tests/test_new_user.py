@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from attnwh.errors import ModelError
-from attnwh.ingest.encoder.available import check_model
+from attnwh.ingest.model.available import check_model
 from helpers import run
 from tiny_models import make_tiny_decoder
 
@@ -162,7 +162,7 @@ def test_show_labels_tokens_as_the_tokenizer_decodes_them():
     """Byte-level BPE spells " rise" as "Ġrise" and a newline as "Ċ": the labels are each
     token decoded alone by the tokenizer, a word start marked ␣ and a newline ↵; WordPiece
     tokens are left as they are."""
-    from attnwh.ingest.encoder.encoding import WORD_START, readable_tokens
+    from attnwh.ingest.model.encoding import WORD_START, readable_tokens
     from tiny_models import _decoder_tokenizer
 
     tokenizer = _decoder_tokenizer("llama")
@@ -179,7 +179,7 @@ def test_show_labels_tokens_as_the_tokenizer_decodes_them():
     assert not any("Ġ" in label or "Ċ" in label for label in labels)
     from transformers import AutoTokenizer
 
-    from attnwh.ingest.encoder.loading import bundled_model_path
+    from attnwh.ingest.model.loading import bundled_model_path
 
     wordpiece = AutoTokenizer.from_pretrained(str(bundled_model_path()))
     ids = wordpiece("The prices are rising!")["input_ids"]

@@ -22,9 +22,9 @@ from torch import nn
 from transformers import AttentionInterface, AttentionMaskInterface, AutoConfig, AutoModel, AutoModelForCausalLM
 from transformers.masking_utils import eager_mask
 
-from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures import roles
 from attnwh.ingest.measures.restriction import kv_bytes_saved, kv_cache_bytes
+from attnwh.ingest.model.loading import load_model
 from attnwh.ingest.sources import probes
 from attnwh.ingest.sources.text import load_sample_text
 from helpers import run
@@ -266,7 +266,7 @@ def _reference_nats(path: Path, ids: list[int], **spied: Any) -> float:
 def test_head_roles_match_eager_maps(tiny, family):
     """Every role score recomputed from the family's eager maps (test_roles' reference); a
     hybrid's scores are of its attention layers."""
-    encoder = load_encoder(str(tiny(family)), "cpu")
+    encoder = load_model(str(tiny(family)), "cpu")
     text = [e.text_a for e in load_sample_text("prose").examples]
     made = [
         *probes.induction_probes(encoder.tokenizer, 2, 12, seed=1),
@@ -292,7 +292,7 @@ def test_the_loss_sweep_is_a_plain_forward_with_the_head_disabled_another_way(
         "--limit", "2", "--resamples", "100", "--mode", "zero", "--mode", "uniform", "--device", "cpu", "--db", str(db),
     )  # fmt: skip
     assert code == 0, err
-    encoder = load_encoder(str(tiny(family)), "cpu")
+    encoder = load_model(str(tiny(family)), "cpu")
     layers = {r[0] for r in _rows(db, "SELECT DISTINCT layer FROM ablation_configs WHERE layer IS NOT NULL")}
     assert layers == set(encoder.attention_layers)
     effects = []
@@ -321,7 +321,7 @@ def test_restriction_is_the_family_attention_with_the_dropped_keys_masked(tiny, 
     logit; a latent-attention layer is restricted head by head)."""
     from attnwh.ingest.measures.restriction import cache_layers, restricted_lm_loss
 
-    encoder = load_encoder(str(tiny(family)), "cpu", language_model=True)
+    encoder = load_model(str(tiny(family)), "cpu", language_model=True)
     config = encoder.model.config
     assert cache_layers(config) == list(encoder.attention_layers)
     groups = int(config.num_key_value_heads)

@@ -261,13 +261,13 @@ def test_prompted_statistics_in_static_shards_merge_to_the_single_process_rows(l
 def test_a_worker_built_from_the_spec_reads_the_prompts_answers_as_the_driver(lm):
     """What a Ray worker of a prompted statistics run builds from its WorkerSpec: the model
     with its language-model head and each run's label words, giving the driver's rows."""
-    from attnwh.ingest.encoder.loading import load_encoder
+    from attnwh.ingest.model.loading import load_model
     from attnwh.ingest.runs.engine import build_worker, capture_spec
     from attnwh.ingest.runs.loop import IngestOptions, StatisticsCapture, _plan, prepare_tasks
     from attnwh.ingest.runs.prompted import prompted_task
     from attnwh.ingest.runs.units import CaptureWorker
 
-    encoder = load_encoder(str(lm), "cpu", language_model=True)
+    encoder = load_model(str(lm), "cpu", language_model=True)
     options = IngestOptions(limit=3, thumbnails=0)
     data = load_sample("sentiment", "dev")
     [task] = prepare_tasks(encoder, [data], options)

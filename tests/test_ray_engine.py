@@ -247,12 +247,12 @@ def test_an_interrupted_driver_resumes_from_what_it_stored(monkeypatch, capsys, 
 
 
 def _units_and_spec(tiny_model_dir, tmp_path):
-    from attnwh.ingest.encoder.loading import load_encoder
+    from attnwh.ingest.model.loading import load_model
     from attnwh.ingest.runs.engine import capture_spec
     from attnwh.ingest.runs.loop import IngestOptions, StatisticsCapture, _plan, prepare_tasks
     from attnwh.ingest.sources.files import load_file
 
-    encoder = load_encoder(str(tiny_model_dir("bert")), "cpu")
+    encoder = load_model(str(tiny_model_dir("bert")), "cpu")
     task = load_file(write_pairs(tmp_path / "pairs.tsv", 6), "premise", "hypothesis", "label")
     options = IngestOptions(batch_size=3)
     (prepared,) = prepare_tasks(encoder, [task], options)

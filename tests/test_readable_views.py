@@ -91,8 +91,16 @@ def _build(path: Path) -> None:
         )
         # A map with a hand label but no type from the rules (a row written before migration 5).
         con.execute("UPDATE head_stats SET pattern = NULL WHERE head = 1 AND layer = 2 AND example_id % 1000000000 = 0")
+        if "causal" in {r[0] for r in con.execute("DESCRIBE models").fetchall()}:  # from migration 16
+            _one_decoder(con)
     finally:
         con.close()
+
+
+def _one_decoder(con: duckdb.DuckDBPyConnection) -> None:
+    """One model a decoder, so that the first-token column shows on its rows only."""
+    (first,) = con.execute("SELECT min(model_id) FROM models").fetchone()
+    con.execute("UPDATE models SET causal = (model_id = ?)", [first])
 
 
 @pytest.fixture(scope="module")
@@ -118,10 +126,17 @@ def _sorted(frame: pl.DataFrame, *keys: str) -> pl.DataFrame:
 
 
 def _runs_named(con) -> pl.DataFrame:
-    """runs with the model's name and family, joined in polars."""
+    """runs with the model's name, family and whether it is a decoder, joined in polars."""
     runs = _table(con, "SELECT run_id, kind, model_id, base_model_id, dataset, task, split FROM runs")
-    models = _table(con, "SELECT model_id, name AS model, family FROM models")
+    models = _table(con, "SELECT model_id, name AS model, family, causal FROM models")
     return runs.join(models, on="model_id", how="inner")
+
+
+def _first_token(frame: pl.DataFrame) -> pl.DataFrame:
+    """A decoder's to_cls again as to_first_token; null for an encoder."""
+    return frame.with_columns(
+        pl.when(pl.col("causal")).then(pl.col("to_cls")).otherwise(None).alias("to_first_token")
+    ).drop("causal")
 
 
 def test_views_exist_with_comments(con):
@@ -144,12 +159,15 @@ def test_head_stats_named_is_every_head_stats_row_with_names(con):
         {"pattern": list(TYPE_NAMES), "pattern_name": list(TYPE_NAMES.values())},
         schema={"pattern": pl.Int16, "pattern_name": pl.String},
     )
-    expected = (
-        stats.join(_runs_named(con).select("run_id", "model", "family", "dataset", "task", "split"), on="run_id")
+    expected = _first_token(
+        stats.join(
+            _runs_named(con).select("run_id", "model", "family", "causal", "dataset", "task", "split"), on="run_id"
+        )
         .join(types, on="pattern", how="left")
         .drop("pattern")
         .rename({"pattern_name": "pattern"})
     )
+    assert 0 < view["to_first_token"].null_count() < view.height  # a decoder's rows and an encoder's
     assert view.height == stats.height == 2 * 2 * SIZE["examples"] * SIZE["layers"] * SIZE["heads"]
     assert view.columns[:6] == ["model", "family", "dataset", "task", "split", "run_id"]
     keys = ("run_id", "example_id", "layer", "head")
@@ -162,10 +180,10 @@ def test_head_stats_named_is_every_head_stats_row_with_names(con):
 def test_head_means_averages_each_run_layer_and_head(con):
     view = _table(con, "SELECT * FROM head_means")
     stats = _table(con, "SELECT * FROM head_stats")
-    names = _runs_named(con).select("run_id", "model", "family", "dataset", "task", "split")
-    expected = (
+    names = _runs_named(con).select("run_id", "model", "family", "causal", "dataset", "task", "split")
+    expected = _first_token(
         stats.join(names, on="run_id")
-        .group_by("model", "family", "dataset", "task", "split", "run_id", "layer", "head")
+        .group_by("model", "family", "causal", "dataset", "task", "split", "run_id", "layer", "head")
         .agg(*[pl.col(s).cast(pl.Float64).mean() for s in STATISTICS], pl.len().cast(pl.Int64).alias("examples"))
     )
     assert view.height == 2 * 2 * SIZE["layers"] * SIZE["heads"]
@@ -308,6 +326,8 @@ def test_a_warehouse_at_migration_7_gets_the_views_when_opened(tmp_path, monkeyp
     every = warehouse.migrations()
     old = _at_migration_7(tmp_path / "old.duckdb", monkeypatch)
     warehouse.connect(old).close()  # a writable open applies migration 8
+    with duckdb.connect(str(old)) as raw:
+        _one_decoder(raw)  # as the latest warehouse's models say
     upgraded = warehouse.connect(old, read_only=True)
     latest = warehouse.connect(db, read_only=True)
     try:

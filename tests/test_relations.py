@@ -185,9 +185,9 @@ def test_relations_command_end_to_end(monkeypatch, capsys, tiny_model_dir, treeb
 
 
 def test_over_long_sentences_are_skipped_and_counted(tiny_model_dir, treebank):
-    from attnwh.ingest.encoder.loading import load_encoder
+    from attnwh.ingest.model.loading import load_model
 
-    encoder = load_encoder(str(tiny_model_dir("bert")), "cpu")
+    encoder = load_model(str(tiny_model_dir("bert")), "cpu")
     long = rel.Sentence(tuple(["fox"] * 100), tuple([1] + [0] * 99), tuple(["x"] * 100))
     result = rel.measure(encoder, [*rel.read_conllu(treebank), long], batch_size=8)
     assert (result.n_sentences, result.n_skipped) == (4, 1)

@@ -16,8 +16,6 @@ import torch
 from torch import nn
 from transformers import AttentionInterface, AutoModelForCausalLM, Gemma2Config, LlamaConfig
 
-from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures.restriction import (
     StreamingRestriction,
     kv_bytes_saved,
@@ -28,6 +26,8 @@ from attnwh.ingest.measures.restriction import (
     restricted_lm_loss,
     restriction_rows,
 )
+from attnwh.ingest.model import capture
+from attnwh.ingest.model.loading import load_model
 from helpers import SENTENCES
 from tiny_models import make_tiny_decoder
 
@@ -148,7 +148,7 @@ def observed_logits(model: nn.Module, batch, sets, groups: int) -> torch.Tensor:
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_restriction_equals_keys_masked_before_the_softmax(lms, family, side):
-    encoder = load_encoder(str(lms[family]), "cpu", language_model=True)
+    encoder = load_model(str(lms[family]), "cpu", language_model=True)
     groups = encoder.num_key_value_heads or HEADS
     assert groups == (HEADS if family == "gpt2" else HEADS // 2)
     batch = batch_of(encoder.tokenizer, side)
@@ -199,7 +199,7 @@ def test_the_prefix_cache_gives_the_whole_passes_losses_bit_for_bit(lms, family)
     rounding several per pass, whose batches differ in composition)."""
     from attnwh.ingest.measures.ablation import PrefixCache
 
-    encoder = load_encoder(str(lms[family]), "cpu", language_model=True)
+    encoder = load_model(str(lms[family]), "cpu", language_model=True)
     assert PrefixCache(encoder.model, family, LAYERS).layers is not None  # the cache is there to test
     groups = encoder.num_key_value_heads or HEADS
     sets = [*sets_for(groups), {(1, 0)}, set()]
@@ -216,7 +216,7 @@ def test_greedy_hits_and_scored_spans_equal_the_masked_reference(lms):
     """The tokens the model ranks first, counted by `restricted_lm_loss` under each set, equal
     the argmax of the masked-before-softmax reference; with `scored`, the loss and the count
     cover exactly the tokens named (left-padded: the mask moves with the tokens)."""
-    encoder = load_encoder(str(lms["llama"]), "cpu", language_model=True)
+    encoder = load_model(str(lms["llama"]), "cpu", language_model=True)
     sets = sets_for(2)
     batch = greedy_batch(lms["llama"], sets[3], "left")
     mask = batch["attention_mask"].bool()
@@ -243,7 +243,7 @@ def test_greedy_hits_and_scored_spans_equal_the_masked_reference(lms):
 
 
 def test_left_and_right_padding_give_the_same_loss(lms):
-    encoder = load_encoder(str(lms["llama"]), "cpu", language_model=True)
+    encoder = load_model(str(lms["llama"]), "cpu", language_model=True)
     sets = sets_for(2)
     right = restricted_lm_loss(encoder.model, batch_of(encoder.tokenizer, "right"), sets, SINKS, WINDOW)
     left = restricted_lm_loss(encoder.model, batch_of(encoder.tokenizer, "left"), sets, SINKS, WINDOW)
@@ -253,7 +253,7 @@ def test_left_and_right_padding_give_the_same_loss(lms):
 
 @pytest.mark.parametrize("family", ["llama", "mistral"])
 def test_tiles_equal_whole_maps(lms, family):
-    encoder = load_encoder(str(lms[family]), "cpu", language_model=True)
+    encoder = load_model(str(lms[family]), "cpu", language_model=True)
     batch = batch_of(encoder.tokenizer, "left")
     sets = sets_for(2)
     whole = restricted_lm_loss(encoder.model, batch, sets, SINKS, WINDOW, sets_per_pass=2)
@@ -276,7 +276,7 @@ def test_tiles_equal_whole_maps(lms, family):
 
 def test_a_restriction_that_drops_nothing_changes_nothing(lms):
     """S + W at least the longest sequence: every row keeps every key, bit for bit."""
-    encoder = load_encoder(str(lms["llama"]), "cpu", language_model=True)
+    encoder = load_model(str(lms["llama"]), "cpu", language_model=True)
     batch = batch_of(encoder.tokenizer, "left")
     width = batch["input_ids"].shape[1]
     everything = {(layer, group) for layer in range(LAYERS) for group in range(2)}
@@ -324,7 +324,7 @@ def test_a_group_changes_each_of_its_query_heads_and_no_other():
 def test_ranking_and_plans_are_measured_not_summed(lms):
     """Each group alone, then the k least harmed together, each loss measured with exactly
     that set (against separate calls of the loss); k = 0 is the unrestricted model."""
-    encoder = load_encoder(str(lms["llama"]), "cpu", language_model=True)
+    encoder = load_model(str(lms["llama"]), "cpu", language_model=True)
     batch = batch_of(encoder.tokenizer, "right")
     measure = loss_measure(encoder.model, batch, SINKS, WINDOW, sets_per_pass=3)
 

@@ -21,8 +21,8 @@ import torch
 from scipy import stats
 
 from attnwh import api
-from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures.restriction import loss_measure, plan, rank_groups
+from attnwh.ingest.model.loading import load_model
 from attnwh.ingest.sources.examples import Example
 from attnwh.ingest.sources.probes import needle_probes
 from attnwh.ingest.sources.text import cut_documents, load_sample_text
@@ -71,7 +71,7 @@ def sequences(tokenizer) -> list[tuple[int, ...]]:
 
 
 def test_stored_ranking_and_plan_equal_direct_calls(stored, lm):
-    encoder = load_encoder(str(lm), "cpu", language_model=True)
+    encoder = load_model(str(lm), "cpu", language_model=True)
     ids = sequences(encoder.tokenizer)
     width = max(len(s) for s in ids)
     batch = {

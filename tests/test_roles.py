@@ -19,8 +19,8 @@ import torch
 from transformers import AutoModel
 
 from attnwh import api
-from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures import roles
+from attnwh.ingest.model.loading import load_model
 from attnwh.ingest.sources import probes
 from attnwh.ingest.sources.text import load_sample_text
 from helpers import run
@@ -75,7 +75,7 @@ def reference(probe: probes.ProbeSequence, maps: np.ndarray) -> np.ndarray:
 
 
 def test_scores_match_eager_maps(decoder) -> None:
-    encoder = load_encoder(str(decoder), "cpu")
+    encoder = load_model(str(decoder), "cpu")
     text = [e.text_a for e in load_sample_text("prose").examples]
     made = [
         *probes.induction_probes(encoder.tokenizer, 3, 12, seed=1),
@@ -128,7 +128,7 @@ def test_the_command_stores_each_probe_kind_once(llama, tmp_path, monkeypatch, c
             "SELECT run_id, example_id, token_ids, segments FROM role_probes JOIN runs USING (run_id) "
             "WHERE task = 'needle' AND position = 1"
         ).fetchone()
-        encoder = load_encoder(str(decoder), "cpu")
+        encoder = load_model(str(decoder), "cpu")
         text = [e.text_a for e in load_sample_text("prose").examples]
         again = probes.needle_probes(encoder.tokenizer, text, 3, 160, (0.0, 1.0), seed=42)[1]
         assert tuple(ids) == again.token_ids and json.loads(segments)["answer"] == list(again.segments["answer"])

@@ -265,8 +265,8 @@ def test_the_sinks_configuration_disables_exactly_the_heads_the_rule_picks(sweep
 
 
 def test_sinks_predictions_equal_a_plain_forward_pass_with_those_heads_disabled(sweeps):
-    from attnwh.ingest.encoder.encoding import collate, encode_task
-    from attnwh.ingest.encoder.loading import load_encoder
+    from attnwh.ingest.model.encoding import collate, encode_task
+    from attnwh.ingest.model.loading import load_model
     from attnwh.ingest.sources.examples import Example, TaskData
     from test_ablation import hand_disabled_logits
 
@@ -284,7 +284,7 @@ def test_sinks_predictions_equal_a_plain_forward_pass_with_those_heads_disabled(
         [run_id, config_id],
     )
     assert len(rows) == LIMIT
-    encoder = load_encoder(str(sweeps["model"]), "cpu")
+    encoder = load_model(str(sweeps["model"]), "cpu")
     examples = tuple(Example(i, None, a, b, "no") for i, (_, a, b, _, _) in enumerate(rows))
     encoded = encode_task(encoder.tokenizer, TaskData("t", "pairs", "dev", examples, ("no", "yes"), "t"), 64)
     batch = collate(encoded, list(range(len(rows))), encoder.tokenizer.pad_token_id, encoder.device)

@@ -13,11 +13,11 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from attnwh.ingest.encoder.encoding import collate, encode_task
-from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures import pattern_model, patterns
 from attnwh.ingest.measures.patterns import PATTERN_TYPES, THRESHOLDS
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, STAT_COLUMNS
+from attnwh.ingest.model.encoding import collate, encode_task
+from attnwh.ingest.model.loading import load_model
 from attnwh.ingest.runs.loop import StatisticsCapture
 from attnwh.ingest.sources.examples import Example, TaskData
 
@@ -272,7 +272,7 @@ def large_shape(tmp_path_factory):
 @pytest.mark.parametrize("pair", [False, True])
 def test_statistics_match_eager_output_attentions(tiny_model_dir, large_shape, family, pair):
     path = large_shape if family == "bert-large-shape" else tiny_model_dir(family)
-    encoder = load_encoder(str(path), device="cpu")
+    encoder = load_model(str(path), device="cpu")
     eager = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
     data = task(pair)
     encoded = encode_task(encoder.tokenizer, data, encoder.max_length)

@@ -19,7 +19,7 @@ import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from attnwh.errors import DataError, UsageError
-from attnwh.ingest.encoder.encoding import encode_task
+from attnwh.ingest.model.encoding import encode_task
 from attnwh.ingest.sources.files import load_sample
 from attnwh.ingest.sources.tasks import load_tasks
 from attnwh.ingest.sources.text import load_text, special_tokens, split_documents, windows

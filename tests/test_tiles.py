@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.loading import load_encoder
-from attnwh.ingest.encoder.tiles import ROW_BLOCK
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, HeadStatistics
+from attnwh.ingest.model import capture
+from attnwh.ingest.model.loading import load_model
+from attnwh.ingest.model.tiles import ROW_BLOCK
 from attnwh.ingest.runs.loop import StatisticsCapture
 from tiny_models import CORPUS, make_tiny
 
@@ -71,7 +71,7 @@ def run(capture_: StatisticsCapture, batch: dict[str, torch.Tensor], rows: int |
 
 @pytest.mark.parametrize("family", TILED_FAMILIES)
 def test_tiles_give_what_whole_maps_give(long_models, family):
-    encoder = load_encoder(str(long_models(family)), device="cpu")
+    encoder = load_model(str(long_models(family)), device="cpu")
     batch = long_batch(encoder.tokenizer)
     lengths = batch["attention_mask"].sum(-1).tolist()
     assert min(lengths[:2]) > 200 and lengths[2] < 64, lengths
@@ -111,7 +111,7 @@ def test_statistics_do_not_depend_on_the_budget(long_models, family):
     head statistic, pattern feature and margin (ModernBERT: global and sliding-window layers,
     the second reading the first's outputs). The margin amplifies a feature's last bit up to
     a thousand times, so only equal features keep it equal."""
-    encoder = load_encoder(str(long_models(family)), device="cpu")
+    encoder = load_model(str(long_models(family)), device="cpu")
     batch = long_batch(encoder.tokenizer)
     batch_size, length = batch["input_ids"].shape
     per_row = capture.map_bytes(batch_size, encoder.num_heads, 1, length, StatisticsCapture(encoder).observer)
@@ -144,7 +144,7 @@ def budget_run(encoder, batch: dict[str, torch.Tensor], budget: int):
 def test_tiled_layers_never_hold_whole_maps(long_models):
     """With tiles of 7 rows no tensor of a layer's whole maps (batch × heads × n × n) is made:
     the largest float tensor the attention function or the observer creates is a tile."""
-    encoder = load_encoder(str(long_models("bert")), device="cpu")
+    encoder = load_model(str(long_models("bert")), device="cpu")
     batch = long_batch(encoder.tokenizer)
     n = batch["input_ids"].shape[1]
     statistics = StatisticsCapture(encoder)
@@ -290,7 +290,7 @@ def test_disabling_heads_in_tiles_gives_the_whole_maps_logits(tmp_path, family, 
     from attnwh.ingest.measures.ablation import AblationSweep, sweep_configurations
 
     model = make_tiny(family, tmp_path / family, classifier=True, positions=POSITIONS)
-    encoder = load_encoder(str(model), device="cpu")
+    encoder = load_model(str(model), device="cpu")
     batch = long_batch(encoder.tokenizer)
     configs = sweep_configurations(encoder.num_layers, encoder.num_heads)
     sweep = AblationSweep(encoder, mode)
@@ -359,7 +359,7 @@ def test_comparison_in_tiles_gives_the_whole_maps_cosines(long_models, tmp_path,
 
     base_path = long_models(family)
     tuned_path = tuned_of(family, base_path, tmp_path / "tuned")
-    base, tuned = (load_encoder(str(p), device="cpu") for p in (base_path, tuned_path))
+    base, tuned = (load_model(str(p), device="cpu") for p in (base_path, tuned_path))
     batch = long_batch(tuned.tokenizer)
     compare = ChangeCapture(base, tuned)
     whole = compare.run(batch)[..., 0]
@@ -376,8 +376,8 @@ def test_tiled_comparison_keeps_queries_and_keys_not_maps(long_models, tmp_path)
     model's layers are kept as what rebuilds their tiles, not as maps."""
     from attnwh.ingest.measures.change import ChangeCapture
 
-    base = load_encoder(str(long_models("bert")), device="cpu")
-    tuned = load_encoder(str(tuned_of("bert", long_models("bert"), tmp_path / "tuned")), device="cpu")
+    base = load_model(str(long_models("bert")), device="cpu")
+    tuned = load_model(str(tuned_of("bert", long_models("bert"), tmp_path / "tuned")), device="cpu")
     batch = long_batch(tuned.tokenizer)
     n = batch["input_ids"].shape[1]
     compare = ChangeCapture(base, tuned)

@@ -25,10 +25,10 @@ from torch import nn
 from transformers import AutoModel, AutoTokenizer
 
 from attnwh.errors import ModelError
-from attnwh.ingest.encoder.encoding import TokenKinds, collate, encode_task
-from attnwh.ingest.encoder.loading import load_encoder
 from attnwh.ingest.measures import value_zeroing
 from attnwh.ingest.measures.value_zeroing import VZ_COLUMNS, ValueZeroing
+from attnwh.ingest.model.encoding import TokenKinds, collate, encode_task
+from attnwh.ingest.model.loading import load_model
 from attnwh.ingest.sources.examples import Example, TaskData
 
 # Different lengths, punctuation, and one true sentence pair; the single sentences get an
@@ -273,7 +273,7 @@ def check_padding(matrices: list[torch.Tensor], key_mask: torch.Tensor) -> None:
 @pytest.mark.parametrize("family", ["bert", "roberta"])
 def test_layer_variant_equals_brute_force_one_layer_forward_per_token(model_dir, family):
     path = model_dir(family)
-    encoder = load_encoder(str(path), "cpu")
+    encoder = load_model(str(path), "cpu")
     batch = padded_batch(encoder)
     # 7 rows a chunk: chunks end inside examples, and one holds the end of one and the start of the next.
     vz = ValueZeroing(encoder, "layer", max_rows=7)
@@ -304,7 +304,7 @@ def test_layer_variant_equals_brute_force_one_layer_forward_per_token(model_dir,
 @pytest.mark.parametrize("family", ["bert", "roberta"])
 def test_head_variant_equals_brute_force_per_head(model_dir, family):
     path = model_dir(family)
-    encoder = load_encoder(str(path), "cpu")
+    encoder = load_model(str(path), "cpu")
     batch = padded_batch(encoder)
     vz = ValueZeroing(encoder, "head", max_rows=11)
     matrices = vz.matrices(batch)
@@ -336,7 +336,7 @@ def test_every_other_family_equals_brute_force(model_dir, family):
     layer), DeBERTa (relative positions; attention computed inline) and MPNet (position bias,
     inline) each need their layer's own arguments replayed: all variants equal brute force."""
     path = model_dir(family)
-    encoder = load_encoder(str(path), "cpu")
+    encoder = load_model(str(path), "cpu")
     batch = padded_batch(encoder)
     key_mask = batch["attention_mask"].bool()
     layer = ValueZeroing(encoder, "layer", max_rows=9).matrices(batch)
@@ -359,7 +359,7 @@ def test_without_the_zeroing_the_matrices_differ(model_dir, monkeypatch):
     """The comparison can fail: with the observer leaving the weights alone, the layer is
     recomputed unchanged and C is rounding noise, far from brute force."""
     path = model_dir("bert")
-    encoder = load_encoder(str(path), "cpu")
+    encoder = load_model(str(path), "cpu")
     batch = padded_batch(encoder)
 
     def leave_alone(self, module, probs, value):
@@ -374,7 +374,7 @@ def test_without_the_zeroing_the_matrices_differ(model_dir, monkeypatch):
 
 
 def test_an_unknown_variant_and_a_model_without_per_depth_layers_are_refused(model_dir, monkeypatch):
-    encoder = load_encoder(str(model_dir("bert")), "cpu")
+    encoder = load_model(str(model_dir("bert")), "cpu")
     with pytest.raises(ValueError, match="unknown value-zeroing variant 'token'"):
         ValueZeroing(encoder, "token")
     monkeypatch.setattr(value_zeroing, "layer_modules", lambda model: None)

@@ -27,10 +27,10 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.encoding import TokenKinds
-from attnwh.ingest.encoder.loading import EncoderModel, load_encoder
 from attnwh.ingest.measures.value_zeroing import VZ_COLUMNS, ValueZeroing
+from attnwh.ingest.model import capture
+from attnwh.ingest.model.encoding import TokenKinds
+from attnwh.ingest.model.loading import LoadedModel, load_model
 from helpers import run
 from tiny_language_models import make_tiny_language_model
 from tiny_models import DECODER_FAMILIES, DECODER_WINDOW, make_tiny_decoder
@@ -217,7 +217,7 @@ def reference_shares(c: np.ndarray, punct: np.ndarray) -> np.ndarray:
     return np.array([c[:, 0].mean(), 0.0, (c @ punct).mean(), np.diag(c).mean(), np.mean(prev), 0.0])
 
 
-def batch_of(encoder: EncoderModel, side: str) -> dict[str, torch.Tensor]:
+def batch_of(encoder: LoadedModel, side: str) -> dict[str, torch.Tensor]:
     tokenizer = encoder.tokenizer
     tokenizer.padding_side = side
     try:
@@ -236,7 +236,7 @@ def real_positions(batch: dict[str, torch.Tensor], b: int) -> torch.Tensor:
 @pytest.mark.parametrize("family", FAMILIES + NEWER_FAMILIES)
 def test_layer_variant_equals_brute_force_right_and_left_padded(decoder, family):
     path = decoder(family)
-    encoder = load_encoder(str(path), "cpu")
+    encoder = load_model(str(path), "cpu")
     layers = encoder.num_layers
     reference = Reference(path)
     # 7 rows a chunk: chunks end inside examples and mix examples of different lengths.
@@ -275,7 +275,7 @@ def test_layer_variant_equals_brute_force_right_and_left_padded(decoder, family)
 @pytest.mark.parametrize("family", ["llama", "gemma2", "gpt_oss"])
 def test_head_variant_zeroes_one_query_head_of_a_key_value_group(decoder, family):
     path = decoder(family)
-    encoder = load_encoder(str(path), "cpu")
+    encoder = load_model(str(path), "cpu")
     assert encoder.num_key_value_heads < encoder.num_heads
     reference = Reference(path, heads_apart=True)
     grouped = Reference(path).model

@@ -19,7 +19,7 @@ import torch
 from transformers import AutoModel, AutoModelForCausalLM, PreTrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from attnwh.ingest.encoder.families import language_model_families
+from attnwh.ingest.model.families import language_model_families
 from tiny_models import _decoder_tokenizer
 
 # Every config field of these names, in any family, takes this value.

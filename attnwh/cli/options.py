@@ -131,7 +131,7 @@ RecordDbOpt = Annotated[Path, _db_option("Warehouse file to record the run in.")
 
 DeviceOpt = Annotated[Device, typer.Option(help="Where to run the model.")]
 # A model in one GGUF file: --model FILE.gguf, or --model FOLDER with this option. The command
-# joins the two into the file's path (attnwh.ingest.encoder.gguf.model_path), the one name the
+# joins the two into the file's path (attnwh.ingest.model.gguf.model_path), the one name the
 # model then travels under (the warehouse, shard processes, Ray workers).
 GgufFileOpt = Annotated[
     str | None,

@@ -231,7 +231,7 @@ def loading(
     fails at once."""
     if source is not None:
         source.check()
-    from attnwh.ingest.encoder.available import check_model
+    from attnwh.ingest.model.available import check_model
     from attnwh.sql import warehouse
 
     if db is not None:

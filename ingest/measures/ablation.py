@@ -37,10 +37,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.families import facts_of
-from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs
-from attnwh.ingest.encoder.reading import find_layers
+from attnwh.ingest.model import capture
+from attnwh.ingest.model.families import facts_of
+from attnwh.ingest.model.loading import LoadedModel, forward_inputs
+from attnwh.ingest.model.reading import find_layers
 
 MODES = ("uniform", "zero")
 
@@ -349,7 +349,7 @@ class AblationSweep:
 
     def __init__(
         self,
-        encoder: EncoderModel,
+        encoder: LoadedModel,
         mode: str,
         prefix_cache: bool = True,
         configs_per_pass: int = 1,
@@ -460,7 +460,7 @@ def split_by(group: list[int], starts: list[int]) -> Iterator[list[int]]:
 
 
 def head_importance_batch(
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     batch: dict[str, torch.Tensor],
     targets: torch.Tensor,
     regression: bool,

@@ -36,9 +36,9 @@ import torch
 from torch import nn
 
 from attnwh.errors import ModelError, UsageError
-from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.encoding import encode_task
-from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs
+from attnwh.ingest.model import capture
+from attnwh.ingest.model.encoding import encode_task
+from attnwh.ingest.model.loading import LoadedModel, forward_inputs
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, model_identity, prepare_tasks
 from attnwh.ingest.sources.examples import TaskData
 
@@ -142,14 +142,14 @@ class ChangeCapture:
     table = "attention_change"
     columns = CHANGE_COLUMNS
 
-    def __init__(self, base: EncoderModel, tuned: EncoderModel, attention_memory: int | None = None) -> None:
+    def __init__(self, base: LoadedModel, tuned: LoadedModel, attention_memory: int | None = None) -> None:
         check_compatible(base, tuned)
         self.base = base
         self.encoder = tuned
         self.attention_memory = attention_memory
         self.budget = attention_memory or capture.default_budget(tuned.device)
 
-    def models(self) -> dict[str, EncoderModel]:
+    def models(self) -> dict[str, LoadedModel]:
         return {"model_id": self.encoder, "base_model_id": self.base}
 
     def settings(self) -> dict[str, Any]:
@@ -169,7 +169,7 @@ class ChangeCapture:
         kept = len(self.base.attention_layers) * heads * length * length * self.base.dtype.itemsize
         return self.budget // (kept + capture.map_bytes(1, heads, length, length, CosineAgainst))
 
-    def _forward(self, encoder: EncoderModel, batch: dict[str, torch.Tensor]) -> None:
+    def _forward(self, encoder: LoadedModel, batch: dict[str, torch.Tensor]) -> None:
         encoder.model(**forward_inputs(encoder.model, {k: v.to(encoder.device) for k, v in batch.items()}))
 
     def begin_unit(self, unit: WorkUnit) -> None:
@@ -200,7 +200,7 @@ class ChangeCapture:
         return {}
 
 
-def check_compatible(base: EncoderModel, tuned: EncoderModel) -> None:
+def check_compatible(base: LoadedModel, tuned: LoadedModel) -> None:
     """Refuse a pair of models whose maps cannot be compared head by head."""
     if base.causal != tuned.causal:
         kinds = {True: "a decoder (causal)", False: "an encoder"}
@@ -217,7 +217,7 @@ def check_compatible(base: EncoderModel, tuned: EncoderModel) -> None:
 
 
 def prepare_comparison(
-    base: EncoderModel, tuned: EncoderModel, tasks: Sequence[TaskData], options: IngestOptions
+    base: LoadedModel, tuned: LoadedModel, tasks: Sequence[TaskData], options: IngestOptions
 ) -> list[PreparedTask]:
     """Sample, tokenize and check every task for a comparison; raises before anything is
     written. The run key names both checkpoints, so a comparison resumes only itself."""

@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from attnwh.errors import DataError
-from attnwh.ingest.encoder.loading import EncoderModel
 from attnwh.ingest.measures.features import FeatureCounts, feature_words, received_attention
 from attnwh.ingest.measures.wordlevel import fitting, most_attended, word_batches
+from attnwh.ingest.model.loading import LoadedModel
 
 OFFSETS = tuple(k for k in range(-5, 6) if k != 0)
 DIRECTIONS = ("dep_to_head", "head_to_dep")
@@ -177,7 +177,7 @@ class RelationsResult:
 
 
 def measure(
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     sentences: Sequence[Sentence],
     batch_size: int = 32,
     on_batch: Callable[[int], None] | None = None,

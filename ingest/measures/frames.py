@@ -45,8 +45,8 @@ from pathlib import Path
 import numpy as np
 
 from attnwh.errors import DataError
-from attnwh.ingest.encoder.loading import EncoderModel
 from attnwh.ingest.measures.wordlevel import fitting, word_batches
+from attnwh.ingest.model.loading import LoadedModel
 
 MAX_SENTENCE_WORDS = 12
 MAX_ELEMENT_WORDS = 3
@@ -298,7 +298,7 @@ class FramesResult:
 
 
 def measure_frames(
-    encoder: EncoderModel, data: FrameData, batch_size: int = 32, on_batch: Callable[[int], None] | None = None
+    encoder: LoadedModel, data: FrameData, batch_size: int = 32, on_batch: Callable[[int], None] | None = None
 ) -> FramesResult:
     """Mean max attention on the annotated links, per direction, layer and head."""
     started = time.perf_counter()

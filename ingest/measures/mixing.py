@@ -40,9 +40,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnwh.ingest.encoder.reading import AttentionOutput
-from attnwh.ingest.encoder.tiles import Tile
 from attnwh.ingest.measures import fused, patterns
+from attnwh.ingest.model.reading import AttentionOutput
+from attnwh.ingest.model.tiles import Tile
 
 # Shares of the post-LayerNorm contributions to the targets of head_stats' to_* columns.
 _TARGET_COLUMNS = ("rn_to_cls", "rn_to_sep", "rn_to_punct", "rn_to_self", "rn_to_prev", "rn_to_next")

@@ -56,8 +56,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from attnwh.ingest.encoder.tiles import Tile, row_blocks
 from attnwh.ingest.measures import fused
+from attnwh.ingest.model.tiles import Tile, row_blocks
 
 # Codes stored in head_stats.pattern; the names are the lookup table pattern_types
 # (sql/schema/0005_patterns.sql), in the same order.

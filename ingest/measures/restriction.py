@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.reading import layer_types
 from attnwh.ingest.measures.ablation import PrefixCache, replaying, split_by, sweep_inputs
+from attnwh.ingest.model import capture
+from attnwh.ingest.model.reading import layer_types
 
 # The defaults of the restriction (DuoAttention keeps a few sinks and a short window).
 DEFAULT_SINKS = 4

@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.loading import EncoderModel
+from attnwh.ingest.model import capture
+from attnwh.ingest.model.loading import LoadedModel
 from attnwh.ingest.sources.probes import ProbeSequence
 
 ROLE_COLUMNS: tuple[str, ...] = ("previous_token", "induction", "duplicate", "retrieval", "sink", "local_mass")
@@ -199,7 +199,7 @@ class RoleResult:
 
 @torch.inference_mode()
 def measure_roles(
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     probes: Sequence[ProbeSequence],
     local_window: int = DEFAULT_LOCAL_WINDOW,
     attention_memory: int | None = None,

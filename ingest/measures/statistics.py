@@ -35,9 +35,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnwh.ingest.encoder import capture
 from attnwh.ingest.measures import fused, pattern_model, patterns
 from attnwh.ingest.measures.mixing import ContextMixing, LayerMixing
+from attnwh.ingest.model import capture
 
 STAT_COLUMNS: tuple[str, ...] = (
     "to_cls",

@@ -65,9 +65,9 @@ import torch
 from torch import nn
 
 from attnwh.errors import ModelError
-from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs, require_every_layer
 from attnwh.ingest.measures.ablation import encoder_layers, qkv_projections, replaying
+from attnwh.ingest.model import capture
+from attnwh.ingest.model.loading import LoadedModel, forward_inputs, require_every_layer
 
 VARIANTS = ("layer", "head")
 VZ_COLUMNS = ("vz_to_cls", "vz_to_sep", "vz_to_punct", "vz_to_self", "vz_to_prev", "vz_to_next")
@@ -157,7 +157,7 @@ class ValueZeroing:
     tokens); the results do not depend on it.
     """
 
-    def __init__(self, encoder: EncoderModel, variant: str, max_rows: int = 256, memory: int | None = None) -> None:
+    def __init__(self, encoder: LoadedModel, variant: str, max_rows: int = 256, memory: int | None = None) -> None:
         if variant not in VARIANTS:
             raise ValueError(f"unknown value-zeroing variant {variant!r}; choose one of {', '.join(VARIANTS)}")
         if max_rows < 1:

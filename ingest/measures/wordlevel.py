@@ -29,8 +29,8 @@ from typing import Any
 import torch
 import transformers
 
-from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs
+from attnwh.ingest.model import capture
+from attnwh.ingest.model.loading import LoadedModel, forward_inputs
 
 
 def byte_level(tokenizer: transformers.PreTrainedTokenizerBase) -> bool:
@@ -144,7 +144,7 @@ class WordBatch:
     uniform_maps: torch.Tensor | None = None
 
 
-def token_limit(encoder: EncoderModel) -> int:
+def token_limit(encoder: LoadedModel) -> int:
     """The longest sentence measured, in tokens: the model's limit, and on a decoder with
     sliding-window layers also the window, so that every row sees its whole prefix."""
     if encoder.causal and encoder.sliding_layers and encoder.sliding_window:
@@ -152,7 +152,7 @@ def token_limit(encoder: EncoderModel) -> int:
     return encoder.max_length
 
 
-def fitting(encoder: EncoderModel, sentences: Sequence[Sequence[str]]) -> tuple[list[int], int]:
+def fitting(encoder: LoadedModel, sentences: Sequence[Sequence[str]]) -> tuple[list[int], int]:
     """Indices of the sentences that fit the model's limit (:func:`token_limit`), shortest
     first (similar lengths batch together: less padding), and how many do not."""
     if not sentences:
@@ -165,7 +165,7 @@ def fitting(encoder: EncoderModel, sentences: Sequence[Sequence[str]]) -> tuple[
 
 
 def word_batches(
-    encoder: EncoderModel, sentences: Sequence[Sequence[str]], order: Sequence[int], batch_size: int
+    encoder: LoadedModel, sentences: Sequence[Sequence[str]], order: Sequence[int], batch_size: int
 ) -> Iterator[WordBatch]:
     """Word-level maps of `sentences[i]` for i in `order`, `batch_size` sentences at a time."""
     for start in range(0, len(order), batch_size):
@@ -174,7 +174,7 @@ def word_batches(
 
 
 @torch.inference_mode()
-def _word_batch(encoder: EncoderModel, batch: list[list[str]], indices: list[int]) -> WordBatch:
+def _word_batch(encoder: LoadedModel, batch: list[list[str]], indices: list[int]) -> WordBatch:
     enc, word_ids = encode_words(encoder.tokenizer, batch, truncation=False, padding=True, return_tensors="pt")
     if encoder.causal:
         word_ids = [without_sink_word(ids, mask) for ids, mask in zip(word_ids, enc["attention_mask"].tolist())]
@@ -193,7 +193,7 @@ def _word_batch(encoder: EncoderModel, batch: list[list[str]], indices: list[int
     counts = pieces.sum(1)
     uniform = None
     if encoder.causal:
-        # Right-padded (load_encoder): a sentence's real tokens are 0..n-1, row s sees 0..s.
+        # Right-padded (load_model): a sentence's real tokens are 0..n-1, row s sees 0..s.
         visible = torch.ones(length, length, device=encoder.device).tril()
         uniform = word_attention(visible / visible.sum(-1, keepdim=True), pieces)
     return WordBatch(

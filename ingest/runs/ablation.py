@@ -41,10 +41,6 @@ import pyarrow as pa
 import torch
 
 from attnwh.errors import DataError, ModelError, UsageError
-from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.encoding import collate, length_buckets
-from attnwh.ingest.encoder.families import facts_of
-from attnwh.ingest.encoder.loading import EncoderModel, require_every_layer
 from attnwh.ingest.measures.ablation import (
     AblationSweep,
     Configuration,
@@ -58,6 +54,10 @@ from attnwh.ingest.measures.ablation import (
 from attnwh.ingest.measures.metrics import metrics_for
 from attnwh.ingest.measures.prompting import label_scores
 from attnwh.ingest.measures.significance import PairedResult, benjamini_hochberg, compare_to_baseline
+from attnwh.ingest.model import capture
+from attnwh.ingest.model.encoding import collate, length_buckets
+from attnwh.ingest.model.families import facts_of
+from attnwh.ingest.model.loading import LoadedModel, require_every_layer
 from attnwh.ingest.runs import rows
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, longest_input, model_identity, prepare_tasks
 from attnwh.ingest.runs.prompted import check_language_model, label_ids_of, prompted_task, task_template
@@ -155,7 +155,7 @@ def check_head_in_config(config: Any, name: str | None) -> None:
         raise ModelError(f"{name} ({shown}): {NO_HEAD}")
 
 
-def check_classifier(encoder: EncoderModel, prompted: bool = False) -> None:
+def check_classifier(encoder: LoadedModel, prompted: bool = False) -> None:
     """Ablation scores a task classifier, fine-tuned (an encoder's or a decoder's
     *ForSequenceClassification) or, with `prompted`, a causal language model read through a
     prompt: refuse anything else in one line before anything is written."""
@@ -172,7 +172,7 @@ def check_classifier(encoder: EncoderModel, prompted: bool = False) -> None:
         )
 
 
-def gold_labels(encoder: EncoderModel, data: TaskData, template: Template | None = None) -> tuple[np.ndarray, bool]:
+def gold_labels(encoder: LoadedModel, data: TaskData, template: Template | None = None) -> tuple[np.ndarray, bool]:
     """The examples' gold labels in the model's own numbering (scores for regression), and
     whether the task is a regression. Label names must match the model's, or the model must
     have default names (LABEL_0, ...) and as many labels as the task. With a prompt's
@@ -206,14 +206,14 @@ def gold_labels(encoder: EncoderModel, data: TaskData, template: Template | None
     return np.array([index[label] for label in golds]), False
 
 
-def ablation_identity(encoder: EncoderModel, ablation: AblationOptions) -> dict[str, object]:
+def ablation_identity(encoder: LoadedModel, ablation: AblationOptions) -> dict[str, object]:
     """The part of an ablation run's identity that names the model, the kind and the
     settings: the one place they are merged."""
     return {**model_identity(encoder, "ablation"), **ablation.identity()}
 
 
 def prepare_ablation(
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     tasks: Sequence[TaskData],
     options: IngestOptions,
     ablation: AblationOptions,
@@ -238,7 +238,7 @@ def scorer_for(label_ids: Sequence[int] | None) -> Scorer:
     return functools.partial(label_scores, label_ids=tuple(label_ids))
 
 
-def check_ablation_fits(encoder: EncoderModel, tasks: Sequence[PreparedTask], ablation: AblationOptions) -> None:
+def check_ablation_fits(encoder: LoadedModel, tasks: Sequence[PreparedTask], ablation: AblationOptions) -> None:
     """Refuse, before anything is written, inputs whose maps cannot fit the attention memory
     budget: the sweep's where the family keeps them whole (DeBERTa, MPNet), and gradient
     importance's, which keeps every layer's maps for the backward pass."""
@@ -271,7 +271,7 @@ class TaskObjective:
         self.language_model = False
         self._golds: dict[str, tuple[np.ndarray, bool]] = {}
 
-    def check(self, encoder: EncoderModel, tasks: Sequence[PreparedTask], ablation: AblationOptions) -> None:
+    def check(self, encoder: LoadedModel, tasks: Sequence[PreparedTask], ablation: AblationOptions) -> None:
         """Gold labels of every task, all checked before anything is written."""
         wanted = ablation_identity(encoder, ablation)
         if any({k: task.identity.get(k) for k in wanted} != wanted for task in tasks):
@@ -324,7 +324,7 @@ class TaskObjective:
 
 def ingest_ablation(
     db_path: Path,
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     tasks: Sequence[PreparedTask],
     options: IngestOptions,
     ablation: AblationOptions,
@@ -339,7 +339,7 @@ def ingest_ablation(
 
 
 def shard_ablation(
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     tasks: Sequence[PreparedTask],
     options: IngestOptions,
     ablation: AblationOptions,

@@ -26,7 +26,7 @@ from attnwh.ingest.runs import rows, shards
 from attnwh.ingest.runs.shards import Part
 
 if TYPE_CHECKING:
-    from attnwh.ingest.encoder.loading import EncoderModel
+    from attnwh.ingest.model.loading import LoadedModel
     from attnwh.ingest.runs.loop import BatchCapture, PreparedTask
     from attnwh.ingest.runs.units import Worker, WorkUnit
 
@@ -117,10 +117,10 @@ def shard_from_index(index: int | None, count: int | None) -> tuple[int, int] | 
 @dataclass(frozen=True)
 class WorkerSpec:
     """What a worker process loads to compute units of one kind of run: the models by the
-    names `load_encoder` was given, the weights they must have, and the kind's settings."""
+    names `load_model` was given, the weights they must have, and the kind's settings."""
 
     kind: str  # statistics | compare | ablation | roles | restriction
-    models: Mapping[str, str | None]  # runs column (model_id, base_model_id) -> load_encoder name
+    models: Mapping[str, str | None]  # runs column (model_id, base_model_id) -> load_model name
     weights: Mapping[str, str]  # runs column -> weights hash the loaded model must have
     dtype: str
     settings: Mapping[str, Any] = field(
@@ -145,11 +145,11 @@ def capture_spec(capture: BatchCapture) -> WorkerSpec:
 def build_worker(spec: WorkerSpec, device: str) -> Worker:
     """Load the spec's models on `device` and return the worker that computes its units.
     Raises ModelError when a model loads with other weights than the driver's."""
-    from attnwh.ingest.encoder.loading import load_encoder
+    from attnwh.ingest.model.loading import load_model
 
-    encoders: dict[str, EncoderModel] = {}
+    encoders: dict[str, LoadedModel] = {}
     for column, name in spec.models.items():
-        encoder = load_encoder(name, device, spec.dtype, language_model=spec.language_model)
+        encoder = load_model(name, device, spec.dtype, language_model=spec.language_model)
         if encoder.weights_hash != spec.weights[column]:
             raise ModelError(
                 f"{encoder.name} loaded on a worker has other weights than on the driver; "

@@ -37,18 +37,18 @@ from transformers import AutoConfig, AutoModelForSequenceClassification
 from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
 
 from attnwh.errors import DataError, Interrupted, ModelError
-from attnwh.ingest.encoder import gguf
-from attnwh.ingest.encoder.encoding import collate, encode_task
-from attnwh.ingest.encoder.loading import (
+from attnwh.ingest.measures import metrics
+from attnwh.ingest.model import gguf
+from attnwh.ingest.model.encoding import collate, encode_task
+from attnwh.ingest.model.loading import (
     DEFAULT_MODEL_NAME,
     LINEAGE_FILE,
     bundled_model_path,
     forward_inputs,
-    load_encoder,
+    load_model,
     parameters_hash,
     read_config,
 )
-from attnwh.ingest.measures import metrics
 from attnwh.ingest.sources.examples import TaskData
 
 
@@ -195,7 +195,7 @@ def finetune(
     if train.labels != dev.labels:
         raise DataError(f"train and dev of {train.task} have different label sets")
     check_sequence_classifier(read_config(model_name), model_name)  # before any weights load
-    base = load_encoder(model_name, device)  # checks the model is a supported encoder or decoder
+    base = load_model(model_name, device)  # checks the model is a supported encoder or decoder
     # Training needs the pre-trained model's facts and tokenizer, not its weights: letting them
     # go takes their size off the peak (~0.4 GiB for a 12-layer base model).
     del base.model

@@ -24,14 +24,14 @@ import pyarrow as pa
 import torch
 
 from attnwh.errors import AttnwhError, DataError, UsageError
-from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.encoding import EncodedTask, TokenKinds, encode_task
-from attnwh.ingest.encoder.loading import EncoderModel, forward_inputs
 from attnwh.ingest.measures.massive import scan
 from attnwh.ingest.measures.mixing import HEAD_COLUMNS, LAYER_COLUMNS, ContextMixing
 from attnwh.ingest.measures.patterns import MAP_MAX_TOKENS
 from attnwh.ingest.measures.prompting import forward_label_scores
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS, HeadStatistics, value_norm_grams
+from attnwh.ingest.model import capture
+from attnwh.ingest.model.encoding import EncodedTask, TokenKinds, encode_task
+from attnwh.ingest.model.loading import LoadedModel, forward_inputs
 from attnwh.ingest.runs import rows
 from attnwh.ingest.runs.units import CaptureWorker, WorkUnit, plan_units
 from attnwh.ingest.sources.examples import TaskData
@@ -92,7 +92,7 @@ class PreparedTask:
         return runs.run_key(self.kind, self.identity)
 
 
-def model_identity(encoder: EncoderModel, kind: str = "statistics") -> dict[str, object]:
+def model_identity(encoder: LoadedModel, kind: str = "statistics") -> dict[str, object]:
     """The part of a run's identity that names the model(s) and the kind of run."""
     return {"kind": kind, "weights": encoder.weights_hash, "name": encoder.name}
 
@@ -113,7 +113,7 @@ def too_long_advice(max_length: int, model_limit: int, longest: int) -> str:
 
 
 def prepare_tasks(
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     tasks: Sequence[TaskData],
     options: IngestOptions,
     identity: Mapping[str, object] | None = None,
@@ -166,12 +166,12 @@ def prepare_tasks(
 class BatchCapture(Protocol):
     """What one kind of run computes per batch, and where it goes."""
 
-    encoder: EncoderModel  # batches are tokenized, padded and placed for this model
+    encoder: LoadedModel  # batches are tokenized, padded and placed for this model
     kind: str  # runs.kind
     table: str  # the table of per (example, layer, head) rows
     columns: tuple[str, ...]  # its value columns, in the order of the last axis of `run`
 
-    def models(self) -> dict[str, EncoderModel]:
+    def models(self) -> dict[str, LoadedModel]:
         """The runs columns naming models (model_id, base_model_id) and their encoders."""
         ...
 
@@ -221,7 +221,7 @@ def check_fits(capture: BatchCapture, tasks: Sequence[PreparedTask]) -> None:
 
 def ingest_statistics(
     db_path: Path,
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     tasks: Sequence[PreparedTask],
     options: IngestOptions,
     on_start: Callable[[str, int], None] | None = None,
@@ -435,7 +435,7 @@ class StatisticsCapture:
 
     def __init__(
         self,
-        encoder: EncoderModel,
+        encoder: LoadedModel,
         value_zeroing: str | None = None,
         mixing: bool = True,
         massive: bool = True,
@@ -470,7 +470,7 @@ class StatisticsCapture:
 
     @classmethod
     def for_options(
-        cls, encoder: EncoderModel, options: IngestOptions, tasks: Sequence[PreparedTask] = ()
+        cls, encoder: LoadedModel, options: IngestOptions, tasks: Sequence[PreparedTask] = ()
     ) -> StatisticsCapture:
         """The capture of a statistics run with `options`' lenses and budget; `tasks` read
         through a prompt have their answers read too."""
@@ -486,7 +486,7 @@ class StatisticsCapture:
             label_ids=label_ids_by_run(tasks),
         )
 
-    def models(self) -> dict[str, EncoderModel]:
+    def models(self) -> dict[str, LoadedModel]:
         return {"model_id": self.encoder}
 
     def settings(self) -> dict[str, Any]:
@@ -581,7 +581,7 @@ class StatisticsCapture:
         return out
 
 
-def run_fields(encoder: EncoderModel, task: PreparedTask, options: IngestOptions) -> dict[str, object]:
+def run_fields(encoder: LoadedModel, task: PreparedTask, options: IngestOptions) -> dict[str, object]:
     """The runs columns of a task's run besides its models, kind, key and status."""
     data = task.data
     return {
@@ -605,7 +605,7 @@ def run_fields(encoder: EncoderModel, task: PreparedTask, options: IngestOptions
 
 
 def run_info(
-    kind: str, models: Mapping[str, EncoderModel], task: PreparedTask, options: IngestOptions
+    kind: str, models: Mapping[str, LoadedModel], task: PreparedTask, options: IngestOptions
 ) -> dict[str, object]:
     """A run's description for a shard folder (`shards.write_run_info`): what `attnwh merge`
     creates the run from."""
@@ -633,7 +633,7 @@ def open_task_run(
     con: duckdb.DuckDBPyConnection,
     model_ids: dict[str, int],
     kind: str,
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     task: PreparedTask,
     options: IngestOptions,
 ) -> runs.RunState:

@@ -35,10 +35,10 @@ import numpy as np
 import pyarrow as pa
 
 from attnwh.errors import DataError, UsageError
-from attnwh.ingest.encoder.loading import EncoderModel, require_language_model
 from attnwh.ingest.measures.ablation import AblationSweep, sweep_configurations
 from attnwh.ingest.measures.lm_loss import ALL, compare_losses, metric_name, span_sums, token_losses
 from attnwh.ingest.measures.significance import PairedResult, benjamini_hochberg
+from attnwh.ingest.model.loading import LoadedModel, require_language_model
 from attnwh.ingest.runs.ablation import AblationOptions, ablation_identity, check_ablation_fits, config_rows
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, prepare_tasks
 from attnwh.ingest.runs.shards import Part
@@ -92,7 +92,7 @@ NEEDS_LANGUAGE_MODEL = (
 )
 
 
-def check_language_model(encoder: EncoderModel) -> None:
+def check_language_model(encoder: LoadedModel) -> None:
     """The loss objective reads a causal language model's next-token logits: refuse an
     encoder or a fine-tuned classifier in one line."""
     require_language_model(encoder, *NEEDS_LANGUAGE_MODEL)
@@ -125,7 +125,7 @@ NEEDLE_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 def make_probes(
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     kinds: Sequence[str],
     n: int,
     repeat_length: int,
@@ -158,7 +158,7 @@ def make_probes(
 
 
 def prepare_loss_ablation(
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     tasks: Sequence[TaskData],
     options: IngestOptions,
     ablation: AblationOptions,
@@ -266,7 +266,7 @@ class LossObjective:
     def __init__(self, loss_tasks: Sequence[LossTask]) -> None:
         self.spans = {t.task.run_key: t.spans for t in loss_tasks}
 
-    def check(self, encoder: EncoderModel, tasks: Sequence[PreparedTask], ablation: AblationOptions) -> None:
+    def check(self, encoder: LoadedModel, tasks: Sequence[PreparedTask], ablation: AblationOptions) -> None:
         check_language_model(encoder)
         if any(task.identity.get("objective") != OBJECTIVE for task in tasks):
             raise ValueError("loss sweeps must be prepared by prepare_loss_ablation")
@@ -310,7 +310,7 @@ class LossObjective:
 
 def ingest_loss_ablation(
     db_path: Path,
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     loss_tasks: Sequence[LossTask],
     options: IngestOptions,
     ablation: AblationOptions,
@@ -327,7 +327,7 @@ def ingest_loss_ablation(
 
 
 def shard_loss_ablation(
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     loss_tasks: Sequence[LossTask],
     options: IngestOptions,
     ablation: AblationOptions,

@@ -32,8 +32,10 @@ import torch
 from torch import nn
 
 from attnwh.errors import ModelError, UsageError
-from attnwh.ingest.encoder import capture, gguf
-from attnwh.ingest.encoder.encoding import (
+from attnwh.ingest.measures.mixing import ContextMixing
+from attnwh.ingest.measures.statistics import value_norm_grams
+from attnwh.ingest.model import capture, gguf
+from attnwh.ingest.model.encoding import (
     EncodedTask,
     TokenKinds,
     collate,
@@ -41,14 +43,12 @@ from attnwh.ingest.encoder.encoding import (
     length_buckets,
     readable_tokens,
 )
-from attnwh.ingest.encoder.loading import (
+from attnwh.ingest.model.loading import (
     DEFAULT_MODEL_NAME,
-    EncoderModel,
+    LoadedModel,
     forward_inputs,
-    load_encoder,
+    load_model,
 )
-from attnwh.ingest.measures.mixing import ContextMixing
-from attnwh.ingest.measures.statistics import value_norm_grams
 from attnwh.ingest.runs.map_checks import LENSES
 from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.sql import warehouse
@@ -91,7 +91,7 @@ class MapCapture:
     `encoder`; what the lenses need from the model's weights is prepared once, so one capture
     serves many inputs."""
 
-    def __init__(self, encoder: EncoderModel, lenses: Sequence[str] = LENSES) -> None:
+    def __init__(self, encoder: LoadedModel, lenses: Sequence[str] = LENSES) -> None:
         self.encoder = encoder
         self.lenses = tuple(lenses)
         outputs = encoder.outputs
@@ -211,7 +211,7 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return x / x.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
 
 
-def token_kinds(encoder: EncoderModel, ids: Sequence[int]) -> list[str]:
+def token_kinds(encoder: LoadedModel, ids: Sequence[int]) -> list[str]:
     """ "cls", "sep", "punct" or "" per token, as the statistics count them."""
     cls, sep, punct = TokenKinds(encoder.tokenizer, causal=encoder.causal).masks(torch.tensor([list(ids)]))
     return ["cls" if c else "sep" if s else "punct" if p else "" for c, s, p in zip(cls[0], sep[0], punct[0])]
@@ -219,7 +219,7 @@ def token_kinds(encoder: EncoderModel, ids: Sequence[int]) -> list[str]:
 
 def run_model(
     con, run_id: int, db: Path, model: str | None = None, device: str = "auto", can_give_model: bool = True
-) -> EncoderModel:
+) -> LoadedModel:
     """The model of run `run_id` (or `model`, when given), its weights checked against the
     hash the run stored. Without `model` it is looked for in each of :func:`model_places` in
     turn and the first holding the run's weights is loaded, whatever the current folder; when
@@ -236,7 +236,7 @@ def run_model(
     tried: list[str] = []
     changed: tuple[str, str] | None = None  # the first place holding other weights
     for place in [model] if model is not None else model_places(name, folder, db):
-        encoder = load_encoder(place, device) if model is not None else _load_from(place, device, tried)
+        encoder = load_model(place, device) if model is not None else _load_from(place, device, tried)
         if encoder is None:
             continue
         if encoder.weights_hash == stored_hash:
@@ -271,21 +271,21 @@ def model_places(name: str, folder: str | None, db: Path) -> list[str | None]:
     return places
 
 
-def _load_from(place: str | None, device: str, tried: list[str]) -> EncoderModel | None:
+def _load_from(place: str | None, device: str, tried: list[str]) -> LoadedModel | None:
     """The model at `place` (one of :func:`model_places`); where it holds none, None, with
     the place (and why, for the hub) noted in `tried`."""
     if place is None:
-        return load_encoder(None, device)
+        return load_model(None, device)
     if Path(place).is_absolute():
         if (Path(place) / "config.json").is_file() or (gguf.is_gguf(place) and Path(place).is_file()):
-            return load_encoder(place, device)
+            return load_model(place, device)
         tried.append(place)
         return None
     if why := _hub_missing(place):
         tried.append(f"the Hugging Face cache (the hub is {why})")
         return None
     try:
-        return load_encoder(place, device)
+        return load_model(place, device)
     except ModelError as exc:  # the name of a folder, not of a hub model
         tried.append(f"the hub ({exc})")
         return None
@@ -294,7 +294,7 @@ def _load_from(place: str | None, device: str, tried: list[str]) -> EncoderModel
 def _hub_missing(name: str) -> str | None:
     """Why the hub model `name` cannot load here ("offline (HF_HUB_OFFLINE=1)", …), or None
     when the local cache holds it or the hub can be reached."""
-    from attnwh.ingest.encoder.available import hub_offline, in_hub_cache
+    from attnwh.ingest.model.available import hub_offline, in_hub_cache
 
     return None if in_hub_cache(name) else hub_offline()
 

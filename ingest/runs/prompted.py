@@ -22,21 +22,21 @@ import numpy as np
 import pyarrow as pa
 
 from attnwh.errors import DataError
-from attnwh.ingest.encoder.encoding import EncodedTask
-from attnwh.ingest.encoder.loading import EncoderModel, require_language_model
 from attnwh.ingest.measures.prompting import PromptedClassifier
+from attnwh.ingest.model.encoding import EncodedTask
+from attnwh.ingest.model.loading import LoadedModel, require_language_model
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask
 from attnwh.ingest.sources import prompts
 from attnwh.ingest.sources.prompts import Prompt, Template
 
 
-def check_language_model(encoder: EncoderModel, remedy: str) -> None:
+def check_language_model(encoder: LoadedModel, remedy: str) -> None:
     """Refuse, in one line, a model a prompt cannot be read from: an encoder, or a fine-tuned
     classifier (its own head answers, not the label words). `remedy` ends the line."""
     require_language_model(encoder, "--prompt (a model read through its label words)", f"drop --prompt{remedy}")
 
 
-def prompted_task(encoder: EncoderModel, task: PreparedTask, prompt: Prompt, options: IngestOptions) -> PreparedTask:
+def prompted_task(encoder: LoadedModel, task: PreparedTask, prompt: Prompt, options: IngestOptions) -> PreparedTask:
     """`task` read through `prompt`: its examples become the prompts' token ids (the shots'
     prefix, the example, the cue; `PromptedClassifier.encode`) and the prompt's description,
     with the label words' token ids, joins the run's identity (runs.prompt records it)."""

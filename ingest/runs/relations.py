@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from attnwh.errors import DataError
-from attnwh.ingest.encoder.loading import EncoderModel, require_every_layer
 from attnwh.ingest.measures import frames
 from attnwh.ingest.measures.dependencies import Sentence, measure
 from attnwh.ingest.measures.frames import FrameData
+from attnwh.ingest.model.loading import LoadedModel, require_every_layer
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class RelationsSummary:
     task: str = "dependencies"
 
 
-def run_identity(encoder: EncoderModel, path: Path, limit: int | None, seed: int, **extra: object) -> dict[str, object]:
+def run_identity(encoder: LoadedModel, path: Path, limit: int | None, seed: int, **extra: object) -> dict[str, object]:
     """What a relations run's key is made of (`attnwh.sql.runs.run_key`)."""
     return {
         "kind": "relations",
@@ -70,7 +70,7 @@ ProgressBatch = Callable[[int], None]
 
 def ingest_relations(
     db_path: Path,
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     path: Path,
     sentences: Sequence[Sentence],
     options: RelationsOptions,
@@ -96,7 +96,7 @@ def ingest_relations(
 
 def ingest_frames(
     db_path: Path,
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     path: Path,
     data: FrameData,
     options: RelationsOptions,
@@ -129,7 +129,7 @@ def ingest_frames(
 
 def _ingest_run(
     db_path: Path,
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     path: Path,
     options: RelationsOptions,
     task: str,

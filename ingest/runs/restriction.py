@@ -31,11 +31,11 @@ import numpy as np
 import pyarrow as pa
 
 from attnwh.errors import AttnwhError, DataError, ModelError, UsageError
-from attnwh.ingest.encoder.encoding import EncodedTask
-from attnwh.ingest.encoder.loading import EncoderModel
 from attnwh.ingest.measures import lm_loss
 from attnwh.ingest.measures import restriction as rs
 from attnwh.ingest.measures.significance import benjamini_hochberg
+from attnwh.ingest.model.encoding import EncodedTask
+from attnwh.ingest.model.loading import LoadedModel
 from attnwh.ingest.runs import rows
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask
 from attnwh.ingest.runs.shards import Part
@@ -177,7 +177,7 @@ def paired_tests(
     return [PairedLoss(r.delta, r.ci_low, r.ci_high, r.p_value) for r in compared]
 
 
-def run_identity(encoder: EncoderModel, text: Text, options: RestrictionOptions, grid: Sequence[int]) -> dict:
+def run_identity(encoder: LoadedModel, text: Text, options: RestrictionOptions, grid: Sequence[int]) -> dict:
     """What a restriction run's key is made of (`attnwh.sql.runs.run_key`): the sequences'
     tokens stand for the text, the context length, --limit and the tokenizer together, and
     the needle probes' tokens and answers for theirs."""
@@ -230,7 +230,7 @@ class RestrictionWorker:
 
     def __init__(
         self,
-        encoder: EncoderModel,
+        encoder: LoadedModel,
         options: RestrictionOptions,
         sets: Sequence[Sequence[rs.Group]],
         labels: Sequence[SetLabel],
@@ -282,7 +282,7 @@ class RestrictionWorker:
 
 
 def restriction_task(
-    encoder: EncoderModel, text: Text, options: RestrictionOptions, grid: Sequence[int]
+    encoder: LoadedModel, text: Text, options: RestrictionOptions, grid: Sequence[int]
 ) -> tuple[PreparedTask, list[Place]]:
     """The text's sequences, then the needle probes, as one task of the engine (examples with
     their token ids, decoded for display; a needle's answer as its label), and each one's place."""
@@ -325,7 +325,7 @@ def _ingest_options(options: RestrictionOptions) -> IngestOptions:
     )
 
 
-def _check_layers(encoder: EncoderModel) -> tuple[list[int], int]:
+def _check_layers(encoder: LoadedModel) -> tuple[list[int], int]:
     """The layers with a key/value cache and the groups per layer, as the config says them;
     refused where they are not the layers whose attention attnwh reads."""
     config = encoder.model.config
@@ -340,7 +340,7 @@ def _check_layers(encoder: EncoderModel) -> tuple[list[int], int]:
 
 def ingest_restriction(
     db_path: Path,
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     text: Text,
     options: RestrictionOptions,
     on_start: Callable[[str, int], None] | None = None,
@@ -398,7 +398,7 @@ def ingest_restriction(
 
 
 def shard_restriction(
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     text: Text,
     options: RestrictionOptions,
     engine: EngineOptions,
@@ -425,7 +425,7 @@ def shard_restriction(
 def _finish(
     con: duckdb.DuckDBPyConnection,
     run_id: int,
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     task: PreparedTask,
     places: Sequence[Place],
     options: RestrictionOptions,

@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.loading import EncoderModel
 from attnwh.ingest.measures import roles
+from attnwh.ingest.model import capture
+from attnwh.ingest.model.loading import LoadedModel
 from attnwh.ingest.runs.loop import PreparedTask
 from attnwh.ingest.sources import probes
 from attnwh.ingest.sources.examples import Example, TaskData
@@ -53,7 +53,7 @@ class RoleSettings:
         joined = "\n\n".join(self.documents).encode()
         return hashlib.blake2b(joined, digest_size=16).hexdigest()
 
-    def identity(self, encoder: EncoderModel) -> dict[str, object]:
+    def identity(self, encoder: LoadedModel) -> dict[str, object]:
         """The run's identity (`attnwh.sql.runs.run_key`)."""
         return {
             "kind": "roles",
@@ -82,7 +82,7 @@ class RoleSettings:
             "seed": self.seed,
         }
 
-    def build(self, encoder: EncoderModel) -> list[probes.ProbeSequence]:
+    def build(self, encoder: LoadedModel) -> list[probes.ProbeSequence]:
         """The run's probes, from the model's tokenizer."""
         if self.kind == "induction":
             return probes.induction_probes(encoder.tokenizer, self.examples, self.repeat_length or 0, self.seed)
@@ -113,7 +113,7 @@ class RolesCapture:
 
     def __init__(
         self,
-        encoder: EncoderModel,
+        encoder: LoadedModel,
         probes: Mapping[str, Sequence[probes.ProbeSequence]],
         run_settings: Mapping[str, Mapping[str, Any]],
         local_window: int = roles.DEFAULT_LOCAL_WINDOW,
@@ -128,7 +128,7 @@ class RolesCapture:
         self._run_key = ""
         self._positions: tuple[int, ...] = ()
 
-    def models(self) -> dict[str, EncoderModel]:
+    def models(self) -> dict[str, LoadedModel]:
         return {"model_id": self.encoder}
 
     def settings(self) -> dict[str, Any]:
@@ -183,11 +183,11 @@ class RolesCapture:
         }
 
 
-def role_task(encoder: EncoderModel, settings: RoleSettings, made: Sequence[probes.ProbeSequence]) -> PreparedTask:
+def role_task(encoder: LoadedModel, settings: RoleSettings, made: Sequence[probes.ProbeSequence]) -> PreparedTask:
     """The probes of one kind as a task of the engine: examples (decoded text, a needle's
     answer as the label, so that `attnwh show` draws a probe), token ids, stable ids and the
     run's identity."""
-    from attnwh.ingest.encoder.encoding import EncodedTask
+    from attnwh.ingest.model.encoding import EncodedTask
 
     def decode(ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         return str(encoder.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens))
@@ -213,7 +213,7 @@ def role_task(encoder: EncoderModel, settings: RoleSettings, made: Sequence[prob
 
 def ingest_roles(
     db_path: Path,
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     plans: Sequence[tuple[RoleSettings, Sequence[probes.ProbeSequence]]],
     *,
     attention_memory: int | None = None,

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import duckdb
 import numpy as np
 
-from attnwh.ingest.encoder.loading import EncoderModel
 from attnwh.ingest.measures.ablation import AblationSweep, sweep_configurations
+from attnwh.ingest.model.loading import LoadedModel
 from attnwh.ingest.runs.loop import IngestOptions, OpenRun, PreparedTask, open_task_run, run_info, store_stream
 from attnwh.ingest.runs.units import Worker, plan_units
 from attnwh.sql import runs, warehouse
@@ -47,7 +47,7 @@ class Objective(Protocol):
     table: str  # the table of rows per configuration and example
     language_model: bool  # workers load the language-model head
 
-    def check(self, encoder: EncoderModel, tasks: Sequence[PreparedTask], ablation: AblationOptions) -> None:
+    def check(self, encoder: LoadedModel, tasks: Sequence[PreparedTask], ablation: AblationOptions) -> None:
         """Refuse, before anything is written, tasks this objective cannot score."""
         ...
 
@@ -91,7 +91,7 @@ class Objective(Protocol):
         ...
 
 
-def sweep_worker(encoder: EncoderModel, settings: Mapping[str, Any]) -> Worker:
+def sweep_worker(encoder: LoadedModel, settings: Mapping[str, Any]) -> Worker:
     """The worker of a sweep of `encoder` with `AblationOptions.worker_settings()` and its
     objective's settings (`settings["objective"]` names it)."""
     sweep = AblationSweep(
@@ -124,7 +124,7 @@ def sweep_groups(num_layers: int, num_heads: int) -> list[tuple[int, ...]]:
 
 def ingest_sweep(
     db_path: Path,
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     tasks: Sequence[PreparedTask],
     options: IngestOptions,
     ablation: AblationOptions,
@@ -200,7 +200,7 @@ def ingest_sweep(
 
 
 def shard_sweep(
-    encoder: EncoderModel,
+    encoder: LoadedModel,
     tasks: Sequence[PreparedTask],
     options: IngestOptions,
     ablation: AblationOptions,
@@ -241,7 +241,7 @@ def worker_settings(ablation: AblationOptions, objective: Objective, tasks: Sequ
     return ablation.worker_settings() | {"objective": objective.name} | objective.worker_settings(tasks)
 
 
-def worker_spec(encoder: EncoderModel, objective: Objective, settings: Mapping[str, Any]) -> WorkerSpec:
+def worker_spec(encoder: LoadedModel, objective: Objective, settings: Mapping[str, Any]) -> WorkerSpec:
     """What a Ray worker loads to compute this sweep's units."""
     from attnwh.ingest.runs.engine import WorkerSpec
 

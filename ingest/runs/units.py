@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from attnwh.ingest.encoder.encoding import EncodedTask, collate, length_buckets
+from attnwh.ingest.model.encoding import EncodedTask, collate, length_buckets
 from attnwh.ingest.runs import rows
 from attnwh.ingest.runs.shards import Part
 

@@ -39,8 +39,8 @@ from torch import nn
 from transformers import PretrainedConfig
 
 from attnwh.errors import ModelError
-from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.families import Family
+from attnwh.ingest.model import capture
+from attnwh.ingest.model.families import Family
 
 # The probe: words and punctuation, longer than the tiny windows of test models, short enough
 # to cost little next to loading the weights (it runs twice). Layers that treat longer inputs

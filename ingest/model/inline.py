@@ -26,8 +26,8 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from attnwh.ingest.encoder import capture
-from attnwh.ingest.encoder.families import FAMILIES
+from attnwh.ingest.model import capture
+from attnwh.ingest.model.families import FAMILIES
 
 # The self-attention modules that compute softmax(scores) @ values in their own forward (the
 # families' records say which: `families.py`).

