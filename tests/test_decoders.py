@@ -76,36 +76,49 @@ def is_punct(token: str) -> bool:
 def decoder_reference(model: nn.Module, tokenizer, ids: list[int]) -> np.ndarray:
     """(layer, head, column) for one unpadded example from the eager model's
     output_attentions maps and its own value projections and W_O."""
+    batch = {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones((1, len(ids)), dtype=torch.long)}
+    return decoder_references(model, tokenizer, batch)[0]
+
+
+def decoder_references(model: nn.Module, tokenizer, batch: dict[str, torch.Tensor]) -> list[np.ndarray]:
+    """Per row of a padded batch (either side), (layer, head, column) from the eager model's
+    output_attentions maps of that very batch, read on the row's real tokens: its first real
+    token is the sink candidate, its padding is neither a query nor a key."""
     parts = values_and_output(model)
     values: list[torch.Tensor] = []
     hooks = [m.register_forward_hook(lambda m, a, out, take=take: values.append(take(out))) for m, take, _ in parts]
     try:
         with torch.no_grad():
-            out = model(input_ids=torch.tensor([ids]), output_attentions=True)
+            out = model(**batch, output_attentions=True)
     finally:
         for hook in hooks:
             hook.remove()
     assert len(out.attentions) == len(values) == model.config.num_hidden_layers
-    n = len(ids)
-    cls = np.zeros(n)
-    cls[0] = 1  # the first token: BOS where the tokenizer adds one
-    sep = np.zeros(n)
     special = set(tokenizer.all_special_ids)
-    punct = np.array(
-        [is_punct(t) and i not in special for t, i in zip(tokenizer.convert_ids_to_tokens(ids), ids)], float
-    )
-    result = []
-    for maps, v, (_, _, wo) in zip(out.attentions, values, parts):
-        a = maps[0].double().numpy()  # (H, n, n)
-        heads = a.shape[0]
-        v = v[0].double()  # (n, H_kv * d)
-        d = wo.shape[1] // heads
-        kv = v.shape[1] // d
-        v = v.view(n, kv, d).repeat_interleave(heads // kv, dim=1).reshape(n, heads * d)  # repeat_kv
-        result.append(layer_rows(a, v.numpy(), wo.double().numpy(), cls, sep, punct))
-    expected = np.array(result)
-    expected[..., NULL] = np.nan
-    return expected
+    references = []
+    for row, mask in enumerate(batch["attention_mask"].bool()):
+        real = torch.nonzero(mask).flatten()
+        ids = batch["input_ids"][row, real].tolist()
+        n = len(ids)
+        cls = np.zeros(n)
+        cls[0] = 1  # the first real token: BOS where the tokenizer adds one
+        sep = np.zeros(n)
+        punct = np.array(
+            [is_punct(t) and i not in special for t, i in zip(tokenizer.convert_ids_to_tokens(ids), ids)], float
+        )
+        result = []
+        for maps, v, (_, _, wo) in zip(out.attentions, values, parts):
+            a = maps[row][:, real][:, :, real].double().numpy()  # (H, n, n)
+            heads = a.shape[0]
+            v = v[row, real].double()  # (n, H_kv * d)
+            d = wo.shape[1] // heads
+            kv = v.shape[1] // d
+            v = v.view(n, kv, d).repeat_interleave(heads // kv, dim=1).reshape(n, heads * d)  # repeat_kv
+            result.append(layer_rows(a, v.numpy(), wo.double().numpy(), cls, sep, punct))
+        expected = np.array(result)
+        expected[..., NULL] = np.nan
+        references.append(expected)
+    return references
 
 
 def largest_difference(actual: np.ndarray, expected: np.ndarray) -> float:
@@ -222,6 +235,29 @@ def test_a_left_padding_tokenizer_gives_the_same_statistics(decoders, tmp_path):
         assert not batch["attention_mask"][:, 0].eq(0).any()  # right-padded: the first token is real
         results.append(StatisticsCapture(encoder).run(batch))
     np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gpt2"])
+def test_a_left_padded_batch_matches_eager_output_attentions_of_that_batch(decoders, family):
+    """A batch padded on the left, given to the capture as it is (the Python API takes any
+    batch): each row's statistics equal those of the eager maps of the same batch, read on its
+    real tokens, its first real token the sink candidate."""
+    path = decoders[family]
+    encoder = load_model(str(path), device="cpu")
+    eager = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+    encoded = encode_task(encoder.tokenizer, task(True), MAX_LENGTH)
+    right = collate(encoded, [0, 1, 2], encoder.tokenizer.pad_token_id, encoder.device)
+    lengths = right["attention_mask"].sum(-1)
+    width = int(lengths.max())
+    left = {k: torch.zeros_like(v) for k, v in right.items()}
+    for row, n in enumerate(lengths.tolist()):
+        for key in left:
+            left[key][row, width - n :] = right[key][row, :n]
+        left["input_ids"][row, : width - n] = encoder.tokenizer.pad_token_id
+    assert left["attention_mask"][:, 0].eq(0).any()  # padded on the left
+    found = StatisticsCapture(encoder).run(left)
+    for row, expected in enumerate(decoder_references(eager, encoder.tokenizer, left)):
+        check_example(family, found[row], expected, f"{family} row {row}, left-padded")
 
 
 def test_loaded_decoders_record_their_attention_facts(decoders):

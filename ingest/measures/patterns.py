@@ -345,7 +345,8 @@ class MapFeatures:
         dark_shares = (dark / (n * n)[..., None]).float().unbind(-1)
         dark_columns = ((c > DARK_COLUMN_LEVEL).float() * real).sum(-1) / n
         neighbours = (n - 1).clamp_min(1)
-        pair_rows = m.real[:, None, 1:]  # A[i+1, i] and A[i, i+1] exist for i + 1 < n
+        # A[i+1, i] and A[i, i+1] of real tokens i and i + 1 (right-padded: i + 1 < n).
+        pair_rows = m.real[:, None, 1:] * m.real[:, None, :-1]
         look_prev = (below * pair_rows).sum(-1) / neighbours / top
         look_self = (self.d0 * real).sum(-1) / n / top
         look_next = (above * pair_rows).sum(-1) / neighbours / top

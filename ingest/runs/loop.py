@@ -509,7 +509,7 @@ class StatisticsCapture:
     def run(self, batch: dict[str, torch.Tensor], thumbnail_rows: Sequence[int] = ()) -> np.ndarray:
         """Statistics of one collated batch (see `encoding.collate`)."""
         key_mask = batch["attention_mask"].bool()
-        masks = self.kinds.masks(batch["input_ids"])
+        masks = self.kinds.masks(batch["input_ids"], batch.get("attention_mask"))
         self.observer.begin(key_mask, *masks, thumbnail_rows=list(thumbnail_rows))
         ids = batch["input_ids"]
         self._tokens = {  # of the rows whose whole maps are kept
