@@ -134,23 +134,35 @@ def test_cached_prefix_path_equals_the_full_path(classifier_dir, family, per_pas
 
 
 def test_importance_is_the_gradient_of_the_loss_with_respect_to_a_head_gate(classifier_dir):
-    """Finite differences of the summed loss with one head's output scaled by 1 ± eps."""
+    """Finite differences of the loss with one head's output scaled by 1 ± eps, taken on a
+    plain eager Hugging Face model in float64 with a hook on the attention's output projection
+    (the head's slice of its input scaled): nothing of attnwh's capture or gates."""
+    from transformers import AutoModelForSequenceClassification
+
     encoder = load_model(str(classifier_dir["bert"]), "cpu")
     batch = batch_for(encoder, n=1)  # one example: |sum of gradients| = sum of |gradients|
     targets = torch.tensor([1])
     importance = head_importance_batch(encoder, batch, targets, regression=False)
     assert importance.shape == (LAYERS, HEADS)
 
-    from attnwh.ingest.measures.ablation import HeadGates
-    from attnwh.ingest.model import capture
-
-    encoder.model.double()  # finite differences need more precision than float32 gives
+    plain = AutoModelForSequenceClassification.from_pretrained(classifier_dir["bert"], attn_implementation="eager")
+    plain = plain.double().eval()
+    width = plain.config.hidden_size // HEADS
 
     def loss(layer: int, head: int, scale: float) -> float:
-        gates = torch.ones((LAYERS, 1, HEADS), dtype=torch.float64)
-        gates[layer, 0, head] = scale
-        with torch.no_grad(), capture.observing(HeadGates(gates)):
-            logits = encoder.model(**forward_inputs(encoder.model, batch)).logits.double()
+        def scaled(module, args):
+            (context,) = args
+            context = context.clone()
+            context[..., head * width : (head + 1) * width] *= scale
+            return (context,)
+
+        projection = plain.bert.encoder.layer[layer].attention.output.dense
+        hook = projection.register_forward_pre_hook(scaled)
+        try:
+            with torch.no_grad():
+                logits = plain(**batch).logits
+        finally:
+            hook.remove()
         return float(torch.nn.functional.cross_entropy(logits, targets))
 
     eps = 1e-4

@@ -161,11 +161,12 @@ def test_disabled_heads_equal_an_independent_attention_function(classifiers, fam
 
 def test_gradient_importance_on_a_prompted_language_model(tmp_path):
     """Importance per head from the label words' cross-entropy, against finite differences of
-    that loss with one head's output scaled by 1 ± eps."""
-    from attnwh.ingest.measures.ablation import HeadGates
-    from attnwh.ingest.model import capture
+    that loss with one head's output scaled by 1 ± eps, taken on a plain eager Hugging Face
+    model with a hook on the output projection (the head's slice of its input scaled)."""
+    from transformers import AutoModelForCausalLM
 
-    encoder = load_model(str(make_causal_lm("llama", tmp_path)), "cpu", language_model=True)
+    path = make_causal_lm("llama", tmp_path)
+    encoder = load_model(str(path), "cpu", language_model=True)
     assert encoder.architecture == "LlamaForCausalLM"
     batch = padded_batch(encoder.tokenizer, "right", n=1)
     words = [encoder.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in (" the", " dog")]
@@ -177,11 +178,22 @@ def test_gradient_importance_on_a_prompted_language_model(tmp_path):
     encoder.model.double()  # finite differences need more precision than float32 gives
     importance = head_importance_batch(encoder, batch, targets, regression=False, scorer=scorer)
 
+    plain = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager").double().eval()
+    width = plain.config.head_dim if getattr(plain.config, "head_dim", None) else plain.config.hidden_size // HEADS
+
     def loss(layer: int, head: int, scale: float) -> float:
-        gates = torch.ones((LAYERS, 1, HEADS), dtype=torch.float64)
-        gates[layer, 0, head] = scale
-        with torch.no_grad(), capture.observing(HeadGates(gates)):
-            scores = scorer(encoder.model, {**batch, "use_cache": False}).double()
+        def scaled(module, args):
+            (context,) = args
+            context = context.clone()
+            context[..., head * width : (head + 1) * width] *= scale
+            return (context,)
+
+        hook = plain.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(scaled)
+        try:
+            with torch.no_grad():
+                scores = scorer(plain, {**batch, "use_cache": False}).double()
+        finally:
+            hook.remove()
         return float(torch.nn.functional.cross_entropy(scores, targets))
 
     # Decoders take their softmax in float32 whatever the model's dtype: a step of 1e-2 keeps

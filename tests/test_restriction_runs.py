@@ -1,6 +1,6 @@
 """`attnwh ingest restriction` on a tiny random Llama with grouped-query attention (2 layers,
-4 query heads on 2 key/value groups): the stored ranking and plan equal `rank_groups` and
-`plan` called directly on the same sequences; the stored p values and adjusted p values equal
+4 query heads on 2 key/value groups): the stored ranking and plan equal a float64 reference
+with the dropped keys masked before the softmax, each sequence alone; the stored p values and adjusted p values equal
 the sign-flip test (enumerated) and scipy's Benjamini–Hochberg recomputed from the stored
 per-sequence losses; the KV bytes equal the formula
 worked by hand; a rerun keeps the stored run and --replace replaces it; an encoder is refused
@@ -21,7 +21,6 @@ import torch
 from scipy import stats
 
 from attnwh import api
-from attnwh.ingest.measures.restriction import loss_measure, plan, rank_groups
 from attnwh.ingest.model.loading import load_model
 from attnwh.ingest.sources.examples import Example
 from attnwh.ingest.sources.probes import needle_probes
@@ -70,7 +69,16 @@ def sequences(tokenizer) -> list[tuple[int, ...]]:
     return [e.token_ids for e in cut_documents(whole, tokenizer, CONTEXT).examples][:SEQUENCES]
 
 
-def test_stored_ranking_and_plan_equal_direct_calls(stored, lm):
+def test_stored_ranking_and_plan_equal_a_masked_float64_reference(stored, lm, monkeypatch):
+    """Every set's loss recomputed with nothing of attnwh: each sequence alone at positions
+    0..n-1 through an eager attention written out in float64 with the dropped keys masked
+    before the softmax (test_restriction.reference_attention); the stored ranking orders the
+    groups by that loss's increase, the plan restricts the k least harmed, and every stored
+    loss is the reference's."""
+    import test_restriction
+
+    monkeypatch.setattr(test_restriction, "SINKS", SINKS)
+    monkeypatch.setattr(test_restriction, "WINDOW", WINDOW)
     encoder = load_model(str(lm), "cpu", language_model=True)
     ids = sequences(encoder.tokenizer)
     width = max(len(s) for s in ids)
@@ -81,23 +89,28 @@ def test_stored_ranking_and_plan_equal_direct_calls(stored, lm):
     for row, seq in enumerate(ids):
         batch["input_ids"][row, : len(seq)] = torch.tensor(seq)
         batch["attention_mask"][row, : len(seq)] = 1
-    measure = loss_measure(encoder.model, batch, SINKS, WINDOW)  # one batch of all: the command's are of 4
-    ranking = rank_groups(measure, 2, 2)
-    points = plan(measure, ranking, GRID)
+    tokens = (batch["attention_mask"].sum(-1) - 1).sum().item()
 
-    groups = rows(stored, "SELECT rank, layer, kv_group, loss, delta FROM restriction_groups ORDER BY rank")
-    assert [(g[1], g[2]) for g in groups] == ranking.order()
-    for (_, _, _, loss, delta), direct in zip(groups, ranking.groups, strict=True):
-        assert loss == pytest.approx(direct.loss, rel=1e-6) and delta == pytest.approx(direct.increase, abs=1e-6)
-    (base,) = rows(stored, "SELECT loss, sequences, tokens FROM restriction_runs")
-    assert base[0] == pytest.approx(ranking.baseline.loss, rel=1e-6) and base[1] == SEQUENCES
-    stored_plan = rows(stored, "SELECT k, groups, loss, delta FROM restriction_plan ORDER BY k")
-    assert [p[0] for p in stored_plan] == GRID
-    for (_, chosen, loss, delta), direct in zip(stored_plan, points, strict=True):
-        assert [(g["layer"], g["kv_group"]) for g in chosen] == list(direct.groups)
-        assert loss == pytest.approx(direct.loss, rel=1e-6) and delta == pytest.approx(direct.increase, abs=1e-6)
-    nats = rows(stored, "SELECT nats FROM restriction_losses WHERE kind = 'plan' AND k = 4 ORDER BY sequence")
-    np.testing.assert_allclose([n[0] for n in nats], points[-1].nats, rtol=1e-6)
+    def loss(chosen: set[tuple[int, int]]) -> float:
+        logits = test_restriction.reference_logits(lm, batch, chosen, positions=True)
+        return float(test_restriction.reference_nats(logits, batch).sum() / tokens)
+
+    base = loss(set())
+    groups = [(layer, group) for layer in range(2) for group in range(2)]
+    increase = {g: loss({g}) - base for g in groups}
+    ranked = rows(stored, "SELECT layer, kv_group, loss, delta FROM restriction_groups ORDER BY rank")
+    assert {(r[0], r[1]) for r in ranked} == set(groups)
+    for layer, group, stored_loss, delta in ranked:
+        assert stored_loss == pytest.approx(base + increase[(layer, group)], rel=1e-6)
+        assert delta == pytest.approx(increase[(layer, group)], abs=1e-6)
+    order = sorted(groups, key=lambda g: (increase[g], g))
+    assert [(r[0], r[1]) for r in ranked] == order
+    assert max(increase.values()) - min(increase.values()) > 1e-3  # the order is no tie-break
+    planned = rows(stored, "SELECT k, groups, loss FROM restriction_plan ORDER BY k")
+    assert [p[0] for p in planned] == GRID
+    for k, chosen, stored_loss in planned:
+        assert [(g["layer"], g["kv_group"]) for g in chosen] == sorted(order[:k])
+        assert stored_loss == pytest.approx(loss(set(order[:k])), rel=1e-6)
 
 
 def test_stored_p_values_equal_scipy_on_the_stored_losses(stored):
