@@ -62,7 +62,7 @@ from attnwh.ingest.runs import rows
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, longest_input, model_identity, prepare_tasks
 from attnwh.ingest.runs.prompted import check_language_model, label_ids_of, prompted_task, task_template
 from attnwh.ingest.runs.shards import Part
-from attnwh.ingest.runs.sweep import ProgressBatch, ProgressStart, ingest_sweep, shard_sweep
+from attnwh.ingest.runs.sweep import ProgressBatch, ProgressStart, SweepRun, ingest_sweep, shard_sweep
 from attnwh.ingest.runs.units import WorkUnit
 from attnwh.ingest.sources import prompts
 from attnwh.ingest.sources.examples import TaskData
@@ -294,32 +294,11 @@ class TaskObjective:
     def describe(self, task: PreparedTask, ablation: AblationOptions, n_configs: int) -> str:
         return f"{task.data.task} · {ablation.mode}: {n_configs} configurations"
 
-    def finish(
-        self,
-        con: duckdb.DuckDBPyConnection,
-        run_id: int,
-        task: PreparedTask,
-        sweep: AblationSweep,
-        options: IngestOptions,
-        ablation: AblationOptions,
-        on_start: ProgressStart,
-        on_batch: ProgressBatch,
-    ) -> None:
-        labels, regression = self._golds[task.run_key]
-        singles = sweep_configurations(sweep.encoder.attention_layers, sweep.encoder.num_heads)
-        _finish(con, run_id, sweep, task, labels, regression, singles, options, ablation, on_start, on_batch)
+    def finish(self, run: SweepRun) -> None:
+        _finish(run, *self._golds[run.task.run_key])
 
-    def summary(
-        self,
-        con: duckdb.DuckDBPyConnection,
-        run_id: int,
-        task: PreparedTask,
-        ablation: AblationOptions,
-        outcome: str,
-        n_written: int,
-        seconds: float,
-    ) -> AblationSummary:
-        return _summary(con, run_id, task, ablation, outcome, n_written, seconds)
+    def summary(self, run: SweepRun, outcome: str, n_written: int, seconds: float) -> AblationSummary:
+        return _summary(run.con, run.run_id, run.task, run.ablation, outcome, n_written, seconds)
 
 
 def ingest_ablation(
@@ -455,19 +434,12 @@ def _stored_predictions(
     return out
 
 
-def _finish(
-    con: duckdb.DuckDBPyConnection,
-    run_id: int,
-    sweep: AblationSweep,
-    task: PreparedTask,
-    labels: np.ndarray,
-    regression: bool,
-    singles: list[Configuration],
-    options: IngestOptions,
-    ablation: AblationOptions,
-    on_start: ProgressStart,
-    on_batch: ProgressBatch,
-) -> None:
+def _finish(run: SweepRun, labels: np.ndarray, regression: bool) -> None:
+    """Significance, the combinations and gradient importance of a whole sweep, in the
+    transaction that completes the run (redone from the stored predictions if interrupted)."""
+    con, run_id, sweep, task = run.con, run.run_id, run.sweep, run.task
+    options, ablation, on_start, on_batch = run.options, run.ablation, run.on_start, run.on_batch
+    singles = sweep_configurations(sweep.encoder.attention_layers, sweep.encoder.num_heads)
     started = time.perf_counter()
     encoder = sweep.encoder
     scorer = sweep.scorer = scorer_for(label_ids_of(task))

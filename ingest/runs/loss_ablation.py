@@ -42,7 +42,7 @@ from attnwh.ingest.model.loading import LoadedModel, require_language_model
 from attnwh.ingest.runs.ablation import AblationOptions, ablation_identity, check_ablation_fits, config_rows
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, prepare_tasks
 from attnwh.ingest.runs.shards import Part
-from attnwh.ingest.runs.sweep import ProgressBatch, ProgressStart, ingest_sweep, shard_sweep
+from attnwh.ingest.runs.sweep import ProgressBatch, ProgressStart, SweepRun, ingest_sweep, shard_sweep
 from attnwh.ingest.runs.units import WorkUnit
 from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.sql import runs, warehouse
@@ -281,31 +281,13 @@ class LossObjective:
     def describe(self, task: PreparedTask, ablation: AblationOptions, n_configs: int) -> str:
         return f"{task.data.task} · {ablation.mode} · loss: {n_configs} configurations"
 
-    def finish(
-        self,
-        con: duckdb.DuckDBPyConnection,
-        run_id: int,
-        task: PreparedTask,
-        sweep: AblationSweep,
-        options: IngestOptions,
-        ablation: AblationOptions,
-        on_start: ProgressStart,
-        on_batch: ProgressBatch,
-    ) -> None:
-        singles = sweep_configurations(sweep.encoder.attention_layers, sweep.encoder.num_heads)
-        finish_loss_run(con, run_id, task, singles, ablation, options.seed)
+    def finish(self, run: SweepRun) -> None:
+        encoder = run.sweep.encoder
+        singles = sweep_configurations(encoder.attention_layers, encoder.num_heads)
+        finish_loss_run(run.con, run.run_id, run.task, singles, run.ablation, run.options.seed)
 
-    def summary(
-        self,
-        con: duckdb.DuckDBPyConnection,
-        run_id: int,
-        task: PreparedTask,
-        ablation: AblationOptions,
-        outcome: str,
-        n_written: int,
-        seconds: float,
-    ) -> LossSummary:
-        return loss_summary(con, run_id, task, ablation, outcome, n_written, seconds)
+    def summary(self, run: SweepRun, outcome: str, n_written: int, seconds: float) -> LossSummary:
+        return loss_summary(run.con, run.run_id, run.task, run.ablation, outcome, n_written, seconds)
 
 
 def ingest_loss_ablation(

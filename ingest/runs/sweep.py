@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -38,6 +39,20 @@ if TYPE_CHECKING:
 
 ProgressStart = Callable[[str, int], None]
 ProgressBatch = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """A task's sweep run, as its objective finishes it (its sweep whole) and sums it up."""
+
+    con: duckdb.DuckDBPyConnection
+    run_id: int
+    task: PreparedTask
+    sweep: AblationSweep  # this process's, for what the finish computes (combinations, importance)
+    options: IngestOptions
+    ablation: AblationOptions
+    on_start: ProgressStart
+    on_batch: ProgressBatch
 
 
 class Objective(Protocol):
@@ -63,30 +78,11 @@ class Objective(Protocol):
         """The progress bar's name of a task's sweep."""
         ...
 
-    def finish(
-        self,
-        con: duckdb.DuckDBPyConnection,
-        run_id: int,
-        task: PreparedTask,
-        sweep: AblationSweep,
-        options: IngestOptions,
-        ablation: AblationOptions,
-        on_start: ProgressStart,
-        on_batch: ProgressBatch,
-    ) -> None:
+    def finish(self, run: SweepRun) -> None:
         """Test the stored rows and complete the run, in one transaction."""
         ...
 
-    def summary(
-        self,
-        con: duckdb.DuckDBPyConnection,
-        run_id: int,
-        task: PreparedTask,
-        ablation: AblationOptions,
-        outcome: str,
-        n_written: int,
-        seconds: float,
-    ) -> Any:
+    def summary(self, run: SweepRun, outcome: str, n_written: int, seconds: float) -> Any:
         """The headline of a complete run, read back from the warehouse."""
         ...
 
@@ -175,25 +171,18 @@ def ingest_sweep(
             )
         store_stream(con, executor, opened, objective.table, on_start, on_batch)
         summaries = []
+        sweep: AblationSweep = worker.sweep  # type: ignore[attr-defined]  # both objectives' workers hold one
         for task, state in zip(tasks, states):
+            run = SweepRun(con, state.run_id, task, sweep, options, ablation, on_start or _ignore, on_batch or _ignore)
             if state.status == "complete":
-                summaries.append(objective.summary(con, state.run_id, task, ablation, "already complete", 0, 0.0))
+                summaries.append(objective.summary(run, "already complete", 0, 0.0))
                 continue
-            run = next(o for o in opened if o.run_id == state.run_id)
+            stream = next(o for o in opened if o.run_id == state.run_id)
             started = time.perf_counter()
             with runs.marking_failure(con, state.run_id):
-                objective.finish(
-                    con,
-                    state.run_id,
-                    task,
-                    worker.sweep,  # type: ignore[attr-defined]  # both objectives' workers hold their sweep
-                    options,
-                    ablation,
-                    on_start or _ignore,
-                    on_batch or _ignore,
-                )
-            seconds = run.seconds + time.perf_counter() - started
-            summaries.append(objective.summary(con, state.run_id, task, ablation, state.outcome, run.n_todo, seconds))
+                objective.finish(run)
+            seconds = stream.seconds + time.perf_counter() - started
+            summaries.append(objective.summary(run, state.outcome, stream.n_todo, seconds))
         return summaries
     finally:
         con.close()
