@@ -84,7 +84,7 @@ def test_cached_sweep_equals_the_naive_sweep_bit_for_bit(classifiers, family):
     assert encoder.causal and encoder.architecture.endswith("ForSequenceClassification")
     configs = sweep_configurations(LAYERS, HEADS) + [combination("top_k", [(1, 2), (0, 1)], k=2)]
     cached = AblationSweep(encoder, "uniform")
-    assert cached.layers is not None and cached.projections is not None  # the cache is really used
+    assert cached.prefix is not None and cached.prefix.projections is not None  # the cache is really used
     for side, mode in (("right", "uniform"), ("right", "zero"), ("left", "uniform")):
         batch = padded_batch(encoder.tokenizer, side)
         full = AblationSweep(encoder, mode, prefix_cache=False).logits(batch, configs)

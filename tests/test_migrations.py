@@ -91,6 +91,8 @@ ROWS: dict[int, list[str]] = {
     26: [
         "INSERT INTO model_layers VALUES (1, 0, 'attention', true, 'BertSelfAttention', NULL, NULL, false, false, false)"
     ],
+    27: [],  # restriction_losses.example_id (0027_restriction_units.sql): no new table
+    28: [],  # the readable views' to_first_token (0028_first_token.sql): no new table
 }
 # Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
 # (dep_to_head) into head_to_dep.
@@ -106,11 +108,14 @@ NEEDLE_VALUES = {
 
 def _as_of(sql: str, version: int) -> str:
     """`sql` as attnwh at `version` writes it: from migration 20 on, a baseline has a direction;
-    from 25 on, the restriction tables have their needle columns."""
+    from 25 on, the restriction tables have their needle columns; from 27 on, a restriction
+    loss names its example."""
     if version >= 20 and _table(sql) == "dependency_baselines":
         return sql.replace("'det', ", "'det', 'dep_to_head', ")
     if version >= 25 and _table(sql) in NEEDLE_VALUES:
-        return sql[: sql.rindex(")")] + NEEDLE_VALUES[_table(sql)] + ")"
+        sql = sql[: sql.rindex(")")] + NEEDLE_VALUES[_table(sql)] + ")"
+    if version >= 27 and _table(sql) == "restriction_losses":
+        sql = sql[: sql.rindex(")")] + ", 7)"
     return sql
 
 

@@ -364,7 +364,7 @@ def test_cached_prefix_path_equals_the_full_path(classifiers, family, per_pass):
     for mode in ("uniform", "zero"):
         full = AblationSweep(encoder, mode, prefix_cache=False).logits(batch, configs)
         sweep = AblationSweep(encoder, mode, prefix_cache=True, configs_per_pass=per_pass)
-        assert sweep.layers is not None and sweep.projections is not None  # the cache is used
+        assert sweep.prefix is not None and sweep.prefix.projections is not None  # the cache is used
         cached = sweep.logits(batch, configs)
         if per_pass == 1:
             assert np.array_equal(cached, full), mode  # the same operations on the same tensors

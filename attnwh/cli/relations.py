@@ -12,7 +12,7 @@ from attnwh.cli.summaries import print_relations
 def show_relations(done: api.Done) -> None:
     for summary in done.results:
         print_relations(summary, done.db)
-    results_console().print(f"done in {done.seconds:.1f} s → {done.db.resolve()}")
+    results_console().print(f"done in {done.seconds:.1f} s → {done.db.resolve()}", soft_wrap=True)
 
 
 relations = cli_command(api.relations, show_relations)

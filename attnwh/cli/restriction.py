@@ -49,7 +49,9 @@ def show_restriction(done: api.Done) -> None:
                 "interval is shown; measure more sequences (--limit, or a longer --text)",
                 highlight=False,
             )
-        out.print(f"run {summary.run_id} {summary.outcome} in {summary.seconds:.1f} s → {done.db.resolve()}")
+        out.print(
+            f"run {summary.run_id} {summary.outcome} in {summary.seconds:.1f} s → {done.db.resolve()}", soft_wrap=True
+        )
 
 
 restriction = cli_command(api.restriction, show_restriction)

@@ -34,7 +34,7 @@ def show_roles(done: api.Done) -> None:
             out.print(f"  top {score} heads: {heads}")
     finally:
         con.close()
-    out.print(f"done in {done.seconds:.1f} s → {done.db.resolve()}")
+    out.print(f"done in {done.seconds:.1f} s → {done.db.resolve()}", soft_wrap=True)
 
 
 roles = cli_command(api.roles, show_roles)

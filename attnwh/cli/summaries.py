@@ -48,7 +48,8 @@ def print_runs(summaries: Sequence[Any], db: Path, seconds: float, rows_name: st
     out = results_console()
     out.print(table)
     out.print(
-        f"{sum(s.rows_written for s in summaries):,} {rows_name} rows written in {seconds:.1f} s → {db.resolve()}"
+        f"{sum(s.rows_written for s in summaries):,} {rows_name} rows written in {seconds:.1f} s → {db.resolve()}",
+        soft_wrap=True,
     )
 
 
@@ -71,7 +72,8 @@ def print_shards(summaries: Sequence[Any], seconds: float) -> None:
     folder = summaries[0].folder.parent.resolve() if summaries else "the shard folder"
     out.print(
         f"{sum(s.n_written for s in summaries)} parts written in {seconds:.1f} s → {folder}; "
-        f"once every shard is done: attnwh merge {folder}"
+        f"once every shard is done: attnwh merge {folder}",
+        soft_wrap=True,
     )
 
 
@@ -98,7 +100,7 @@ def print_merge(summaries: Sequence[Any], db: Path, seconds: float) -> None:
                 out.print(
                     f"run {s.run_id}: {s.n_examples - s.n_done} examples not yet computed; merge the other shards"
                 )
-    out.print(f"{sum(s.parts for s in summaries)} parts merged in {seconds:.1f} s → {db.resolve()}")
+    out.print(f"{sum(s.parts for s in summaries)} parts merged in {seconds:.1f} s → {db.resolve()}", soft_wrap=True)
 
 
 def print_relations(summary: Any, db: Path) -> None:
@@ -126,7 +128,8 @@ def print_relations(summary: Any, db: Path) -> None:
         rate = f"{(r.n_sentences - r.n_skipped) / r.seconds:.1f} sent/s" if r.seconds > 0 else ""
         out.print(
             f"run {summary.run_id} {summary.outcome}: {r.n_sentences} sentences ({r.n_skipped} skipped as too long), "
-            f"{sum(r.counts.total.values())} dependencies of {n_relations} relations, {rate}, in {r.seconds:.1f} s → {db.resolve()}"
+            f"{sum(r.counts.total.values())} dependencies of {n_relations} relations, {rate}, in {r.seconds:.1f} s → {db.resolve()}",
+            soft_wrap=True,
         )
 
 
@@ -236,6 +239,7 @@ def print_loss_ablation(summaries: Sequence[Any], db: Path, seconds: float) -> N
         "(> 0: the loss rose); q: Benjamini–Hochberg over the run's heads and layers; signif.: q < 0.05. "
         f"Per configuration and span: named query loss_ablation. Done in {seconds:.1f} s → {db.resolve()}",
         highlight=False,
+        soft_wrap=True,
     )
 
 
@@ -278,6 +282,7 @@ def print_ablation(summaries: Sequence[Any], db: Path, seconds: float) -> None:
         f"run's heads and layers); sink heads: mean attention to [CLS], [SEP] (a decoder's first token) or punctuation > 0.3, disabled "
         f"together (Δ, unadjusted p). Done in {seconds:.1f} s → {db.resolve()}",
         highlight=False,
+        soft_wrap=True,
     )
 
 

@@ -188,7 +188,6 @@ def restricted_lm_loss(
     attention_memory: int | None = None,
     scored: torch.Tensor | None = None,
     prefix_cache: bool = True,
-    on_sets: Callable[[int], None] | None = None,
 ) -> SequenceLoss:
     """The summed next-token loss of each sequence of `batch` (input_ids, attention_mask)
     under each restriction set of `sets` (an empty set: the model as it is), from a causal
@@ -201,7 +200,7 @@ def restricted_lm_loss(
     padded on either side. With `prefix_cache`, one unrestricted pass records the hidden
     states, and a set whose first restricted group is in layer l replays those below l and
     runs from l on (the same numbers: nothing below l differs); the unrestricted set is that
-    pass. `on_sets` is called with the sets done after each pass (for a progress bar)."""
+    pass."""
     if getattr(model.config, "_attn_implementation", None) != capture.ATTENTION_NAME:
         raise ValueError("restricted_lm_loss needs a model loaded with attnwh's attention function")
     config: Any = model.config
@@ -245,8 +244,6 @@ def restricted_lm_loss(
             for i in empty:
                 score(unrestricted, [i])
             del unrestricted
-            if on_sets and empty:
-                on_sets(len(empty))
         todo = [
             i for i in sorted(range(len(sets)), key=lambda i: (starts[i], i)) if starts[i] < num_layers or not prefix
         ]
@@ -265,8 +262,6 @@ def restricted_lm_loss(
             if observer.layers_seen != len(numbers):
                 raise RuntimeError(f"saw {observer.layers_seen} attention layers, expected {len(numbers)}")
             score(logits, chunk)
-            if on_sets:
-                on_sets(k)
     return SequenceLoss(nats, tokens, correct)
 
 

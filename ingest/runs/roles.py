@@ -246,9 +246,14 @@ def ingest_roles(
         return shard_runs(capture_, tasks, options, engine, on_start, on_batch)
     summaries = ingest_runs(db_path, capture_, tasks, options, on_start, on_batch, engine)
     return [
-        RolesSummary(s.run_id, t.data.task, s.outcome, s.n_examples, s.n_written, s.seconds or None)
-        if s.outcome != "already complete"
-        else RolesSummary(s.run_id, t.data.task, s.outcome, s.n_examples, 0, None)
+        RolesSummary(
+            s.run_id,
+            t.data.task,
+            s.outcome,
+            s.n_examples,
+            s.n_written,
+            None if s.outcome == "already complete" else s.seconds,
+        )
         for s, t in zip(summaries, tasks)
     ]
 
