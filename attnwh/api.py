@@ -607,6 +607,7 @@ def compare(
 
 
 @python_arguments
+@with_option_groups
 def relations(
     conllu: Annotated[
         Path | None,
@@ -641,10 +642,12 @@ def relations(
     device: DeviceOpt = Device.auto,
     db: DbOpt = DEFAULT_DB,
     replace: Annotated[bool, typer.Option(help="Redo a run that is already stored instead of skipping it.")] = False,
+    *,
+    compute: Engine,
 ) -> Done:
     """Measure which heads track linguistic relations. --conllu: per relation, direction, layer and head, how often a word's most-attended word is its syntactic head (or dependent), with the best fixed-offset baseline (Clark et al. 2019), into dependency_heads and dependency_baselines; and the attention received by nouns, verbs, pronouns, subjects, objects and negation words (Kovaleva et al. 2019 §4.4) into feature_attention. --framenet: per head, the mean over annotations of the largest attention on the target–frame-element links, with its percentile among all heads (Kovaleva et al. §4.2; sentences of at most 12 words, elements of at most 3, linked words at least 2 apart), into frame_heads and frame_filters.
 
-    Give --conllu, --framenet or both (one run each). Word-piece attention is turned into word-level attention (to a word: sum over its pieces; from a word: mean); [CLS]/[SEP] are no words. On a decoder a word sees only earlier words: each direction counts only the pairs whose target comes first, the offset baselines only look back, and the first token (the sink) is no word (docs/metrics.md#relations-on-decoders). Sentences longer than the model's limit are skipped and counted. A stored run with the same model, file, --limit and --seed is kept unless --replace.
+    Give --conllu, --framenet or both (one run each). Word-piece attention is turned into word-level attention (to a word: sum over its pieces; from a word: mean); [CLS]/[SEP] are no words. On a decoder a word sees only earlier words: each direction counts only the pairs whose target comes first, the offset baselines only look back, and the first token (the sink) is no word (docs/metrics.md#relations-on-decoders). Sentences longer than the model's limit are skipped and counted. Each run is stored unit by unit (its running totals), then summed into its tables: an interrupted run resumes where it stopped, --engine ray computes it on Ray, and --shard I/N writes one slice that `attnwh merge` stores and, once every slice is in, completes. A stored run with the same model, file, --limit and --seed is kept unless --replace.
     """
     console = Console(stderr=True)
     if conllu is None and framenet is None:
@@ -656,7 +659,9 @@ def relations(
     for kind, path in (("CoNLL-U", conllu), ("FrameNet", framenet)):
         if path is not None and not path.is_file():
             raise DataError(f"{kind} file {path} does not exist")
-    warehouse.check_writable(db)
+    run_on = compute.options(device.value)
+    if not run_on.shard:
+        warehouse.check_writable(db)
     check_model(model)  # before torch is imported
     with console.status("Loading data and model…"):
         from attnwh.ingest.measures import dependencies as rel
@@ -670,38 +675,34 @@ def relations(
         if framenet is not None:
             frame_data = fn.read_frames(framenet)
             frame_data = fn.subset(frame_data, seeded_sample(frame_data.links, limit, seed))
-        warehouse.check_writable(db)
         encoder = load_model(model, device.value, "float32")
         require_every_layer(encoder, "relations")
-
-    inputs = []
-    if conllu is not None and sentences is not None:
-        inputs.append(f"{len(sentences)} sentences of {conllu.name}")
-    if framenet is not None and frame_data is not None:
-        inputs.append(f"{len(frame_data.links)} frame annotations of {framenet.name}")
-    console.print(f"{describe(encoder)}; {' and '.join(inputs)}", highlight=False)
-    summaries: list[Any] = []
-
-    def interrupted() -> str:
-        done = "; the runs before it are kept" if summaries else ""
-        return f"interrupted; nothing of the interrupted run was written to {db}{done}"
-
-    started = time.perf_counter()
-    options = relation_runs.RelationsOptions(limit, seed, batch_size, replace, command_line())
-    with Bars(console, "sent") as bars, interrupts_as(interrupted):
+        inputs = []
         if conllu is not None and sentences is not None:
-            summaries.append(
-                relation_runs.ingest_relations(
-                    db, encoder, conllu, sentences, options, bars.starter("dependencies"), bars.advance
-                )
-            )
+            inputs.append(relation_runs.dependencies_task(encoder, conllu, sentences, limit, seed))
         if framenet is not None and frame_data is not None:
-            summaries.append(
-                relation_runs.ingest_frames(
-                    db, encoder, framenet, frame_data, options, bars.starter("frames"), bars.advance
-                )
-            )
-    return Done(summaries, time.perf_counter() - started, db)
+            inputs.append(relation_runs.frames_task(encoder, framenet, frame_data, limit, seed))
+
+    read = []
+    if conllu is not None and sentences is not None:
+        read.append(f"{len(sentences)} sentences of {conllu.name}")
+    if framenet is not None and frame_data is not None:
+        read.append(f"{len(frame_data.links)} frame annotations of {framenet.name}")
+    console.print(f"{describe(encoder)}; {' and '.join(read)}", highlight=False)
+    options = relation_runs.RelationsOptions(limit, seed, batch_size, replace, command_line())
+    if run_on.shard:
+        shards, seconds = run_resumable(
+            console,
+            run_on.shard_dir or db,
+            lambda bars: relation_runs.shard_relations(encoder, inputs, options, run_on, bars.start, bars.advance),
+        )
+        return Done(list(shards), seconds, db, sharded=True)
+    summaries, seconds = run_resumable(
+        console,
+        db,
+        lambda bars: relation_runs.ingest_relations(db, encoder, inputs, options, bars.start, bars.advance, run_on),
+    )
+    return Done(list(summaries), seconds, db)
 
 
 @python_arguments

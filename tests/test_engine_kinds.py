@@ -261,3 +261,78 @@ def test_the_restriction_killed_mid_run_resumes_to_the_rows_of_an_unbroken_run(
     db = tmp_path / "killed.duckdb"
     killed_then_rerun(monkeypatch, capsys, args, db, RESTRICTION_WORKER, at=at)
     assert_same_restriction(single, db)
+
+
+# -- relations -----------------------------------------------------------------------------
+
+RELATION_TABLES = [
+    f"SELECT r.task, t.* EXCLUDE (run_id) FROM {table} AS t JOIN runs AS r USING (run_id) ORDER BY ALL"
+    for table in ("dependency_heads", "dependency_baselines", "feature_attention", "frame_heads", "frame_filters")
+]
+RELATION_RUNS = "SELECT run_key, task, status, n_examples, n_truncated FROM runs ORDER BY task"
+RELATIONS_WORKER = ("attnwh.ingest.runs.relations", "RelationsWorker", "compute")
+
+
+def relations_args(model: Path) -> list[str]:
+    """Dependencies on 150 sentences of the UD English-EWT dev set (three units of up to 64)
+    and frames on the FrameNet dev annotations (one unit), on `model`."""
+    from conftest import SHARED_DATA
+
+    conllu, framenet = (
+        SHARED_DATA / "ud" / "en_ewt-ud-dev.conllu",
+        SHARED_DATA / "framenet" / "fn1.7.dev.framebert.conll",
+    )
+    if not conllu.is_file() or not framenet.is_file():
+        pytest.skip(f"no UD or FrameNet dev set in {SHARED_DATA}")
+    args = ["ingest", "relations", "--model", str(model), "--device", "cpu", "--conllu", str(conllu)]
+    return args + ["--framenet", str(framenet), "--limit", "150", "--batch-size", "16"]
+
+
+@pytest.fixture(scope="module")
+def relations_run(tiny_model_dir, tmp_path_factory) -> tuple[list[str], Path]:
+    """:func:`relations_args` on the tiny BERT, in one process."""
+    from helpers import cli_main
+
+    args = relations_args(tiny_model_dir("bert"))
+    db = tmp_path_factory.mktemp("relations") / "single.duckdb"
+    cli_main(*args, "--db", str(db))
+    return args, db
+
+
+def assert_same_relations(a: Path, b: Path) -> None:
+    for sql in RELATION_TABLES:
+        assert fetch(a, sql) == fetch(b, sql)  # sums in the units' order: equal, not close
+    assert fetch(a, RELATION_RUNS) == fetch(b, RELATION_RUNS)
+    assert [r[2] for r in fetch(b, RELATION_RUNS)] == ["complete", "complete"]
+    assert fetch(b, "SELECT count(*) FROM relation_sums") == [(0,)]  # working state, gone once summed
+
+
+def test_relations_in_three_shards_merge_to_the_one_process_rows(monkeypatch, capsys, relations_run, tmp_path):
+    """Two shards merged leave the dependencies run (three units) partial and complete the frames
+    run (one unit); the third merged completes the dependencies, with no model: the merge sums
+    the units' totals."""
+    args, single = relations_run
+    merged, shard_dir = tmp_path / "merged.duckdb", tmp_path / "shards"
+    for i in (1, 2):
+        code, out, err = run(monkeypatch, capsys, *args, "--shard", f"{i}/3", "--shard-dir", str(shard_dir))
+        assert code == 0, err
+    code, out, err = merge(monkeypatch, capsys, shard_dir, merged)
+    assert code == 0, err
+    assert fetch(merged, "SELECT task, status FROM runs ORDER BY task") == [
+        ("dependencies", "partial"),
+        ("frames", "complete"),
+    ]
+    assert fetch(merged, "SELECT count(*) FROM dependency_heads") == [(0,)]
+    code, out, err = run(monkeypatch, capsys, *args, "--shard", "3/3", "--shard-dir", str(shard_dir))
+    assert code == 0, err
+    code, out, err = merge(monkeypatch, capsys, shard_dir, merged)
+    assert code == 0, err
+    assert_same_relations(single, merged)
+
+
+def test_relations_killed_mid_run_resume_to_the_rows_of_an_unbroken_run(monkeypatch, capsys, relations_run, tmp_path):
+    args, single = relations_run
+    db = tmp_path / "killed.duckdb"
+    out = killed_then_rerun(monkeypatch, capsys, args, db, RELATIONS_WORKER, at=3)  # the third dependencies unit
+    assert "resumed" in out
+    assert_same_relations(single, db)

@@ -175,6 +175,15 @@ def test_ray_restriction_equals_the_single_process(monkeypatch, capsys, tmp_path
     assert_same_restriction(single, on_ray)
 
 
+def test_ray_relations_equal_the_single_process(monkeypatch, capsys, tiny_model_dir, tmp_path):
+    """Dependencies and frames: Ray workers compute each unit's totals, the driver sums them
+    into the single process's tables."""
+    from test_engine_kinds import assert_same_relations, relations_args
+
+    single, on_ray = single_and_ray(monkeypatch, capsys, relations_args(tiny_model_dir("bert")), tmp_path)
+    assert_same_relations(single, on_ray)
+
+
 def _map_workers() -> list[int]:
     """Process ids of the Ray Data actors (their process title names MapWorker)."""
     found = []

@@ -240,6 +240,7 @@ _KEYED = frozenset(
         "role_settings",
         "role_probes",
         "head_roles",
+        "relation_sums",  # keyed by unit: a relations part holds running totals, not rows per example
     }
 )
 

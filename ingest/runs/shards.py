@@ -69,6 +69,7 @@ PART_TABLES = frozenset(
         "role_probes",
         "head_roles",
         "restriction_losses",
+        "relation_sums",
     }
 )
 
@@ -330,7 +331,8 @@ def merge_shards(
     nothing. A statistics or compare run holding all its examples is complete; one that
     still lacks some is `partial`; an ablation run whose sweep is whole waits for its
     finish (significance, combinations, importance), which `attnwh ingest ablation` does
-    with the model, and a restriction run for its plan and tests.
+    with the model, and a restriction run for its plan and tests. A whole relations run is
+    finished here: its tables are sums of the units' totals.
     """
     shard_runs = scan(shard_dir)
     checked = {run.run_key: [check_part(p) for p in run.parts] for run in shard_runs}
@@ -389,6 +391,13 @@ def _merge_run(con: duckdb.DuckDBPyConnection, run: ShardRun, on_part: Callable[
         status = "partial"  # until its finish, which needs the model
         if whole:
             finish = _without_shard_options(info["fields"].get("command"))
+    elif kind == "relations" and whole:
+        from attnwh.ingest.runs.relations import finish_relations
+
+        # Its finish sums the units' totals and needs no model: done here, completing the run.
+        with runs.marking_failure(con, state.run_id):
+            finish_relations(con, state.run_id)
+        return MergeSummary(state.run_id, kind, task, len(run.parts), n_examples, n_done, "complete", None)
     else:
         status = "complete" if whole else "partial"
     runs.finish_run(con, state.run_id, status)
