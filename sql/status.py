@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# Seconds between two writes of the status for passes within a batch.
+PASS_WRITE_EVERY = 1.0
+
 
 def status_path(db: Path) -> Path:
     return db.with_name(db.name + ".status")
@@ -99,6 +102,19 @@ class Activity:
         if total is not None:
             bar["total"] = total
         bar["moved"] = time.time()
+        bar["passes"] = None  # the next batch's passes have not begun
+        self.write()
+
+    def passes(self, done: int, of: int) -> None:
+        if not self.record["bars"]:
+            return
+        now = time.time()
+        # At most one write a second: a pass of a small model takes milliseconds.
+        if done < of and now - self.record["updated"] < PASS_WRITE_EVERY:
+            return
+        bar = self.record["bars"][-1]
+        bar["passes"] = [done, of]
+        bar["moved"] = now
         self.write()
 
     def end_bars(self) -> None:
@@ -174,6 +190,13 @@ def on_progress(done: int | None = None, total: int | None = None, advance: int 
         activity.progress(done, total, advance)
 
 
+def on_pass(done: int, of: int) -> None:
+    """A forward pass of the batch being computed is done (`done` of `of`): the sweeps and the
+    restriction run many passes on one batch, and the status moves with each."""
+    for activity in _active:
+        activity.passes(done, of)
+
+
 def on_bars_closed() -> None:
     for activity in _active:
         activity.end_bars()
@@ -193,6 +216,7 @@ class BarStatus:
     total: int | None
     seconds: float  # from its start to its last move (or its end)
     finished: bool  # ended with all of its total done (a bar a command stopped short is not)
+    passes: tuple[int, int] | None = None  # forward passes done of the batch being computed, of how many
 
     @property
     def rate(self) -> float | None:
@@ -282,6 +306,7 @@ def read_status(db: Path) -> WarehouseStatus:
             b["total"],
             (b["ended"] or b["moved"]) - b["started"],
             b["ended"] is not None and (b["total"] is None or b["done"] >= b["total"]),
+            tuple(b["passes"]) if b.get("passes") and b["ended"] is None else None,
         )
         for b in record["bars"]
     )

@@ -192,6 +192,10 @@ def greedy_batch(path: Path, restricted: set[tuple[int, int]], side: str) -> dic
     return {"input_ids": ids, "attention_mask": mask}
 
 
+def _record(into: list[tuple[int, int]]):
+    return lambda done, of: into.append((done, of))
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_prefix_cache_gives_the_whole_passes_losses_bit_for_bit(lms, family):
     """Every set that starts in layer 1 replays layer 0 from the unrestricted pass: the same
@@ -204,8 +208,13 @@ def test_the_prefix_cache_gives_the_whole_passes_losses_bit_for_bit(lms, family)
     groups = encoder.num_key_value_heads or HEADS
     sets = [*sets_for(groups), {(1, 0)}, set()]
     batch = batch_of(encoder.tokenizer, "left")
-    naive = restricted_lm_loss(encoder.model, batch, sets, SINKS, WINDOW, prefix_cache=False)
-    cached = restricted_lm_loss(encoder.model, batch, sets, SINKS, WINDOW)
+    passes: list[tuple[int, int]] = []
+    naive = restricted_lm_loss(encoder.model, batch, sets, SINKS, WINDOW, prefix_cache=False, on_pass=_record(passes))
+    assert passes == [(i, len(sets)) for i in range(1, len(sets) + 1)]  # every set a whole pass, each reported
+    passes.clear()
+    cached = restricted_lm_loss(encoder.model, batch, sets, SINKS, WINDOW, on_pass=_record(passes))
+    restricted = sum(1 for chosen in sets if chosen)  # an empty set is the reference pass
+    assert passes == [(i, restricted) for i in range(1, restricted + 1)]
     assert np.array_equal(cached.nats, naive.nats) and np.array_equal(cached.correct, naive.correct)
     several = restricted_lm_loss(encoder.model, batch, sets, SINKS, WINDOW, sets_per_pass=3)
     np.testing.assert_allclose(several.nats, naive.nats, atol=1e-9, rtol=1e-12)

@@ -343,3 +343,52 @@ def test_a_command_refused_before_any_work_leaves_the_status_as_it_was(tmp_path)
         warehouse.connect(db).close()
         raise AttnwhError("model path nowhere does not exist")
     assert status_path(db).read_bytes() == kept and read_status(db).state == "finished"
+
+
+def test_the_status_moves_with_each_pass_of_a_batch(tmp_path, monkeypatch, capsys):
+    """A batch of a sweep or a restriction is many forward passes: the status shows how many
+    are done (written at most once a second, and always at the last), until the batch is stored."""
+    db = tmp_path / "w.duckdb"
+    now = [100.0]
+    monkeypatch.setattr(status.time, "time", lambda: now[0])
+    with sharing.writing("attnwh ingest ablation --db w.duckdb"):
+        warehouse.connect(db).close()
+        status.on_bar("prose", 4, "ex")
+        now[0] += 0.2
+        status.on_pass(1, 30)  # 0.2 s after the last write: not written
+        assert read_status(db).bars[0].passes is None
+        now[0] += 1.3
+        status.on_pass(2, 30)  # 1.5 s after: written
+        assert read_status(db).bars[0].passes == (2, 30)
+        code, out, err = run(monkeypatch, capsys, "status", "--db", str(db))
+        assert code == 0 and "0/4 · batch at pass 2/30" in out, err
+        now[0] += 0.1
+        status.on_pass(30, 30)  # the last pass: always written
+        assert read_status(db).bars[0].passes == (30, 30)
+        status.on_progress(advance=2)  # the batch stored: its passes are over
+        found = read_status(db).bars[0]
+        assert (found.done, found.passes) == (2, None)
+
+
+def test_a_loss_sweep_reports_every_pass_of_its_batch(monkeypatch, capsys, tmp_path):
+    """The loss sweep of a tiny Llama on one batch: the status is told of every pass (one per
+    configuration the prefix cache does not answer), in order, before the batch is stored;
+    `attnwh status` shows the count."""
+    from test_decoder_ablation import make_causal_lm
+
+    model = make_causal_lm("llama", tmp_path, positions=64)
+    seen: list[tuple[int, int, int]] = []
+    original = status.Activity.passes
+
+    def recording(self, done: int, of: int) -> None:
+        seen.append((done, of, self.record["bars"][-1]["done"]))
+        original(self, done, of)
+
+    monkeypatch.setattr(status.Activity, "passes", recording)
+    args = ["ingest", "ablation", "--model", str(model), "--task", "prose", "--max-length", "24", "--limit", "2"]
+    code, _, err = run(monkeypatch, capsys, *args, "--resamples", "100", "--db", str(tmp_path / "w.duckdb"))
+    assert code == 0, err
+    assert seen, "no pass was reported"
+    of = seen[0][1]
+    assert [d for d, _, _ in seen] == list(range(1, of + 1)) and {o for _, o, _ in seen} == {of}
+    assert {stored for _, _, stored in seen} == {0}  # all within the batch, before it is stored

@@ -107,7 +107,7 @@ def _bars_table(found: WarehouseStatus) -> Table:
         table.add_row(
             *((bar.stage or "",) if staged else ()),
             bar.name,
-            f"{bar.done:,}/{total}",
+            f"{bar.done:,}/{total}" + (f" · batch at pass {bar.passes[0]}/{bar.passes[1]}" if bar.passes else ""),
             speed,
             clock(bar.seconds),
             clock(bar.eta_seconds) if found.running else "",

@@ -369,6 +369,10 @@ class AblationSweep:
         cache = PrefixCache(encoder.model, encoder.family, encoder.num_layers) if prefix_cache else None
         self.prefix = cache if cache is not None and cache.layers is not None else None
         self.configs_per_pass = max(1, configs_per_pass)
+        # Told after each pass of :meth:`logits` how many of its passes are done, of how many:
+        # a unit of a long sweep takes minutes, and a status that moves only between units
+        # looks stuck.
+        self.on_pass: Callable[[int, int], None] | None = None
 
     def max_rows(self, length: int) -> int:
         """How many examples of `length` tokens one call of :meth:`logits` may hold under the
@@ -399,7 +403,7 @@ class AblationSweep:
         groups = [order[i : i + self.configs_per_pass] for i in range(0, len(order), self.configs_per_pass)]
         # A group holds one first layer only, so no copy is computed below where it must be.
         groups = [g for group in groups for g in split_by(group, starts)]
-        for group in groups:
+        for n, group in enumerate(groups, 1):
             k, start = len(group), starts[group[0]]
             disabled = np.zeros((len(numbers), k, H), dtype=bool)
             for j, i in enumerate(group):
@@ -414,6 +418,8 @@ class AblationSweep:
             if out is None:
                 out = np.empty((len(configurations), rows, values.shape[-1]), dtype=np.float32)
             out[group] = values
+            if self.on_pass:
+                self.on_pass(n, len(groups))
         if out is None:  # only when no configuration was given
             raise ValueError("logits needs at least one configuration")
         return out

@@ -188,6 +188,7 @@ def restricted_lm_loss(
     attention_memory: int | None = None,
     scored: torch.Tensor | None = None,
     prefix_cache: bool = True,
+    on_pass: Callable[[int, int], None] | None = None,
 ) -> SequenceLoss:
     """The summed next-token loss of each sequence of `batch` (input_ids, attention_mask)
     under each restriction set of `sets` (an empty set: the model as it is), from a causal
@@ -200,7 +201,7 @@ def restricted_lm_loss(
     padded on either side. With `prefix_cache`, one unrestricted pass records the hidden
     states, and a set whose first restricted group is in layer l replays those below l and
     runs from l on (the same numbers: nothing below l differs); the unrestricted set is that
-    pass."""
+    pass. `on_pass(done, of)` is told after each restricted pass how many of the batch's are done."""
     if getattr(model.config, "_attn_implementation", None) != capture.ATTENTION_NAME:
         raise ValueError("restricted_lm_loss needs a model loaded with attnwh's attention function")
     config: Any = model.config
@@ -250,7 +251,7 @@ def restricted_lm_loss(
         # A pass holds sets of one first layer only, so no copy is computed below where it must be.
         step = max(1, sets_per_pass)
         chunks = [c for lo in range(0, len(todo), step) for c in split_by(todo[lo : lo + step], starts)]
-        for chunk in chunks:
+        for n, chunk in enumerate(chunks, 1):
             k, layer = len(chunk), starts[chunk[0]]
             first = bisect.bisect_left(numbers, layer)  # the first attention layer the pass runs
             chosen = [sets[i] for i in chunk]
@@ -262,6 +263,8 @@ def restricted_lm_loss(
             if observer.layers_seen != len(numbers):
                 raise RuntimeError(f"saw {observer.layers_seen} attention layers, expected {len(numbers)}")
             score(logits, chunk)
+            if on_pass:
+                on_pass(n, len(chunks))
     return SequenceLoss(nats, tokens, correct)
 
 

@@ -41,6 +41,7 @@ from attnwh.ingest.runs.loop import IngestOptions, PreparedTask
 from attnwh.ingest.runs.shards import Part
 from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.ingest.sources.probes import ProbeSequence
+from attnwh.sql import status
 
 if TYPE_CHECKING:
     from attnwh.ingest.runs.engine import EngineOptions, ShardSummary
@@ -260,6 +261,7 @@ class RestrictionWorker:
             options.attention_memory,
             scored,
             options.prefix_cache,
+            status.on_pass,  # a no-op but in the process of a command that keeps a status
         )
         n_sets, n_rows = len(self.sets), len(places)
         s, r = (a.ravel() for a in np.meshgrid(np.arange(n_sets), np.arange(n_rows), indexing="ij"))

@@ -31,7 +31,7 @@ from attnwh.ingest.measures.ablation import AblationSweep, sweep_configurations
 from attnwh.ingest.model.loading import LoadedModel
 from attnwh.ingest.runs.loop import IngestOptions, OpenRun, PreparedTask, open_task_run, run_info, store_stream
 from attnwh.ingest.runs.units import Worker, plan_units
-from attnwh.sql import runs, warehouse
+from attnwh.sql import runs, status, warehouse
 
 if TYPE_CHECKING:
     from attnwh.ingest.runs.ablation import AblationOptions
@@ -97,6 +97,7 @@ def sweep_worker(encoder: LoadedModel, settings: Mapping[str, Any]) -> Worker:
         settings["configs_per_pass"],
         settings.get("attention_memory"),
     )
+    sweep.on_pass = status.on_pass  # a no-op but in the process of a command that keeps a status
     if settings.get("objective") == "loss":
         from attnwh.ingest.runs.loss_ablation import LossWorker
 
