@@ -80,7 +80,7 @@ from attnwh.cli.options import (
 )
 from attnwh.cli.progress import Bars, StudyHooks, interrupts_as, loading, run_resumable, steps_column
 from attnwh.cli.summaries import describe
-from attnwh.errors import DataError, UsageError
+from attnwh.errors import UsageError
 from attnwh.ingest.model.gguf import model_path as gguf_model_path
 from attnwh.ingest.runs.folders import check_out_dir
 from attnwh.ingest.sources.tasks import load_tasks
@@ -91,7 +91,9 @@ if TYPE_CHECKING:
     import altair as alt
     import polars as pl
 
+    from attnwh.ingest.runs.engine import EngineOptions
     from attnwh.ingest.runs.maps import ExampleMaps
+    from attnwh.ingest.runs.prepared import Prepared
     from attnwh.ingest.sources.examples import TaskData
     from attnwh.reports.build import Report
     from attnwh.reports.example_view import ExampleView
@@ -398,6 +400,19 @@ def show(
     return write_page(maps, out or Path(f"show-{run}-{example}.html"), layer, lens)
 
 
+def _run(console: Console, prepared: Prepared, run_on: EngineOptions, db: Path) -> Done:
+    """A prepared command's work (`attnwh.ingest.runs.prepared`): its line on stderr, then its
+    runs into `db` under a bar per task, or with a static shard its slice into the shard folder."""
+    console.print(prepared.header, highlight=False)
+    if run_on.shard:
+        shards, seconds = run_resumable(
+            console, run_on.shard_dir or db, lambda bars: prepared.shard(run_on, bars.start, bars.advance)
+        )
+        return Done(list(shards), seconds, db, sharded=True)
+    summaries, seconds = run_resumable(console, db, lambda bars: prepared.ingest(db, run_on, bars.start, bars.advance))
+    return Done(list(summaries), seconds, db)
+
+
 PromptOpt = Annotated[
     bool,
     typer.Option(
@@ -650,59 +665,13 @@ def relations(
     Give --conllu, --framenet or both (one run each). Word-piece attention is turned into word-level attention (to a word: sum over its pieces; from a word: mean); [CLS]/[SEP] are no words. On a decoder a word sees only earlier words: each direction counts only the pairs whose target comes first, the offset baselines only look back, and the first token (the sink) is no word (docs/metrics.md#relations-on-decoders). Sentences longer than the model's limit are skipped and counted. Each run is stored unit by unit (its running totals), then summed into its tables: an interrupted run resumes where it stopped, --engine ray computes it on Ray, and --shard I/N writes one slice that `attnwh merge` stores and, once every slice is in, completes. A stored run with the same model, file, --limit and --seed is kept unless --replace.
     """
     console = Console(stderr=True)
-    if conllu is None and framenet is None:
-        raise UsageError("give --conllu FILE, --framenet FILE or both")
+    from attnwh.ingest.runs import relations as relation_runs
 
-    from attnwh.ingest.model.available import check_model
-    from attnwh.sql import warehouse
-
-    for kind, path in (("CoNLL-U", conllu), ("FrameNet", framenet)):
-        if path is not None and not path.is_file():
-            raise DataError(f"{kind} file {path} does not exist")
     run_on = compute.options(device.value)
-    if not run_on.shard:
-        warehouse.check_writable(db)
-    check_model(model)  # before torch is imported
-    with console.status("Loading data and model…"):
-        from attnwh.ingest.measures import dependencies as rel
-        from attnwh.ingest.measures import frames as fn
-        from attnwh.ingest.model.loading import load_model, require_every_layer
-        from attnwh.ingest.runs import relations as relation_runs
-        from attnwh.ingest.sources.examples import seeded_sample
-
-        sentences = seeded_sample(rel.read_conllu(conllu), limit, seed) if conllu is not None else None
-        frame_data = None
-        if framenet is not None:
-            frame_data = fn.read_frames(framenet)
-            frame_data = fn.subset(frame_data, seeded_sample(frame_data.links, limit, seed))
-        encoder = load_model(model, device.value, "float32")
-        require_every_layer(encoder, "relations")
-        inputs = []
-        if conllu is not None and sentences is not None:
-            inputs.append(relation_runs.dependencies_task(encoder, conllu, sentences, limit, seed))
-        if framenet is not None and frame_data is not None:
-            inputs.append(relation_runs.frames_task(encoder, framenet, frame_data, limit, seed))
-
-    read = []
-    if conllu is not None and sentences is not None:
-        read.append(f"{len(sentences)} sentences of {conllu.name}")
-    if framenet is not None and frame_data is not None:
-        read.append(f"{len(frame_data.links)} frame annotations of {framenet.name}")
-    console.print(f"{describe(encoder)}; {' and '.join(read)}", highlight=False)
     options = relation_runs.RelationsOptions(limit, seed, batch_size, replace, command_line())
-    if run_on.shard:
-        shards, seconds = run_resumable(
-            console,
-            run_on.shard_dir or db,
-            lambda bars: relation_runs.shard_relations(encoder, inputs, options, run_on, bars.start, bars.advance),
-        )
-        return Done(list(shards), seconds, db, sharded=True)
-    summaries, seconds = run_resumable(
-        console,
-        db,
-        lambda bars: relation_runs.ingest_relations(db, encoder, inputs, options, bars.start, bars.advance, run_on),
-    )
-    return Done(list(summaries), seconds, db)
+    with loading(console, None if run_on.shard else db, models=[model]):
+        prepared = relation_runs.prepare_relations(model, conllu, framenet, options, device.value)
+    return _run(console, prepared, run_on, db)
 
 
 @python_arguments
@@ -758,84 +727,28 @@ def roles(
     One run per probe kind, stored batch by batch: an interrupted run resumes where it stopped, --engine ray computes it on Ray, and --shard I/N writes one slice for `attnwh merge`. A stored run with the same model, probe settings, seed, window and text is kept unless --replace. Long needle probes are read in tiles of query rows under --attention-memory. Decoders only: these scores are defined for causal models.
     """
     console = Console(stderr=True)
-    from attnwh.ingest.model.available import check_model
+    from attnwh.ingest.runs.roles import prepare_roles
 
-    kinds = [k.strip() for k in probes.split(",") if k.strip()]
-    unknown = sorted(set(kinds) - {"induction", "needle"})
-    if not kinds or unknown:
-        raise UsageError(f"--probes {probes!r}: choose from induction, needle (comma-separated)")
     at = _depths(depths)
-    if text is not None and not text.is_file():
-        raise DataError(f"text file {text} does not exist")
-    warehouse.check_writable(db)
-    check_model(model)  # before torch is imported
-    with console.status("Loading text and model…"):
-        from attnwh.ingest.model.loading import (
-            load_model,
-            read_config,
-            require_language_model,
-            require_language_model_in_config,
-        )
-        from attnwh.ingest.runs import roles as role_runs
-        from attnwh.ingest.sources.text import load_sample_text, load_text, special_tokens
-
-        documents: tuple[str, ...] = ()
-        if "needle" in kinds:
-            data = load_text(text) if text is not None else load_sample_text(role_runs.ROLE_TEXT_DEFAULT)
-            documents = tuple(e.text_a for e in data.examples)
-        what = "head roles (previous-token, induction, retrieval)"
-        require_language_model_in_config(read_config(model), model, what, head=False)  # before the weights load
-        encoder = load_model(model, device.value, "float32")
-    require_language_model(encoder, what, head=False)
-    length = context_length or min(1024, encoder.max_length)
-    bos = len(special_tokens(encoder.tokenizer)[0])
-    if "induction" in kinds and 2 * repeat_length + bos > encoder.max_length:
-        raise UsageError(
-            f"--repeat-length {repeat_length}: twice it is over {encoder.name}'s limit of {encoder.max_length} tokens"
-        )
-    if "needle" in kinds and length > encoder.max_length:
-        raise UsageError(f"--context-length {length} is over {encoder.name}'s limit of {encoder.max_length} tokens")
-    plans = [
-        role_runs.RoleSettings(
-            kind,
-            examples,
-            seed,
-            local_window,
-            repeat_length=repeat_length if kind == "induction" else None,
-            context_length=length if kind == "needle" else None,
-            depths=at if kind == "needle" else None,
-            text_name=(str(text.resolve()) if text is not None else f"sample:{role_runs.ROLE_TEXT_DEFAULT}")
-            if kind == "needle"
-            else None,
-            documents=documents if kind == "needle" else (),
-        )
-        for kind in kinds
-    ]
-    made = [plan.build(encoder) for plan in plans]  # every probe before any model time: bad settings fail at once
-    console.print(
-        f"{describe(encoder)}; {', '.join(f'{len(m)} {p.kind} probes' for p, m in zip(plans, made))}", highlight=False
-    )
     run_on = compute.options(device.value)
-
-    def ingest(bars: Bars) -> Any:
-        return role_runs.ingest_roles(
-            db,
-            encoder,
-            list(zip(plans, made)),
+    with loading(console, None if run_on.shard else db, models=[model]):
+        prepared = prepare_roles(
+            model,
+            [k.strip() for k in probes.split(",") if k.strip()],
+            text=text,
+            examples=examples,
+            repeat_length=repeat_length,
+            context_length=context_length,
+            depths=at,
+            seed=seed,
+            local_window=local_window,
+            device=device.value,
             attention_memory=parse_memory(attention_memory),
             batch_size=batch_size,
             replace=replace,
             command=command_line(),
-            on_start=bars.start,
-            on_batch=bars.advance,
-            engine=run_on,
         )
-
-    if run_on.shard:
-        shards, seconds = run_resumable(console, run_on.shard_dir or db, ingest)
-        return Done(list(shards), seconds, db, sharded=True)
-    summaries, seconds = run_resumable(console, db, ingest)
-    return Done(list(summaries), seconds, db)
+    return _run(console, prepared, run_on, db)
 
 
 @python_arguments
@@ -910,73 +823,27 @@ def restriction(
     """
     console = Console(stderr=True)
     ks = _grid(grid)
-    at = _depths(depths)
-    with loading(console, db, models=[model]):
-        from attnwh.ingest.runs import restriction as runs_of
+    from attnwh.ingest.runs import restriction as runs_of
 
-        data = runs_of.read_text(text)  # a missing file fails before the model loads
-        from attnwh.ingest.model.loading import (
-            load_model,
-            read_config,
-            require_language_model,
-            require_language_model_in_config,
-        )
-
-        what = "restricting the context"
-        require_language_model_in_config(read_config(model), model, what)  # before the weights load
-        encoder = load_model(model, device.value, language_model=True)
-        require_language_model(encoder, what)
-        length = context_length or min(1024, encoder.max_length)
-        if length > encoder.max_length:
-            raise UsageError(f"--context-length {length}: {model} reads at most {encoder.max_length} tokens")
-        if length <= sink_tokens + window:
-            raise UsageError(
-                f"--context-length {length} is not longer than --sink-tokens + --window ({sink_tokens + window}): "
-                "a restriction would drop nothing"
-            )
-        per_pass = sets_per_pass or (4 if encoder.device.type == "cuda" else 1)
-        options = runs_of.RestrictionOptions(
-            sink_tokens,
-            window,
-            length,
-            kv_context,
-            kv_dtype.value,
-            tuple(ks) if ks is not None else None,
-            limit,
-            batch_size,
-            per_pass,
-            parse_memory(attention_memory),
-            replace,
-            command_line(),
-            needles,
-            at,
-            seed,
-        )
-        config: Any = encoder.model.config  # Any: torch types a module attribute as Tensor | Module
-        groups = int(config.num_hidden_layers) * int(getattr(config, "num_key_value_heads", None) or encoder.num_heads)
-        if ks is not None and max(ks) > groups:
-            raise UsageError(f"--grid {grid}: {model} has {groups} key/value groups in all")
-        cut = runs_of.cut_text(data, encoder.tokenizer, options, runs_of.needle_documents(text, data))
-    probes = f", {len(cut.needles)} needle probes" if cut.needles else ""
-    console.print(
-        f"{describe(encoder)}: {groups} key/value groups, {len(cut.sequences)} sequences of up to {length} tokens"
-        f"{probes}, sinks {sink_tokens} + window {window}",
-        highlight=False,
+    options = runs_of.RestrictionOptions(
+        sinks=sink_tokens,
+        window=window,
+        kv_context=kv_context,
+        kv_dtype=kv_dtype.value,
+        grid=tuple(ks) if ks is not None else None,
+        limit=limit,
+        batch_size=batch_size,
+        attention_memory=parse_memory(attention_memory),
+        replace=replace,
+        command=command_line(),
+        needles=needles,
+        needle_depths=_depths(depths),
+        needle_seed=seed,
     )
     run_on = compute.options(device.value)
-    if run_on.shard:
-        shards, seconds = run_resumable(
-            console,
-            run_on.shard_dir or db,
-            lambda bars: runs_of.shard_restriction(encoder, cut, options, run_on, bars.start, bars.advance),
-        )
-        return Done(list(shards), seconds, db, sharded=True)
-    summaries, seconds = run_resumable(
-        console,
-        db,
-        lambda bars: [runs_of.ingest_restriction(db, encoder, cut, options, bars.start, bars.advance, run_on)],
-    )
-    return Done(list(summaries), seconds, db)
+    with loading(console, None if run_on.shard else db, models=[model]):
+        prepared = runs_of.prepare_restriction(model, text, options, device.value, context_length, sets_per_pass)
+    return _run(console, prepared, run_on, db)
 
 
 def _depths(text: str) -> tuple[float, ...]:

@@ -25,13 +25,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attnwh.errors import DataError
 from attnwh.ingest.measures.features import FeatureCounts, feature_words, received_attention
-from attnwh.ingest.measures.wordlevel import fitting, most_attended, word_batches
-from attnwh.ingest.model.loading import LoadedModel
+
+if TYPE_CHECKING:  # the reader and the counts load without torch: a bad file fails at once
+    from attnwh.ingest.model.loading import LoadedModel
 
 OFFSETS = tuple(k for k in range(-5, 6) if k != 0)
 DIRECTIONS = ("dep_to_head", "head_to_dep")
@@ -184,6 +186,8 @@ def measure(
 ) -> RelationsResult:
     """Dependency accuracy and feature-word attention of every head over `sentences`;
     over-long ones are skipped."""
+    from attnwh.ingest.measures.wordlevel import fitting, most_attended, word_batches
+
     started = time.perf_counter()
     fits, n_skipped = fitting(encoder, [s.words for s in sentences])
     counts = RelationCounts(encoder.num_layers, encoder.num_heads, encoder.causal)

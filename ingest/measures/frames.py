@@ -41,12 +41,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attnwh.errors import DataError
-from attnwh.ingest.measures.wordlevel import fitting, word_batches
-from attnwh.ingest.model.loading import LoadedModel
+
+if TYPE_CHECKING:  # the reader and the counts load without torch: a bad file fails at once
+    from attnwh.ingest.model.loading import LoadedModel
 
 MAX_SENTENCE_WORDS = 12
 MAX_ELEMENT_WORDS = 3
@@ -301,6 +303,8 @@ def measure_frames(
     encoder: LoadedModel, data: FrameData, batch_size: int = 32, on_batch: Callable[[int], None] | None = None
 ) -> FramesResult:
     """Mean max attention on the annotated links, per direction, layer and head."""
+    from attnwh.ingest.measures.wordlevel import fitting, word_batches
+
     started = time.perf_counter()
     by_sentence: dict[int, list[FrameLinks]] = {}
     for link in data.links:

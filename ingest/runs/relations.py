@@ -33,13 +33,14 @@ from attnwh.errors import AttnwhError, DataError
 from attnwh.ingest.measures import frames
 from attnwh.ingest.measures.dependencies import RelationCounts, RelationsResult, Sentence
 from attnwh.ingest.measures.features import FeatureCounts
-from attnwh.ingest.measures.frames import FrameCounts, FrameData, FramesResult
-from attnwh.ingest.model.loading import LoadedModel, require_every_layer
-from attnwh.ingest.runs.loop import IngestOptions, PreparedTask
+from attnwh.ingest.measures.frames import FrameCounts, FrameData, FrameLinks, FramesResult
+from attnwh.ingest.runs.prepared import Prepared
 from attnwh.ingest.runs.shards import Part
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # this module loads without torch, so a bad file fails at once
+    from attnwh.ingest.model.loading import LoadedModel
     from attnwh.ingest.runs.engine import EngineOptions, ShardSummary
+    from attnwh.ingest.runs.loop import IngestOptions, PreparedTask
     from attnwh.ingest.runs.units import WorkUnit
 
 # Sentences per unit of work, whatever --batch-size is: the units, and so the order in which
@@ -92,7 +93,7 @@ class RelationsInput:
     task: str  # dependencies | frames
     sentences: tuple[Sentence, ...] = ()
     frames: FrameData | None = None
-    by_sentence: tuple[tuple[frames.FrameLinks, ...], ...] = ()  # frames: each example's annotations
+    by_sentence: tuple[tuple[FrameLinks, ...], ...] = ()  # frames: each example's annotations
 
 
 # -- running totals ------------------------------------------------------------------------
@@ -189,7 +190,7 @@ def dependencies_task(encoder: LoadedModel, path: Path, sentences: Sequence[Sent
 def frames_task(encoder: LoadedModel, path: Path, data: FrameData, limit: int | None, seed: int):
     """The sentences of the FrameNet annotations as a task of the engine (one example per
     sentence, its annotations measured together), and the worker's input."""
-    by_sentence: dict[int, list[frames.FrameLinks]] = {}
+    by_sentence: dict[int, list[FrameLinks]] = {}
     for link in data.links:
         by_sentence.setdefault(link.sentence, []).append(link)
     wanted = sorted(by_sentence)
@@ -210,6 +211,7 @@ def _word_task(
     from attnwh.ingest.measures.wordlevel import encode_words, token_limit
     from attnwh.ingest.model.encoding import EncodedTask
     from attnwh.ingest.runs import rows
+    from attnwh.ingest.runs.loop import PreparedTask
     from attnwh.ingest.sources.examples import Example, TaskData
 
     path = Path(path)
@@ -229,6 +231,8 @@ def _word_task(
 
 
 def _ingest_options(options: RelationsOptions) -> IngestOptions:
+    from attnwh.ingest.runs.loop import IngestOptions
+
     return IngestOptions(
         limit=options.limit,
         seed=options.seed,
@@ -236,6 +240,53 @@ def _ingest_options(options: RelationsOptions) -> IngestOptions:
         replace=options.replace,
         command=options.command,
         thumbnails=0,
+    )
+
+
+def prepare_relations(
+    model: str | None,
+    conllu: Path | None,
+    framenet: Path | None,
+    options: RelationsOptions,
+    device: str = "auto",
+) -> Prepared:
+    """`attnwh ingest relations`, one run per file given, checked and set up: the files read
+    (a missing or malformed one, or a FrameNet file none of whose annotations passes the
+    filters, fails before the model loads) and sampled (`options.limit`, `options.seed`),
+    the model loaded and checked to read attention on every layer."""
+    from attnwh.errors import UsageError
+    from attnwh.ingest.measures import dependencies
+    from attnwh.ingest.sources.examples import seeded_sample
+
+    if conllu is None and framenet is None:
+        raise UsageError("give --conllu FILE, --framenet FILE or both")
+    for kind, path in (("CoNLL-U", conllu), ("FrameNet", framenet)):
+        if path is not None and not path.is_file():
+            raise DataError(f"{kind} file {path} does not exist")
+    sentences = frame_data = None
+    if conllu is not None:
+        sentences = seeded_sample(dependencies.read_conllu(conllu), options.limit, options.seed)
+    if framenet is not None:
+        frame_data = frames.read_frames(framenet)
+        frame_data = frames.subset(frame_data, seeded_sample(frame_data.links, options.limit, options.seed))
+    from attnwh.ingest.model.loading import load_model, require_every_layer  # torch: after the files' checks
+    from attnwh.ingest.runs.prepared import model_line
+
+    encoder = load_model(model, device, "float32")
+    require_every_layer(encoder, "relations")
+    inputs, read = [], []
+    if conllu is not None and sentences is not None:
+        inputs.append(dependencies_task(encoder, conllu, sentences, options.limit, options.seed))
+        read.append(f"{len(sentences)} sentences of {conllu.name}")
+    if framenet is not None and frame_data is not None:
+        inputs.append(frames_task(encoder, framenet, frame_data, options.limit, options.seed))
+        read.append(f"{len(frame_data.links)} frame annotations of {framenet.name}")
+    return Prepared(
+        f"{model_line(encoder)}; {' and '.join(read)}",
+        lambda db, engine, on_start, on_batch: ingest_relations(
+            db, encoder, inputs, options, on_start, on_batch, engine
+        ),
+        lambda engine, on_start, on_batch: shard_relations(encoder, inputs, options, engine, on_start, on_batch),
     )
 
 
@@ -252,6 +303,7 @@ def ingest_relations(
     (unless `options.replace`), resume an interrupted one, else measure it unit by unit and
     finish it from the stored totals. `engine` computes the units on Ray; a static shard
     goes through :func:`shard_relations`."""
+    from attnwh.ingest.model.loading import require_every_layer
     from attnwh.ingest.runs.engine import EngineOptions, WorkerSpec, executor_for
     from attnwh.ingest.runs.loop import OpenRun, open_task_run, store_stream
     from attnwh.ingest.runs.units import plan_units
@@ -310,6 +362,7 @@ def shard_relations(
 ) -> list[ShardSummary]:
     """The units of static shard `engine.shard` of every run, into `engine.shard_dir`;
     `attnwh merge` then stores them and finishes each whole run."""
+    from attnwh.ingest.model.loading import require_every_layer
     from attnwh.ingest.runs.engine import write_shards
     from attnwh.ingest.runs.loop import run_info
     from attnwh.ingest.runs.units import plan_units

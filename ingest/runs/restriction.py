@@ -38,6 +38,7 @@ from attnwh.ingest.model.encoding import EncodedTask
 from attnwh.ingest.model.loading import LoadedModel
 from attnwh.ingest.runs import rows
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask
+from attnwh.ingest.runs.prepared import Prepared
 from attnwh.ingest.runs.shards import Part
 from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.ingest.sources.probes import ProbeSequence
@@ -338,6 +339,58 @@ def _check_layers(encoder: LoadedModel) -> tuple[list[int], int]:
             f"layers {list(encoder.attention_layers)}: the restriction sweep cannot tell which groups are which"
         )
     return layers, groups
+
+
+def prepare_restriction(
+    model: str,
+    text: str | None,
+    options: RestrictionOptions,
+    device: str = "auto",
+    context_length: int | None = None,
+    sets_per_pass: int | None = None,
+) -> Prepared:
+    """`attnwh ingest restriction` of `model` on `text`, checked and set up: the text read (a
+    missing file fails before the model loads), the model refused from its config before its
+    weights load unless it is a causal language model, then loaded; the context length (by
+    default 1024, or the model's limit if lower), the window and the grid checked against it;
+    sets per pass by default 4 on a GPU, 1 on a CPU; the text cut into sequences and needles."""
+    from attnwh.ingest.model.loading import load_model, read_config, require_language_model
+    from attnwh.ingest.model.loading import require_language_model_in_config as config_says_language_model
+    from attnwh.ingest.runs.prepared import model_line
+
+    data = read_text(text)
+    what = "restricting the context"
+    config_says_language_model(read_config(model), model, what)
+    encoder = load_model(model, device, language_model=True)
+    require_language_model(encoder, what)
+    length = context_length or min(1024, encoder.max_length)
+    if length > encoder.max_length:
+        raise UsageError(f"--context-length {length}: {model} reads at most {encoder.max_length} tokens")
+    if length <= options.sinks + options.window:
+        raise UsageError(
+            f"--context-length {length} is not longer than --sink-tokens + --window ({options.sinks + options.window}): "
+            "a restriction would drop nothing"
+        )
+    per_pass = sets_per_pass or (4 if encoder.device.type == "cuda" else 1)
+    options = replace(options, context_length=length, sets_per_pass=per_pass)
+    config: Any = encoder.model.config  # Any: torch types a module attribute as Tensor | Module
+    groups = int(config.num_hidden_layers) * int(getattr(config, "num_key_value_heads", None) or encoder.num_heads)
+    if options.grid is not None and max(options.grid) > groups:
+        grid = ",".join(str(k) for k in options.grid)
+        raise UsageError(f"--grid {grid}: {model} has {groups} key/value groups in all")
+    cut = cut_text(data, encoder.tokenizer, options, needle_documents(text, data))
+    probes = f", {len(cut.needles)} needle probes" if cut.needles else ""
+    header = (
+        f"{model_line(encoder)}: {groups} key/value groups, {len(cut.sequences)} sequences of up to {length} tokens"
+        f"{probes}, sinks {options.sinks} + window {options.window}"
+    )
+    return Prepared(
+        header,
+        lambda db, engine, on_start, on_batch: [
+            ingest_restriction(db, encoder, cut, options, on_start, on_batch, engine)
+        ],
+        lambda engine, on_start, on_batch: shard_restriction(encoder, cut, options, engine, on_start, on_batch),
+    )
 
 
 def ingest_restriction(

@@ -22,6 +22,7 @@ from attnwh.ingest.measures import roles
 from attnwh.ingest.model import capture
 from attnwh.ingest.model.loading import LoadedModel
 from attnwh.ingest.runs.loop import PreparedTask
+from attnwh.ingest.runs.prepared import Prepared
 from attnwh.ingest.sources import probes
 from attnwh.ingest.sources.examples import Example, TaskData
 
@@ -211,24 +212,99 @@ def role_task(encoder: LoadedModel, settings: RoleSettings, made: Sequence[probe
     return PreparedTask(data, encoded, ids, int(lengths.max()), settings.identity(encoder))
 
 
-def ingest_roles(
-    db_path: Path,
-    encoder: LoadedModel,
-    plans: Sequence[tuple[RoleSettings, Sequence[probes.ProbeSequence]]],
+def prepare_roles(
+    model: str,
+    kinds: Sequence[str],
     *,
+    text: Path | None = None,
+    examples: int = 10,
+    repeat_length: int = 50,
+    context_length: int | None = None,
+    depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0),
+    seed: int = 42,
+    local_window: int = roles.DEFAULT_LOCAL_WINDOW,
+    device: str = "auto",
     attention_memory: int | None = None,
     batch_size: int = 8,
     replace: bool = False,
     command: str | None = None,
-    on_start: Callable[[str, int], None] | None = None,
-    on_batch: Callable[[int], None] | None = None,
-    engine: EngineOptions | None = None,
-) -> list[RolesSummary] | list[ShardSummary]:
-    """One run per probe kind (`plans`: its settings and the probes :meth:`RoleSettings.build`
-    gives): skip a complete one (unless `replace`), resume an interrupted one, else score and
-    store it unit by unit. `engine` runs the units on Ray, or writes one static shard of them
-    for `attnwh merge`; by default, here."""
-    from attnwh.ingest.runs.loop import IngestOptions, ingest_runs, shard_runs
+) -> Prepared:
+    """`attnwh ingest roles` of `model`, one run per probe kind of `kinds` (induction,
+    needle), checked and set up: the needles' text read, the model refused from its config
+    before its weights load unless it is a decoder, then loaded; the probes' lengths checked
+    against its limit (a needle probe: `context_length`, by default 1024 or the model's limit)
+    and every probe built before any model time."""
+    from attnwh.errors import DataError, UsageError
+    from attnwh.ingest.model.loading import (
+        load_model,
+        read_config,
+        require_language_model,
+        require_language_model_in_config,
+    )
+    from attnwh.ingest.runs.prepared import model_line
+    from attnwh.ingest.sources.text import load_sample_text, load_text, special_tokens
+
+    unknown = sorted(set(kinds) - {"induction", "needle"})
+    if not kinds or unknown:
+        raise UsageError(f"--probes {','.join(kinds)!r}: choose from induction, needle (comma-separated)")
+    if text is not None and not Path(text).is_file():
+        raise DataError(f"text file {text} does not exist")
+    documents: tuple[str, ...] = ()
+    if "needle" in kinds:
+        data = load_text(text) if text is not None else load_sample_text(ROLE_TEXT_DEFAULT)
+        documents = tuple(e.text_a for e in data.examples)
+    what = "head roles (previous-token, induction, retrieval)"
+    require_language_model_in_config(read_config(model), model, what, head=False)  # before the weights load
+    encoder = load_model(model, device, "float32")
+    require_language_model(encoder, what, head=False)
+    length = context_length or min(1024, encoder.max_length)
+    bos = len(special_tokens(encoder.tokenizer)[0])
+    if "induction" in kinds and 2 * repeat_length + bos > encoder.max_length:
+        raise UsageError(
+            f"--repeat-length {repeat_length}: twice it is over {encoder.name}'s limit of {encoder.max_length} tokens"
+        )
+    if "needle" in kinds and length > encoder.max_length:
+        raise UsageError(f"--context-length {length} is over {encoder.name}'s limit of {encoder.max_length} tokens")
+    text_name = str(Path(text).resolve()) if text is not None else f"sample:{ROLE_TEXT_DEFAULT}"
+    plans = [
+        RoleSettings(
+            kind,
+            examples,
+            seed,
+            local_window,
+            repeat_length=repeat_length if kind == "induction" else None,
+            context_length=length if kind == "needle" else None,
+            depths=depths if kind == "needle" else None,
+            text_name=text_name if kind == "needle" else None,
+            documents=documents if kind == "needle" else (),
+        )
+        for kind in kinds
+    ]
+    made = [plan.build(encoder) for plan in plans]  # every probe before any model time: bad settings fail at once
+    header = f"{model_line(encoder)}; {', '.join(f'{len(m)} {p.kind} probes' for p, m in zip(plans, made))}"
+    planned = list(zip(plans, made))
+    settings: dict[str, Any] = {"attention_memory": attention_memory, "batch_size": batch_size, "command": command}
+    return Prepared(
+        header,
+        lambda db, engine, on_start, on_batch: ingest_roles(
+            db, encoder, planned, replace=replace, on_start=on_start, on_batch=on_batch, engine=engine, **settings
+        ),
+        lambda engine, on_start, on_batch: shard_roles(
+            encoder, planned, engine, on_start=on_start, on_batch=on_batch, **settings
+        ),
+    )
+
+
+def _captured(
+    encoder: LoadedModel,
+    plans: Sequence[tuple[RoleSettings, Sequence[probes.ProbeSequence]]],
+    attention_memory: int | None,
+    batch_size: int,
+    replace: bool,
+    command: str | None,
+) -> tuple[list[PreparedTask], RolesCapture, Any]:
+    """The runs' tasks, the capture that scores them and the engine's options."""
+    from attnwh.ingest.runs.loop import IngestOptions
 
     tasks = [role_task(encoder, settings, made) for settings, made in plans]
     capture_ = RolesCapture(
@@ -242,8 +318,29 @@ def ingest_roles(
     options = IngestOptions(
         limit=first.examples, seed=first.seed, batch_size=batch_size, replace=replace, command=command, thumbnails=0
     )
-    if engine is not None and engine.shard is not None:
-        return shard_runs(capture_, tasks, options, engine, on_start, on_batch)
+    return tasks, capture_, options
+
+
+def ingest_roles(
+    db_path: Path,
+    encoder: LoadedModel,
+    plans: Sequence[tuple[RoleSettings, Sequence[probes.ProbeSequence]]],
+    *,
+    attention_memory: int | None = None,
+    batch_size: int = 8,
+    replace: bool = False,
+    command: str | None = None,
+    on_start: Callable[[str, int], None] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+    engine: EngineOptions | None = None,
+) -> list[RolesSummary]:
+    """One run per probe kind (`plans`: its settings and the probes :meth:`RoleSettings.build`
+    gives): skip a complete one (unless `replace`), resume an interrupted one, else score and
+    store it unit by unit. `engine` runs the units on Ray; by default, here. A static shard
+    goes through :func:`shard_roles`."""
+    from attnwh.ingest.runs.loop import ingest_runs
+
+    tasks, capture_, options = _captured(encoder, plans, attention_memory, batch_size, replace, command)
     summaries = ingest_runs(db_path, capture_, tasks, options, on_start, on_batch, engine)
     return [
         RolesSummary(
@@ -256,6 +353,25 @@ def ingest_roles(
         )
         for s, t in zip(summaries, tasks)
     ]
+
+
+def shard_roles(
+    encoder: LoadedModel,
+    plans: Sequence[tuple[RoleSettings, Sequence[probes.ProbeSequence]]],
+    engine: EngineOptions,
+    *,
+    attention_memory: int | None = None,
+    batch_size: int = 8,
+    command: str | None = None,
+    on_start: Callable[[str, int], None] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[ShardSummary]:
+    """Static shard `engine.shard` of every probe kind's run, into `engine.shard_dir`, for
+    `attnwh merge`."""
+    from attnwh.ingest.runs.loop import shard_runs
+
+    tasks, capture_, options = _captured(encoder, plans, attention_memory, batch_size, False, command)
+    return shard_runs(capture_, tasks, options, engine, on_start, on_batch)
 
 
 def probe_example_ids(settings: RoleSettings, made: Sequence[probes.ProbeSequence]) -> list[int]:

@@ -1,0 +1,39 @@
+"""A command's work once checked and set up by its run kind's `prepare_*` (statistics,
+compare, relations, roles, the restriction, the sweeps): the line that says what it will do,
+and how to run it into a warehouse or write one static shard of it. The API runs it the same
+way for every kind (`attnwh.api`), so the checks and the setup of a kind live with the kind,
+not with the command."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attnwh.ingest.model.loading import LoadedModel
+    from attnwh.ingest.runs.engine import EngineOptions
+
+# A bar begins (its name and total), and moves by so many examples.
+OnStart = Callable[[str, int], None]
+OnBatch = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """`header`: one line on the model and the work (rich markup). `ingest(db, engine, on_start,
+    on_batch)` stores the runs and returns their summaries; `shard(engine, on_start, on_batch)`
+    writes static shard `engine.shard` and returns the slices' summaries."""
+
+    header: str
+    ingest: Callable[[Path, EngineOptions, OnStart | None, OnBatch | None], Sequence[Any]]
+    shard: Callable[[EngineOptions, OnStart | None, OnBatch | None], Sequence[Any]]
+
+
+def model_line(encoder: LoadedModel) -> str:
+    """The model as a command's first line names it."""
+    return (
+        f"[bold]{encoder.name}[/] ({encoder.family}, {encoder.num_layers} layers × {encoder.num_heads} heads) "
+        f"on {encoder.device}"
+    )
