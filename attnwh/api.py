@@ -513,15 +513,8 @@ def ingest(
     with loading(console, None if run_on.shard else db, source, models=[model]):
         loaded = source.load()  # data errors before torch is imported
         prompts = _task_prompts(source, loaded, shots, shot_seed, words) if prompt else None
-        from attnwh.ingest.model.loading import load_model
-        from attnwh.ingest.runs.loop import StatisticsCapture, check_fits, ingest_runs, prepare_tasks, shard_runs
+        from attnwh.ingest.runs.loop import prepare_statistics
 
-        # Read through a prompt, a decoder loads with its language-model head: the answer is read too.
-        encoder = load_model(model, device.value, dtype.value, language_model=prompt)
-        if prompt:
-            from attnwh.ingest.runs.prompted import check_language_model
-
-            check_language_model(encoder, "")
         options = dataclasses.replace(
             reading.ingest_options(replace),
             thumbnails=thumbnails,
@@ -531,26 +524,8 @@ def ingest(
             mixing=mixing,
             massive=massive,
         )
-        prepared = prepare_tasks(encoder, loaded, options)
-        if prompts is not None:
-            from attnwh.ingest.runs.prompted import prompted_task
-
-            prepared = [prompted_task(encoder, task, p, options) for task, p in zip(prepared, prompts, strict=True)]
-        capture = StatisticsCapture.for_options(encoder, options, prepared)
-        check_fits(capture, prepared)
-
-    console.print(f"{describe(encoder)}, {options.max_length or encoder.max_length} tokens max", highlight=False)
-    if run_on.shard:
-        shards, seconds = run_resumable(
-            console,
-            run_on.shard_dir or db,
-            lambda bars: shard_runs(capture, prepared, options, run_on, bars.start, bars.advance),
-        )
-        return Done(list(shards), seconds, db, sharded=True)
-    summaries, seconds = run_resumable(
-        console, db, lambda bars: ingest_runs(db, capture, prepared, options, bars.start, bars.advance, run_on)
-    )
-    return Done(list(summaries), seconds, db)
+        prepared = prepare_statistics(model, loaded, options, device.value, dtype.value, prompts)
+    return _run(console, prepared, run_on, db)
 
 
 @python_arguments
@@ -590,35 +565,11 @@ def compare(
     run_on = compute.options(device.value)
     with loading(console, None if run_on.shard else db, source, "models", models=[base, tuned]):
         loaded = source.load()  # data errors before torch is imported
-        from attnwh.ingest.measures.change import ChangeCapture, check_compatible, prepare_comparison
-        from attnwh.ingest.model.loading import load_model
-        from attnwh.ingest.runs.loop import check_fits, ingest_runs, shard_runs
+        from attnwh.ingest.runs.loop import prepare_compare
 
-        base_encoder = load_model(base, device.value, dtype.value)
-        tuned_encoder = load_model(tuned, device.value, dtype.value)
-        check_compatible(base_encoder, tuned_encoder)
         options = dataclasses.replace(reading.ingest_options(replace), attention_memory=parse_memory(attention_memory))
-        prepared = prepare_comparison(base_encoder, tuned_encoder, loaded, options)
-        capture = ChangeCapture(base_encoder, tuned_encoder, options.attention_memory)
-        check_fits(capture, prepared)
-
-    console.print(
-        f"[bold]{base_encoder.name}[/] → [bold]{tuned_encoder.name}[/] ({tuned_encoder.family}, "
-        f"{tuned_encoder.num_layers} layers × {tuned_encoder.num_heads} heads) on {tuned_encoder.device}, "
-        f"{prepared[0].max_length} tokens max",
-        highlight=False,
-    )
-    if run_on.shard:
-        shards, seconds = run_resumable(
-            console,
-            run_on.shard_dir or db,
-            lambda bars: shard_runs(capture, prepared, options, run_on, bars.start, bars.advance),
-        )
-        return Done(list(shards), seconds, db, sharded=True)
-    summaries, seconds = run_resumable(
-        console, db, lambda bars: ingest_runs(db, capture, prepared, options, bars.start, bars.advance, run_on)
-    )
-    return Done(list(summaries), seconds, db)
+        prepared = prepare_compare(base, tuned, loaded, options, device.value, dtype.value)
+    return _run(console, prepared, run_on, db)
 
 
 @python_arguments

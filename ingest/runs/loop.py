@@ -39,6 +39,7 @@ from attnwh.sql import runs, warehouse
 
 if TYPE_CHECKING:
     from attnwh.ingest.runs.engine import EngineOptions, Executor, ShardSummary
+    from attnwh.ingest.runs.prepared import Prepared
 
 
 @dataclass(frozen=True)
@@ -644,3 +645,62 @@ def open_task_run(
         return runs.create_run(
             con, kind, task.identity, {**model_ids, **run_fields(encoder, task, options)}, replace=options.replace
         )
+
+
+def prepare_statistics(
+    model: str | None,
+    loaded: Sequence[TaskData],
+    options: IngestOptions,
+    device: str = "auto",
+    dtype: str = "float32",
+    prompts: Sequence[Any] | None = None,
+) -> Prepared:
+    """`attnwh ingest` of `model` on the `loaded` tasks, checked and set up: the model loaded
+    (read through `prompts`, one per task, a causal language model with its head, checked to
+    be one), every task sampled, tokenized and checked to fit the attention memory."""
+    from attnwh.ingest.model.loading import load_model
+    from attnwh.ingest.runs.prepared import Prepared, model_line
+
+    encoder = load_model(model, device, dtype, language_model=prompts is not None)
+    if prompts is not None:
+        from attnwh.ingest.runs.prompted import check_language_model, prompted_task
+
+        check_language_model(encoder, "")
+    prepared = prepare_tasks(encoder, loaded, options)
+    if prompts is not None:
+        prepared = [prompted_task(encoder, task, p, options) for task, p in zip(prepared, prompts, strict=True)]
+    capture_ = StatisticsCapture.for_options(encoder, options, prepared)
+    check_fits(capture_, prepared)
+    return Prepared(
+        f"{model_line(encoder)}, {options.max_length or encoder.max_length} tokens max",
+        lambda db, engine, on_start, on_batch: ingest_runs(db, capture_, prepared, options, on_start, on_batch, engine),
+        lambda engine, on_start, on_batch: shard_runs(capture_, prepared, options, engine, on_start, on_batch),
+    )
+
+
+def prepare_compare(
+    base: str | None,
+    tuned: str,
+    loaded: Sequence[TaskData],
+    options: IngestOptions,
+    device: str = "auto",
+    dtype: str = "float32",
+) -> Prepared:
+    """`attnwh ingest compare` of `base` and `tuned` on the `loaded` tasks, checked and set up:
+    both models loaded and checked to have the same layers and heads, every task sampled,
+    tokenized and checked to fit."""
+    from attnwh.ingest.measures.change import ChangeCapture, check_compatible, prepare_comparison
+    from attnwh.ingest.model.loading import load_model
+    from attnwh.ingest.runs.prepared import Prepared, model_line
+
+    base_model = load_model(base, device, dtype)
+    tuned_model = load_model(tuned, device, dtype)
+    check_compatible(base_model, tuned_model)
+    prepared = prepare_comparison(base_model, tuned_model, loaded, options)
+    capture_ = ChangeCapture(base_model, tuned_model, options.attention_memory)
+    check_fits(capture_, prepared)
+    return Prepared(
+        f"[bold]{base_model.name}[/] → {model_line(tuned_model)}, {prepared[0].max_length} tokens max",
+        lambda db, engine, on_start, on_batch: ingest_runs(db, capture_, prepared, options, on_start, on_batch, engine),
+        lambda engine, on_start, on_batch: shard_runs(capture_, prepared, options, engine, on_start, on_batch),
+    )
