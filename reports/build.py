@@ -7,6 +7,7 @@ and `write_html` / `write_images` directly.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -111,8 +112,11 @@ def write_html(report: Report, out: Path | str) -> Path:
     return out
 
 
-def write_images(report: Report, folder: Path | str, format: Literal["png", "svg"]) -> list[Path]:
-    """Write each chart as `<folder>/<chart id>.<format>` with vl-convert; returns the paths."""
+def write_images(
+    report: Report, folder: Path | str, format: Literal["png", "svg"], only: Collection[str] | None = None
+) -> list[Path]:
+    """Write each chart (or those whose id is in `only`) as `<folder>/<chart id>.<format>` with
+    vl-convert; returns the paths."""
     import vl_convert
 
     from attnwh.reports.page import vegalite_version
@@ -121,6 +125,8 @@ def write_images(report: Report, folder: Path | str, format: Literal["png", "svg
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for block in report.charts():
+        if only is not None and block.id not in only:
+            continue
         target = folder / f"{block.id}.{format}"
         if format == "svg":
             target.write_text(vl_convert.vegalite_to_svg(block.spec(), vl_version=vegalite_version()), encoding="utf-8")

@@ -685,11 +685,12 @@ def _head_roles(ctx: ReportContext) -> list[Block]:
     ]
 
 
-# Heads per role in the top-heads table.
+# Heads per role in the top-heads tables.
 TOP_ROLE_HEADS = 5
-# The roles of the top-heads table, each on the probes it is read on (Olsson et al.'s three
-# on repeated random tokens, Wu et al.'s retrieval on needles), with their words.
-_ROLES = {
+# The roles of the top-heads tables (the report's and the roles results page's), each on the
+# probes it is read on (Olsson et al.'s three on repeated random tokens, Wu et al.'s retrieval
+# on needles), with their words.
+TOP_ROLES: dict[tuple[str, str], str] = {
     ("induction", "induction"): "induction",
     ("induction", "previous_token"): "previous token",
     ("induction", "duplicate"): "duplicate token",
@@ -714,7 +715,7 @@ def retrieval_share_text(means: pl.DataFrame) -> str:
 def _top_role_heads(top: pl.DataFrame) -> TableBlock:
     rows, links = [], []
     for r in top.iter_rows(named=True):
-        role = _ROLES.get((r["probe"], r["score"]))
+        role = TOP_ROLES.get((r["probe"], r["score"]))
         if role is None:
             continue
         rows.append(

@@ -13,13 +13,13 @@ eager rows leave of 1 (GraniteSWA's eager rows sum to 1 and its sink scales the 
 instead: its token weights are the eager weights times that scale).
 
 docs/families.md lists the outcome per family; :func:`test_the_families_page_matches_the_census`
-keeps it true.
+keeps it true, and run with ATTNWH_CENSUS_WRITE=1 writes the page's census part (do so when
+transformers changes).
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import re
 import unicodedata
@@ -29,9 +29,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import transformers
 from torch import nn
 from transformers import AttentionInterface, AttentionMaskInterface, AutoModel
 from transformers.masking_utils import eager_mask
+from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
 
 from attnwh.errors import ModelError
 from attnwh.ingest.measures.statistics import OBSERVED_COLUMNS
@@ -245,11 +247,37 @@ def test_the_families_page_matches_the_census():
     """docs/families.md gives each family the outcome the census found (run after it)."""
     if len(OUTCOMES) < len(FAMILIES):
         pytest.skip("run with the whole census")
-    if os.environ.get("ATTNWH_CENSUS_OUT"):  # tools/families_page.py writes the page from it
-        Path(os.environ["ATTNWH_CENSUS_OUT"]).write_text(json.dumps(OUTCOMES, indent=1), encoding="utf-8")
     text = PAGE.read_text(encoding="utf-8")
+    assert CENSUS_PART.search(text), "docs/families.md lost the marks around the census's part"
+    if os.environ.get("ATTNWH_CENSUS_WRITE"):  # the census writes its part of the page
+        text = CENSUS_PART.sub(lambda m: f"{m[1]}\n{census_table(OUTCOMES)}\n\n{m[2]}", text)
+        PAGE.write_text(text, encoding="utf-8")
     listed = dict(re.findall(r"^\| `([^`]+)` \| (read|refused|not built)", text, flags=re.M))
     for family, outcome in OUTCOMES.items():
         if family in listed:
             assert outcome.split(":")[0] == listed[family], (family, outcome, listed[family])
     assert set(listed) <= set(FAMILIES), sorted(set(listed) - set(FAMILIES))
+
+
+# The census's part of the page, between its two marks.
+CENSUS_PART = re.compile(r"(<!-- census: the lines .*?-->\n).*?(<!-- census: end -->)", re.S)
+
+
+def census_table(outcomes: dict[str, str]) -> str:
+    """The census's part of docs/families.md: how many families are read, refused and not
+    built, and a row per family with its outcome and its classifier class for `attnwh finetune`."""
+    counts = {kind: sum(o.startswith(kind) for o in outcomes.values()) for kind in ("read", "refused", "not built")}
+    lines = [
+        f"transformers {transformers.__version__}: {len(outcomes)} families; {counts['read'] + counts['refused']} "
+        f"built tiny and ran, of which attnwh reads **{counts['read']}** exactly and refuses {counts['refused']}; "
+        f"{counts['not built']} could not be built tiny.",
+        "",
+        "| family | outcome | what the census found | `attnwh finetune` |",
+        "| --- | --- | --- | --- |",
+    ]
+    for family, outcome in sorted(outcomes.items()):
+        kind, _, detail = outcome.partition(": ")
+        classifier = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES.get(family)
+        tuned = f"`{classifier}`" if classifier else "no classifier class"
+        lines.append(f"| `{family}` | {kind} | {detail.replace('|', '/')} | {tuned} |")
+    return "\n".join(lines)

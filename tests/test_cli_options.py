@@ -46,6 +46,7 @@ def test_every_db_option_reads_attnwh_db_with_one_default():
         "attnwh status",
         "attnwh merge",
         "attnwh report",
+        "attnwh report results",
         "attnwh show",
         "attnwh finetune",
         "attnwh study",

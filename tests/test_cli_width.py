@@ -33,7 +33,7 @@ def _command_paths() -> list[list[str]]:
 def test_every_command_is_checked():
     names = {" ".join(path) for path in _command_paths()}
     assert {"", "ingest", "ingest compare", "ingest ablation", "ingest relations", "study", "finetune"} <= names
-    assert {"patterns", "patterns train", "sql", "query", "queries", "schema", "report"} <= names
+    assert {"patterns", "patterns train", "sql", "query", "queries", "schema", "report", "report results"} <= names
 
 
 # A row of an options panel: the required mark, the option (a short form), then its description.

@@ -1,12 +1,10 @@
-"""tools/decoder_results_page.py on a tiny Llama read as the SmolLM2 page reads the real one:
+"""`attnwh report results --page decoder` on a tiny Llama read as the SmolLM2 page reads the real one:
 statistics of the sample sentiment task, a prompted ablation sweep of it, the page written
 with its parity check and charts; its numbers are the warehouse's, read here with plain SQL."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import duckdb
@@ -14,22 +12,6 @@ import pytest
 
 from helpers import cli_main
 from test_decoder_ablation import HEADS, LAYERS, SWEEP, make_causal_lm
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_tool():
-    sys.path.insert(0, str(ROOT / "tools"))  # the page imports results_page's helpers, as when run as a script
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "decoder_results_page", ROOT / "tools" / "decoder_results_page.py"
-        )
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +36,8 @@ def page(tmp_path_factory) -> tuple[Path, str]:
     )
     cli_main("ingest", "ablation", *common, "--prompt", "--label-words", "the,dog", *SWEEP)
     out = tmp / "results" / "tiny.md"
-    load_tool().main(["--db", str(db), "--name", "tiny-llama", "--model", str(lm), "--out", str(out)])
+    cli_main("report", "results", "--page", "decoder", "--db", str(db), "--name", "tiny-llama", "--model", str(lm),
+             "--out", str(out))  # fmt: skip
     return db, out.read_text(encoding="utf-8")
 
 

@@ -1,33 +1,22 @@
-"""tools/results_page.py on a tiny study (`attnwh study` on RTE and STS-B, from-scratch and
+"""`attnwh report results --page study` on a tiny study (`attnwh study` on RTE and STS-B, from-scratch and
 untrained-head fine-tunings, dependency and FrameNet relations): every figure's section is
 written, and its numbers are the warehouse's, read here with plain SQL on the tables."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from attnwh.reports.markdown import stored_as
 from helpers import cli_main
 from test_frames import framebert_text
 from test_relations import CONLLU
 from test_study import study_args, write_glue
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-
-
-def load_tool():
-    spec = importlib.util.spec_from_file_location("results_page", ROOT / "tools" / "results_page.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["results_page"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +61,8 @@ def page(tmp_path_factory):
         "\tElapsed (wall clock) time (h:mm:ss or m:ss): 10:00\n\tMaximum resident set size (kbytes): 2097152\n"
     )
     out = tmp / "docs" / "tiny.md"
-    load_tool().main(
-        ["--db", str(db), "--name", "tiny", "--log", str(log), "--log", str(rerun), "--time-dir", str(tmp)]
-        + ["--out", str(out)]
-    )
+    cli_main("report", "results", "--page", "study", "--db", str(db), "--name", "tiny", "--log", str(log),
+             "--log", str(rerun), "--time-dir", str(tmp), "--out", str(out))  # fmt: skip
     return db, out, out.read_text(encoding="utf-8")
 
 
@@ -117,11 +104,8 @@ def test_the_page_shows_no_folder_of_the_machine(page, tmp_path):
     assert str(db.parent) not in text and "/tmp" not in text
     model_line = next(line for line in text.splitlines() if line.startswith("Model:"))
     assert "`base`" in model_line, model_line
-    tool = load_tool()
-    assert tool.stored_as(str(db.parent / "base"), tmp_path / "elsewhere.duckdb") == (
-        "stored as a local folder named `base`"
-    )
-    assert tool.stored_as("sentence-transformers/all-mpnet-base-v2", db) == (
+    assert stored_as(str(db.parent / "base"), tmp_path / "elsewhere.duckdb") == "stored as a local folder named `base`"
+    assert stored_as("sentence-transformers/all-mpnet-base-v2", db) == (
         "`sentence-transformers/all-mpnet-base-v2` as stored"
     )
 
@@ -192,7 +176,9 @@ def test_costs_come_from_the_log_and_the_time_files(page):
 def test_a_rerun_writes_the_same_page(page, tmp_path):
     db, _, text = page
     out = tmp_path / "again.md"
-    load_tool().main(["--db", str(db), "--name", "tiny", "--out", str(out), "--no-figures"])
+    cli_main(
+        "report", "results", "--page", "study", "--db", str(db), "--name", "tiny", "--out", str(out), "--no-figures"
+    )
     again = out.read_text(encoding="utf-8")
     # Without the log, time files and figures, the rest is the same text.
     strip = re.compile(r"!\[[^\]]*\]\([^)]+\)\n\n|## What it costs.*", re.S)

@@ -1,4 +1,4 @@
-"""tools/roles_results_page.py on a tiny Llama read as the SmolLM2 roles page reads the real one:
+"""`attnwh report results --page roles` on a tiny Llama read as the SmolLM2 roles page reads the real one:
 head roles on induction and needle probes, a loss sweep on the prose sample, a restriction run
 with needle probes, the page written with its charts; its numbers are the warehouse's, read
 here with plain SQL. The statistics page of the same warehouse keeps the loss sweep out of its
@@ -6,32 +6,18 @@ prompted-task sections."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from helpers import cli_main
+from attnwh.reports.results import write_results_page
+from helpers import cli_main, run
 from test_decoder_ablation import HEADS, LAYERS, make_causal_lm
 from test_loss_ablation import SWEEP
 
-ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = 160  # room for a needle, its question and answer, and a haystack
-
-
-def load_tool(name: str):
-    sys.path.insert(0, str(ROOT / "tools"))  # the pages import each other's helpers, as when run as scripts
-    try:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +39,8 @@ def page(tmp_path_factory) -> tuple[Path, str]:
             encoding="utf-8",
         )
     out = tmp / "results" / "tiny-roles.md"
-    load_tool("roles_results_page").main(
-        ["--db", str(db), "--name", "tiny-llama", "--time-dir", str(tmp), "--companion", "tiny.md", "--out", str(out)]
-    )
+    cli_main("report", "results", "--page", "roles", "--db", str(db), "--name", "tiny-llama", "--time-dir", str(tmp),
+             "--companion", "tiny.md", "--out", str(out))  # fmt: skip
     return db, out.read_text(encoding="utf-8")
 
 
@@ -145,7 +130,20 @@ def test_restriction_plan_and_needles_are_the_warehouses(page):
 def test_the_statistics_page_of_the_same_warehouse_leaves_the_loss_sweep_out(page, tmp_path):
     db, _ = page
     out = tmp_path / "tiny.md"
-    load_tool("decoder_results_page").main(["--db", str(db), "--no-figures", "--out", str(out)])
+    cli_main("report", "results", "--page", "decoder", "--db", str(db), "--no-figures", "--out", str(out))
     text = out.read_text(encoding="utf-8")
     assert "No ablation run of this model in the warehouse." in section(text, "The task through a prompt")
     assert "## Disabling heads and layers" not in text
+
+
+def test_the_command_says_what_it_wrote_and_the_function_writes_the_same(page, monkeypatch, capsys, tmp_path):
+    db, text = page
+    out = tmp_path / "new-folder" / "roles.md"
+    args = ("--db", str(db), "--name", "tiny-llama", "--companion", "tiny.md", "--no-figures", "--out", str(out))
+    code, stdout, err = run(monkeypatch, capsys, "report", "results", "--page", "roles", *args)
+    assert code == 0 and stdout == f"wrote {out}\n" and not err, err
+    done = write_results_page(db, "roles", tmp_path / "api.md", name="tiny-llama", companion="tiny.md", figures=False)
+    assert done.figures == [] and done.page.read_text(encoding="utf-8") == out.read_text(encoding="utf-8")
+    # Without figures and time files: the fixture's page less its images and its cost table.
+    strip = re.compile(r"!\[[^\]]*\]\([^)]+\)\n\n|## What it cost.*", re.S)
+    assert strip.sub("", out.read_text(encoding="utf-8")).rstrip() == strip.sub("", text).rstrip()

@@ -46,5 +46,5 @@ step relations-ud "$A" ingest relations --model "$MODEL" --conllu "$DATA/ud/en_e
 step relations-framenet "$A" ingest relations --model "$MODEL" \
     --framenet "$DATA/framenet/fn1.7.dev.opensesame.conll" --db study.duckdb || exit 1
 "$A" report --db study.duckdb --out report.html
-"${PYTHON:-python}" "$ROOT/tools/results_page.py" --db study.duckdb --name all-mpnet-base-v2 --log study.log --time-dir . \
+"$A" report results --page study --db study.duckdb --name all-mpnet-base-v2 --log study.log --time-dir . \
     --out "$ROOT/docs/results/all-mpnet-base-v2.md"

@@ -45,7 +45,7 @@ step loss-sweep "$A" ingest ablation --model "$MODEL" --task prose --limit 16 --
 # each would add another 102 passes (--needles 1: about 25 min more).
 step restriction "$A" ingest restriction --model "$MODEL" --context-length 2048 --limit 1 --needles 0 \
     --db smol.duckdb || exit 1
-"${PYTHON:-python}" "$ROOT/tools/roles_results_page.py" --db smol.duckdb --name SmolLM2-135M-Instruct \
+"$A" report results --page roles --db smol.duckdb --name SmolLM2-135M-Instruct \
     --time-dir . --companion smollm2-135m.md --out "$ROOT/docs/results/smollm2-135m-roles.md" || exit 1
 
 step stats-sst2 "$A" ingest --model "$MODEL" --glue-dir "$GLUE" --task sst2 --limit 200 --db smol.duckdb || exit 1
@@ -56,5 +56,5 @@ step sweep-sst2 "$A" ingest ablation --model "$MODEL" --glue-dir "$GLUE" --task 
 # statistics of the bare sentences; sink_vs_ablation now prefers these.
 step stats-sst2-prompt "$A" ingest --model "$MODEL" --glue-dir "$GLUE" --task sst2 --prompt --limit 100 \
     --db smol.duckdb || exit 1
-"${PYTHON:-python}" "$ROOT/tools/decoder_results_page.py" --db smol.duckdb --name SmolLM2-135M-Instruct \
+"$A" report results --page decoder --db smol.duckdb --name SmolLM2-135M-Instruct \
     --model "$MODEL" --time-dir . --companion smollm2-135m-roles.md --out "$ROOT/docs/results/smollm2-135m.md"

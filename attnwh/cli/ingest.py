@@ -17,12 +17,11 @@ from attnwh import api
 from attnwh.cli.ablation import ablation
 from attnwh.cli.compare import compare
 from attnwh.cli.helpformat import HelpCommand, HelpGroup
-from attnwh.cli.options import cli_command
+from attnwh.cli.options import cli_command, refuse_options_before
 from attnwh.cli.relations import relations
 from attnwh.cli.restriction import restriction
 from attnwh.cli.roles import roles
 from attnwh.cli.summaries import print_runs, print_shards
-from attnwh.errors import UsageError
 
 # The group's help is the docstring of its callback, `ingest`.
 ingest_app = typer.Typer(
@@ -48,23 +47,6 @@ def show_ingest(call: tuple[typer.Context, Callable[[], Any]]) -> None:
 
 
 ingest = cli_command(api.ingest, show_ingest, context=True)
-
-
-def refuse_options_before(ctx: typer.Context, subcommand: str) -> None:
-    """Options typed between `ingest` and a subcommand are bare `attnwh ingest`'s, which does not
-    run then: refuse them instead of ignoring them (the environment's ATTNWH_DB is no mistake)."""
-    for param in ctx.command.params:
-        # By name: typer ships its own copy of click, whose ParameterSource is not click's.
-        source = ctx.get_parameter_source(param.name) if param.name else None
-        if source is None or source.name != "COMMANDLINE":
-            continue
-        name = "/".join([*param.opts, *param.secondary_opts])
-        sub = ctx.command.get_command(ctx, subcommand)  # type: ignore[attr-defined]  # a group's context
-        if sub is not None and any(p.name == param.name for p in sub.params):
-            raise UsageError(
-                f"{name} belongs after '{subcommand}' (options before a subcommand are those of bare `attnwh ingest`)"
-            )
-        raise UsageError(f"{name} is an option of bare `attnwh ingest`; '{subcommand}' does not take it")
 
 
 ingest_app.callback(invoke_without_command=True)(ingest)

@@ -562,3 +562,20 @@ def cli_command(
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__annotations__ = annotations
     return command
+
+
+def refuse_options_before(ctx: typer.Context, subcommand: str) -> None:
+    """Options typed between a group (`ingest`, `report`) and its subcommand are the bare
+    group command's, which does not run then: refuse them instead of ignoring them (the
+    environment's ATTNWH_DB is no mistake)."""
+    bare = f"bare `attnwh {ctx.info_name}`"
+    for param in ctx.command.params:
+        # By name: typer ships its own copy of click, whose ParameterSource is not click's.
+        source = ctx.get_parameter_source(param.name) if param.name else None
+        if source is None or source.name != "COMMANDLINE":
+            continue
+        name = "/".join([*param.opts, *param.secondary_opts])
+        sub = ctx.command.get_command(ctx, subcommand)  # type: ignore[attr-defined]  # a group's context
+        if sub is not None and any(p.name == param.name for p in sub.params):
+            raise UsageError(f"{name} belongs after '{subcommand}' (options before a subcommand are those of {bare})")
+        raise UsageError(f"{name} is an option of {bare}; '{subcommand}' does not take it")

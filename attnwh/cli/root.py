@@ -18,7 +18,7 @@ from attnwh.cli.ingest import ingest_app
 from attnwh.cli.merge import merge
 from attnwh.cli.options import TYPED, command_line
 from attnwh.cli.patterns import patterns_app
-from attnwh.cli.report import report
+from attnwh.cli.report import report_app
 from attnwh.cli.schema import schema
 from attnwh.cli.show import show
 from attnwh.cli.sql import queries, query, sql
@@ -85,7 +85,8 @@ app.command(cls=HelpCommand, rich_help_panel=RUN)(study)
 app.add_typer(ingest_app, name="ingest", rich_help_panel=RUN)
 app.command(cls=HelpCommand, rich_help_panel=RUN)(finetune)
 app.command(cls=HelpCommand, rich_help_panel=READ)(status)
-app.command(cls=HelpCommand, rich_help_panel=READ)(report)
+# A group: bare `attnwh report` writes the HTML report; `attnwh report results` a results page.
+app.add_typer(report_app, name="report", rich_help_panel=READ)
 app.command(cls=HelpCommand, rich_help_panel=READ)(show)
 app.command(cls=HelpCommand, rich_help_panel=READ)(query)
 app.command(cls=HelpCommand, rich_help_panel=READ)(queries)

@@ -1,67 +1,48 @@
-"""Write the results page of a study (`attnwh study`, plus `attnwh finetune --from-scratch`,
-`attnwh finetune --epochs 0` and `attnwh ingest relations`) against Kovaleva et al. (2019),
-figure by figure, from the warehouse, so the page can be checked and regenerated.
+"""The results page of an encoder's study (`attnwh report results --page study`): `attnwh
+study`, plus `attnwh finetune --from-scratch`, `attnwh finetune --epochs 0` and `attnwh
+ingest relations`, set against Kovaleva et al. (2019) figure by figure.
 
-Every number of ours comes from a named query (`attnwh queries` lists them; the page names
-the query under each table); the paper's numbers are the constants below. Usage::
-
-    python tools/results_page.py --db study.duckdb --name all-mpnet-base-v2 \\
-        --log study.log --time-dir . --out docs/results/all-mpnet-base-v2.md
-
-`--log` is the study's stderr (each stage's "done in N s, peak memory G GiB" line) and
-`--time-dir` a folder of GNU `/usr/bin/time -v` outputs (`time-<what>.txt`) of the other
-commands; both only feed the cost table. The charts (PNG, from the report's own chart
-builders) go into a folder named after the page, beside it.
+Every number of the model's comes from a named query, named under its table; the paper's are
+in :mod:`attnwh.reports.published`. The study's log (`--log`: each stage's "done in N s, peak
+memory G GiB" line) and `/usr/bin/time -v` outputs of the other commands (`--time-dir`) feed
+the cost table.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from attnwh.sql import warehouse
-from attnwh.sql.queries import get_query, run_query
+from attnwh.errors import UsageError
+from attnwh.reports.markdown import cost_table, figure, generated, mean, points, source, stored_as, table, timed
+from attnwh.reports.published import (
+    GLUE_TRAIN,
+    KOVALEVA_EPOCHS,
+    KOVALEVA_EXAMPLES,
+    KOVALEVA_FRAME_HEADS,
+    KOVALEVA_MEAN_GAIN,
+    KOVALEVA_PATTERN_SHARES,
+    KOVALEVA_TABLE1,
+)
+from attnwh.reports.sections import ReportContext
 
-# Kovaleva et al. (2019), bert-base-uncased fine-tuned on the full train sets, GLUE dev; in
-# points (×100). Table 1: (pre-trained without fine-tuning, fine-tuned from random weights,
-# fine-tuned from the pre-trained weights); MRPC gives F1 and accuracy, STS-B one number.
-PAPER_TABLE1: dict[str, dict[str, tuple[float, float, float]]] = {
-    "mrpc": {"f1": (0.0, 81.2, 87.9), "accuracy": (31.6, 68.3, 82.3)},
-    "stsb": {"score": (33.1, 2.9, 82.7)},
-    "sst2": {"accuracy": (49.1, 80.5, 92.0)},
-    "rte": {"accuracy": (52.7, 52.7, 64.6)},
-}
-# Fig. 2's shares for the fine-tuned models, over its seven tasks (DESIGN.md §3), in %.
-PAPER_PATTERN_SHARES = {
-    "vertical": (22, 42),
-    "diagonal": (4, 7),
-    "vertical+diagonal": (7, 23),
-    "block": (3, 6),
-    "heterogeneous": (32, 61),
-}
-# §4.2: the two heads whose mean max attention on frame links exceeded the 99th percentile.
-PAPER_FRAME_HEADS = (0.201, 0.209)
-# Full GLUE train sets (examples), for the cost of the paper's setting.
-GLUE_TRAIN = {
-    "sst2": 67_349,
-    "mrpc": 3_668,
-    "rte": 2_490,
-    "stsb": 5_749,
-    "qnli": 104_743,
-    "qqp": 363_846,
-    "mnli": 392_702,
-}
 PAPER_TASKS = tuple(GLUE_TRAIN)
-PAPER_EXAMPLES = 1_000  # dev examples per task in the paper's analyses
-PAPER_EPOCHS = 3
 PRIMARY_METRIC = {"sst2": "accuracy", "mrpc": "f1", "rte": "accuracy", "stsb": "pearson"}
-PATTERNS = tuple(PAPER_PATTERN_SHARES)
+PATTERNS = tuple(KOVALEVA_PATTERN_SHARES)
+# The report's charts the page shows, by their element id, and the sections that draw them.
+CHARTS = (
+    "chart-pattern-types",
+    "chart-finetune-change-layers",
+    "chart-special-tokens-layers",
+    "chart-ablation-heads",
+    "chart-ablation-layers",
+    "chart-relations-frames",
+)
+CHART_SECTIONS = ("special-tokens", "pattern-types", "finetuning-change", "ablation", "relations-frames")
 
 
 @dataclass(frozen=True)
@@ -75,60 +56,29 @@ class Study:
     stored: str  # how the page says where the base model is stored (never a machine's folder)
 
 
-def query(con, name: str, **params: object) -> pl.DataFrame:
-    frame = pl.from_arrow(run_query(con, get_query(name), params))
-    assert isinstance(frame, pl.DataFrame)
-    return frame
-
-
-def stored_as(model: str, db: Path) -> str:
-    """Where the page says a model is stored: a hub name or a relative folder as stored; an
-    absolute folder relative to the warehouse's folder, or only its own name — a page
-    published from one machine must not show another's folders."""
-    path = Path(model)
-    if not path.is_absolute():
-        return f"`{model}` as stored"
-    try:
-        return f"stored as the folder `{path.relative_to(db.resolve().parent).as_posix()}` beside the warehouse"
-    except ValueError:
-        return f"stored as a local folder named `{path.name}`"
-
-
-def find_study(con, name: str | None, db: Path) -> Study:
+def find_study(ctx: ReportContext, name: str | None, db: Path) -> Study:
     """The base model is the one the fine-tuned (not from scratch, epochs > 0) models came from."""
-    runs = query(con, "findings_finetune")
-    tuned = runs.filter(~pl.col("from_scratch") & (pl.col("epochs") > 0))
+    tuned = ctx.query("findings_finetune").filter(~pl.col("from_scratch") & (pl.col("epochs") > 0))
     bases = tuned["base_model"].unique().to_list()
     if len(bases) != 1:
-        raise SystemExit(f"error: expected fine-tuning runs from one base model, found {len(bases)}: {bases}")
+        raise UsageError(
+            f"the study page needs fine-tuning runs from one base model; {db} has {len(bases)}"
+            + (f": {', '.join(map(str, bases))}" if bases else " (add them with `attnwh study`)")
+        )
     base = bases[0]
     per_task = {row["task"]: row["model"] for row in tuned.unique("task", keep="last").iter_rows(named=True)}
     return Study(base, per_task, name or Path(base).name, stored_as(base, db))
 
 
-def points(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.1f}"
-
-
-def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return [*lines, ""]
-
-
-def source(*names: str) -> str:
-    return "Queries: " + ", ".join(f"`{n}`" for n in names) + "."
-
-
-def setup(con, study: Study) -> list[str]:
-    runs = query(con, "findings_finetune", model=None).filter(pl.col("base_model") == study.base)
+def setup(ctx: ReportContext, study: Study) -> list[str]:
+    runs = ctx.query("findings_finetune").filter(pl.col("base_model") == study.base)
     tuned = runs.filter(pl.col("model").is_in(list(study.tuned.values()))).unique("run_id")
-    ablation = query(con, "findings_ablation").filter(pl.col("model").is_in(list(study.tuned.values())))
+    ablation = ctx.query("findings_ablation").filter(pl.col("model").is_in(list(study.tuned.values())))
     epochs = sorted(set(tuned["epochs"].to_list()))
     rates = sorted(set(tuned["learning_rate"].to_list()))
     train = ", ".join(f"{r['task']} {r['train_examples']}" for r in tuned.sort("task").iter_rows(named=True))
-    examples = ", ".join(f"{task} {n}" for task, n in sorted(study_examples(con, study).items()))
-    provenance = query(con, "run_provenance")
+    examples = ", ".join(f"{task} {n}" for task, n in sorted(study_examples(ctx, study).items()))
+    provenance = ctx.query("run_provenance")
     trained = provenance.filter(pl.col("run_id").is_in(tuned["run_id"].to_list()))
     batches = ", ".join(map(str, sorted(set(trained["batch_size"].to_list()))))
     train_cut = ", ".join(map(str, sorted(set(trained["max_length"].to_list()))))
@@ -150,15 +100,15 @@ def setup(con, study: Study) -> list[str]:
         f"paper, paired tests with Benjamini–Hochberg across the run's heads and layers) on ({swept}).",
         "",
         "The paper: bert-base-uncased fine-tuned on the full train sets (3 epochs, batch 32), analyses on up to "
-        f"{PAPER_EXAMPLES:,} dev examples per task, seven tasks. Its numbers below are the ones it reports "
-        "(Kovaleva et al. 2019, arXiv:1908.08593), in the constants at the top of `tools/results_page.py`.",
+        f"{KOVALEVA_EXAMPLES:,} dev examples per task, seven tasks. Its numbers below are the ones it reports "
+        "(Kovaleva et al. 2019, arXiv:1908.08593), in `attnwh.reports.published`.",
         "",
     ]
 
 
-def scores(con, study: Study) -> dict[tuple[str, str, str], float]:
+def scores(ctx: ReportContext, study: Study) -> dict[tuple[str, str, str], float]:
     """Our Table 1: (task, metric, pretrained | scratch | tuned) -> score, of the runs from the base model."""
-    runs = query(con, "findings_finetune").filter(pl.col("base_model") == study.base)
+    runs = ctx.query("findings_finetune").filter(pl.col("base_model") == study.base)
 
     def kind(row: dict) -> str:
         return "scratch" if row["from_scratch"] else "pretrained" if row["epochs"] == 0 else "tuned"
@@ -180,18 +130,25 @@ def gains(ours: dict[tuple[str, str, str], float], tasks: Iterable[str]) -> dict
     }
 
 
-def table1(con, study: Study) -> list[str]:
-    runs = query(con, "findings_finetune").filter(pl.col("base_model") == study.base)
-    ours = scores(con, study)
+def paper_score(task: str, metric: str, which: int) -> float | None:
+    """The paper's Table 1 number for a task and metric (0 pre-trained, 1 scratch, 2 tuned), in
+    points; its STS-B number (metric not named) stands beside our Pearson."""
+    paper = KOVALEVA_TABLE1.get(task, {})
+    theirs = paper.get(metric) or (paper.get("score") if metric == "pearson" else None)
+    return None if theirs is None else theirs[which]
+
+
+def table1(ctx: ReportContext, study: Study) -> list[str]:
+    runs = ctx.query("findings_finetune").filter(pl.col("base_model") == study.base)
+    ours = scores(ctx, study)
     rows = []
     for task in sorted({t for t, _, _ in ours}):
-        paper = PAPER_TABLE1.get(task, {})
         for metric in sorted({m for t, m, _ in ours if t == task}):
-            theirs = paper.get(metric) or (paper.get("score") if metric == "pearson" else None)
             cells = []
             for i, which in enumerate(("pretrained", "scratch", "tuned")):
+                theirs = paper_score(task, metric, i)
                 cells.append(
-                    f"{'–' if theirs is None else f'{theirs[i]:.1f}'} / {points(ours.get((task, metric, which)))}"
+                    f"{'–' if theirs is None else f'{theirs:.1f}'} / {points(ours.get((task, metric, which)))}"
                 )
             rows.append((task, metric, *cells))
     tuned = {t: ours.get((t, PRIMARY_METRIC.get(t, "accuracy"), "tuned")) for t in study.tuned}
@@ -212,7 +169,7 @@ def table1(con, study: Study) -> list[str]:
         lines += [
             "Fine-tuning raised each task's primary metric (accuracy; F1 for MRPC; Pearson for STS-B) over the "
             f"untrained head by {100 * sum(gained) / len(gained):.1f} points on average over {len(gained)} tasks (the "
-            "paper: 35.9 points over its seven), to "
+            f"paper: {KOVALEVA_MEAN_GAIN} points over its seven), to "
             + ", ".join(f"{t} {points(v)}" for t, v in sorted(tuned.items()))
             + ".",
             "",
@@ -221,15 +178,7 @@ def table1(con, study: Study) -> list[str]:
         r["task"]: r["train_examples"]
         for r in runs.filter(pl.col("model").is_in(list(study.tuned.values()))).iter_rows(named=True)
     }
-    lines += compared_with_paper(ours, trained)
-    return lines
-
-
-def paper_score(task: str, metric: str, which: int) -> float | None:
-    """The paper's Table 1 number for a task and metric (0 pre-trained, 1 scratch, 2 tuned), in points."""
-    paper = PAPER_TABLE1.get(task, {})
-    theirs = paper.get(metric) or (paper.get("score") if metric == "pearson" else None)
-    return None if theirs is None else theirs[which]
+    return lines + compared_with_paper(ours, trained)
 
 
 def compared_with_paper(ours: dict[tuple[str, str, str], float], trained: dict[str, int]) -> list[str]:
@@ -265,20 +214,20 @@ def compared_with_paper(ours: dict[tuple[str, str, str], float], trained: dict[s
     return lines
 
 
-def fig2(con, study: Study, figures: dict[str, str]) -> list[str]:
+def fig2(ctx: ReportContext, study: Study, figures: dict[str, str]) -> list[str]:
     rows = []
     ranges: dict[str, list[float]] = {p: [] for p in PATTERNS}
-    special = []  # per task: the tuned model's mean weight on [CLS], [SEP] and punctuation
+    special: list[float] = []  # per task: the tuned model's mean weight on [CLS], [SEP] and punctuation
     for task, model in sorted(study.tuned.items()):
-        frame = query(con, "pattern_frequency", model=model, task=task, n_boot=1000, seed=42)
+        frame = ctx.query("pattern_frequency", model=model, task=task, n_boot=1000, seed=42)
         shares = {r["pattern"]: r for r in frame.iter_rows(named=True)}
         if not shares:
             continue
         for p in shares:
             ranges.setdefault(p, []).append(100 * shares[p]["share"])
-        tokens = query(con, "special_tokens_by_layer", model=model, task=task)
+        tokens = ctx.query("special_tokens_by_layer", model=model, task=task)
         if tokens.height:
-            special.append((tokens["to_cls"] + tokens["to_sep"] + tokens["to_punct"]).mean())
+            special.append(mean(tokens["to_cls"] + tokens["to_sep"] + tokens["to_punct"]))
         cells = [
             f"{100 * shares[p]['share']:.1f} [{100 * shares[p]['share_low']:.1f}, {100 * shares[p]['share_high']:.1f}]"
             if p in shares
@@ -286,7 +235,7 @@ def fig2(con, study: Study, figures: dict[str, str]) -> list[str]:
             for p in PATTERNS
         ]
         rows.append((task, frame["examples"][0], *cells))
-    paper = ("the paper (7 tasks)", "≤ 1,000", *(f"{lo}–{hi}" for lo, hi in PAPER_PATTERN_SHARES.values()))
+    paper = ("the paper (7 tasks)", "≤ 1,000", *(f"{lo}–{hi}" for lo, hi in KOVALEVA_PATTERN_SHARES.values()))
     return [
         "## Fig. 2 — attention pattern shares per task (fine-tuned models)",
         "",
@@ -305,13 +254,13 @@ def fig2(con, study: Study, figures: dict[str, str]) -> list[str]:
 def pattern_sentence(ranges: dict[str, list[float]], special: list[float]) -> list[str]:
     """Where our range of each type's share over the tasks falls against the paper's."""
     outside = []
-    for pattern, (lo, hi) in PAPER_PATTERN_SHARES.items():
+    for pattern, (lo, hi) in KOVALEVA_PATTERN_SHARES.items():
         ours = ranges.get(pattern)
         if ours and (min(ours) > hi or max(ours) < lo):
             outside.append(
                 f"{pattern} {min(ours):.0f}–{max(ours):.0f} % ({'above' if min(ours) > hi else 'below'} the paper's {lo}–{hi} %)"
             )
-    inside = [p for p in PAPER_PATTERN_SHARES if ranges.get(p) and not any(o.startswith(f"{p} ") for o in outside)]
+    inside = [p for p in KOVALEVA_PATTERN_SHARES if ranges.get(p) and not any(o.startswith(f"{p} ") for o in outside)]
     if not outside:
         return ["Every type's share falls within or across the paper's range.", ""] if inside else []
     return [
@@ -331,8 +280,8 @@ def pattern_sentence(ranges: dict[str, list[float]], special: list[float]) -> li
     ]
 
 
-def fig5(con, study: Study, figures: dict[str, str]) -> list[str]:
-    frame = query(con, "finetune_change_by_layer", base=study.base)
+def fig5(ctx: ReportContext, study: Study, figures: dict[str, str]) -> list[str]:
+    frame = ctx.query("finetune_change_by_layer", base=study.base)
     frame = frame.filter(pl.col("tuned").is_in(list(study.tuned.values())))
     if not frame.height:
         return ["## Fig. 5 — attention change per layer", "", "No compare run.", ""]
@@ -358,7 +307,7 @@ def fig5(con, study: Study, figures: dict[str, str]) -> list[str]:
         + f" — the last two ({', '.join(str(layer) for layer in sorted(last_two))}) on {len(agree)} of {len(tasks)} "
         f"tasks; the last layer alone is the most changed on {sum(lowest[t][0] == layers[-1] for t in tasks)} of {len(tasks)}.",
         "",
-        *change_sentence([t for t in tasks if t not in agree], layers, cosine, gains(scores(con, study), study.tuned)),
+        *change_sentence([t for t in tasks if t not in agree], layers, cosine, gains(scores(ctx, study), study.tuned)),
         *figure(figures, "chart-finetune-change-layers"),
     ]
 
@@ -384,8 +333,8 @@ def change_sentence(
     ]
 
 
-def fig6(con, study: Study, figures: dict[str, str]) -> list[str]:
-    base = query(con, "special_tokens_by_layer", model=study.base)
+def fig6(ctx: ReportContext, study: Study, figures: dict[str, str]) -> list[str]:
+    base = ctx.query("special_tokens_by_layer", model=study.base)
     columns = ("to_cls", "to_sep", "to_punct", "norm_to_cls", "norm_to_sep", "norm_to_punct")
     if not base.height:
         return []
@@ -397,14 +346,11 @@ def fig6(con, study: Study, figures: dict[str, str]) -> list[str]:
     by_task = base.group_by("task").agg(pl.col("to_sep").mean()).sort("task")
     tuned_rows = []
     for task, model in sorted(study.tuned.items()):
-        tuned = query(con, "special_tokens_by_layer", model=model, task=task)
+        tuned = ctx.query("special_tokens_by_layer", model=model, task=task)
         pre = base.filter(pl.col("task") == task)
         if tuned.height and pre.height:
             tuned_rows.append(
-                (
-                    task,
-                    *(f"{pre[c].mean():.3f} → {tuned[c].mean():.3f}" for c in ("to_cls", "to_sep", "to_punct")),
-                )
+                (task, *(f"{mean(pre[c]):.3f} → {mean(tuned[c]):.3f}" for c in ("to_cls", "to_sep", "to_punct")))
             )
     return [
         "## Figs. 6–7 — attention to [CLS], [SEP] and punctuation per layer",
@@ -419,10 +365,10 @@ def fig6(con, study: Study, figures: dict[str, str]) -> list[str]:
         source("special_tokens_by_layer"),
         "",
         f"The paper: earlier layers attend more to [CLS], later ones to [SEP]. Here layers "
-        f"{layers[0]}–{layers[half - 1]} give [CLS] {first['to_cls'].mean():.3f} and [SEP] "
-        f"{first['to_sep'].mean():.3f} on average, layers {layers[half]}–{layers[-1]} [CLS] "
-        f"{second['to_cls'].mean():.3f} and [SEP] {second['to_sep'].mean():.3f}; by value norm the separators keep "
-        f"{100 * per_layer['norm_to_sep'].mean() / max(per_layer['to_sep'].mean(), 1e-12):.0f} % of their weight share. "
+        f"{layers[0]}–{layers[half - 1]} give [CLS] {mean(first['to_cls']):.3f} and [SEP] "
+        f"{mean(first['to_sep']):.3f} on average, layers {layers[half]}–{layers[-1]} [CLS] "
+        f"{mean(second['to_cls']):.3f} and [SEP] {mean(second['to_sep']):.3f}; by value norm the separators keep "
+        f"{100 * mean(per_layer['norm_to_sep']) / max(mean(per_layer['to_sep']), 1e-12):.0f} % of their weight share. "
         "The paper also found more weight on [SEP] for SST-2, whose inputs have one separator: [SEP] share per task "
         + ", ".join(f"{r['task']} {r['to_sep']:.3f}" for r in by_task.iter_rows(named=True))
         + ".",
@@ -437,12 +383,12 @@ def fig6(con, study: Study, figures: dict[str, str]) -> list[str]:
     ]
 
 
-def figs8_9(con, study: Study, figures: dict[str, str]) -> list[str]:
+def figs8_9(ctx: ReportContext, study: Study, figures: dict[str, str]) -> list[str]:
     models = list(study.tuned.values())
-    summary = query(con, "ablation_summary", mode="uniform").filter(pl.col("model").is_in(models))
-    findings = query(con, "findings_ablation").filter(pl.col("model").is_in(models))
-    layers = query(con, "layer_ablation", mode="uniform").filter(pl.col("model").is_in(models))
-    heads = query(con, "ablation_effect", mode="uniform").filter(pl.col("model").is_in(models))
+    summary = ctx.query("ablation_summary", mode="uniform").filter(pl.col("model").is_in(models))
+    findings = ctx.query("findings_ablation").filter(pl.col("model").is_in(models))
+    layers = ctx.query("layer_ablation", mode="uniform").filter(pl.col("model").is_in(models))
+    heads = ctx.query("ablation_effect", mode="uniform").filter(pl.col("model").is_in(models))
     tests = ", ".join(str(n) for n in sorted(set(findings["tests"].to_list())))
     rows = []
     for r in summary.sort("task", "metric").iter_rows(named=True):
@@ -458,7 +404,7 @@ def figs8_9(con, study: Study, figures: dict[str, str]) -> list[str]:
                 points(r["baseline"]),
                 f"{r['n_helpful']} of {run_heads.height}",
                 f"{100 * r['best_head_delta']:+.1f}" + ("" if r["best_head"] is None else f" ({r['best_head_name']})"),
-                f"{100 * run_heads['delta'].mean():+.2f}",
+                f"{100 * mean(run_heads['delta']):+.2f}",
                 f"{f['heads_raised']} / {f['heads_lowered']}",
                 f"{run_layers.filter(pl.col('delta') > 0).height} of {run_layers.height}",
                 best_layer,
@@ -479,6 +425,7 @@ def figs8_9(con, study: Study, figures: dict[str, str]) -> list[str]:
         "layers sig. ↑ / ↓",
         "smallest Δ alone",
     )
+    missing = sorted(set(study.tuned) - set(summary["task"].to_list()))
     return [
         "## Figs. 8–9 — disabling one head, or one whole layer",
         "",
@@ -492,11 +439,7 @@ def figs8_9(con, study: Study, figures: dict[str, str]) -> list[str]:
         *table(header, rows),
         source("ablation_summary", "ablation_effect", "layer_ablation", "findings_ablation"),
         "",
-        *(
-            [f"No complete sweep in the warehouse for: {', '.join(missing)}.", ""]
-            if (missing := sorted(set(study.tuned) - set(summary["task"].to_list())))
-            else []
-        ),
+        *([f"No complete sweep in the warehouse for: {', '.join(missing)}.", ""] if missing else []),
         "The paper: on every task some head's disabling raised the score, by +0.1 (STS-B) to +1.2 (MRPC) points, "
         "a random head on average helped on MRPC and RTE, and disabling the first layer raised RTE by +3.2 points; "
         "it ran no significance test.",
@@ -514,11 +457,11 @@ def ablation_sentence(
     primary = summary.filter(pl.col("metric") == pl.col("task").replace_strict(PRIMARY_METRIC, default="accuracy"))
     if not primary.height:
         return []
-    best, mean, first, survive = [], [], [], []
+    best, means, first, survive = [], [], [], []
     for r in primary.sort("task").iter_rows(named=True):
         of_run = (pl.col("run_id") == r["run_id"]) & (pl.col("metric") == r["metric"])
         best.append(f"{r['task']} {100 * r['best_head_delta']:+.1f}")
-        mean.append(f"{r['task']} {100 * heads.filter(of_run)['delta'].mean():+.2f}")
+        means.append(f"{r['task']} {100 * mean(heads.filter(of_run)['delta']):+.2f}")
         layer0 = layers.filter(of_run & (pl.col("layer") == 0))
         if layer0.height:
             first.append(f"{r['task']} {100 * layer0['delta'][0]:+.1f}")
@@ -528,7 +471,7 @@ def ablation_sentence(
     return [
         f"Ours, on each task's primary metric: some head's disabling raised the score on {raised} of "
         f"{primary.height} tasks (best: {', '.join(best)} points), and the raises that survive the correction are "
-        f"{', '.join(survive)} heads; the mean over heads is {', '.join(mean)}; disabling layer 0 changed the score "
+        f"{', '.join(survive)} heads; the mean over heads is {', '.join(means)}; disabling layer 0 changed the score "
         f"by {', '.join(first) or '–'}. On accuracy one configuration alone needs the change in the *smallest Δ "
         "alone* column to survive the correction at this sample size, so single raises of a point or two, the "
         "paper's included, can be chance.",
@@ -536,20 +479,21 @@ def ablation_sentence(
     ]
 
 
-def relations(con, study: Study, figures: dict[str, str]) -> list[str]:
+def relations(ctx: ReportContext, study: Study, figures: dict[str, str]) -> list[str]:
     lines = ["## FrameNet and dependency heads", ""]
-    frames = query(con, "frame_heads", model=study.base).filter(pl.col("direction") == "either")
+    frames = ctx.query("frame_heads", model=study.base).filter(pl.col("direction") == "either")
     if frames.height:
         top = frames.sort("rank").head(5)
         models = list(study.tuned.values())
-        effect = query(con, "ablation_effect", mode="uniform").filter(pl.col("model").is_in(models))
+        effect = ctx.query("ablation_effect", mode="uniform").filter(pl.col("model").is_in(models))
+        primary = pl.col("metric") == pl.col("task").replace_strict(PRIMARY_METRIC, default="accuracy")
         rows = []
         for r in top.iter_rows(named=True):
-            deltas = effect.filter(
-                (pl.col("layer") == r["layer"])
-                & (pl.col("head") == r["head"])
-                & (pl.col("metric") == pl.col("task").replace_strict(PRIMARY_METRIC, default="accuracy"))
-            ).sort("task")
+            deltas = effect.filter((pl.col("layer") == r["layer"]) & (pl.col("head") == r["head"]) & primary)
+            disabled = ", ".join(
+                f"{d['task']} {100 * d['delta']:+.1f}{'*' if d['significant'] else ''}"
+                for d in deltas.sort("task").iter_rows(named=True)
+            )
             rows.append(
                 (
                     r["rank"],
@@ -557,11 +501,7 @@ def relations(con, study: Study, figures: dict[str, str]) -> list[str]:
                     f"{r['mean_max_attention']:.3f}",
                     f"{r['percentile']:.1f}",
                     r["annotations"],
-                    ", ".join(
-                        f"{d['task']} {100 * d['delta']:+.1f}{'*' if d['significant'] else ''}"
-                        for d in deltas.iter_rows(named=True)
-                    )
-                    or "–",
+                    disabled or "–",
                 )
             )
         lines += [
@@ -573,13 +513,13 @@ def relations(con, study: Study, figures: dict[str, str]) -> list[str]:
             *table(("rank", "head", "mean max attention", "percentile", "annotations", "Δ when disabled"), rows),
             source("frame_heads", "ablation_effect"),
             "",
-            f"The paper: two heads of 144 stood out, at {PAPER_FRAME_HEADS[0]} and {PAPER_FRAME_HEADS[1]} (above the "
-            "99th percentile), and disabling them did not hurt any task.",
+            f"The paper: two heads of 144 stood out, at {KOVALEVA_FRAME_HEADS[0]} and {KOVALEVA_FRAME_HEADS[1]} "
+            "(above the 99th percentile), and disabling them did not hurt any task.",
             "",
-            *frame_sentence(top, query(con, "frame_coverage", model=study.base)),
+            *frame_sentence(top, ctx.query("frame_coverage", model=study.base)),
             *figure(figures, "chart-relations-frames"),
         ]
-    deps = query(con, "dependency_heads", model=study.base)
+    deps = ctx.query("dependency_heads", model=study.base)
     if deps.height:
         deps = deps.sort("dependencies", descending=True).head(10)
         lines += [
@@ -614,7 +554,7 @@ def frame_sentence(top: pl.DataFrame, coverage: pl.DataFrame) -> list[str]:
     if not top.height:
         return []
     best = top.row(0, named=True)
-    above = top.filter(pl.col("mean_max_attention") > max(PAPER_FRAME_HEADS)).height
+    above = top.filter(pl.col("mean_max_attention") > max(KOVALEVA_FRAME_HEADS)).height
     sample = ""
     if coverage.height:
         c = coverage.row(0, named=True)
@@ -638,14 +578,6 @@ STAGE_BLOCK = re.compile(
 )
 TASK_LINE = re.compile(r"^  (\S+)(?: · \S+)?: (.+)$", re.M)
 NOTHING_DONE = ("already complete", "kept")
-TIME_WALL = re.compile(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (.+)")
-TIME_RSS = re.compile(r"Maximum resident set size \(kbytes\): (\d+)")
-TIME_COMMAND = re.compile(r'Command being timed: "(.*)"')
-
-
-def wall_seconds(text: str) -> float:
-    parts = [float(p) for p in text.strip().split(":")]
-    return sum(p * 60**i for i, p in enumerate(reversed(parts)))
 
 
 def stage_costs(text: str, tasks: Iterable[str]) -> list[tuple[str, float, float]]:
@@ -664,28 +596,27 @@ def stage_costs(text: str, tasks: Iterable[str]) -> list[tuple[str, float, float
     return rows
 
 
-def costs(con, study: Study, logs: Sequence[Path], time_dir: Path | None, note: str | None) -> list[str]:
+def costs(ctx: ReportContext, study: Study, logs: Sequence[Path], time_dir: Path | None, note: str | None) -> list[str]:
     rows: list[tuple[str, float, float]] = []  # (what, seconds, GiB)
     for log in logs:
         rows += stage_costs(log.read_text(encoding="utf-8"), study.tuned)
     for path in sorted(time_dir.glob("time-*.txt")) if time_dir else []:
-        text = path.read_text(encoding="utf-8")
-        wall, rss, command = TIME_WALL.search(text), TIME_RSS.search(text), TIME_COMMAND.search(text)
+        cost = timed(path)
         # `attnwh study` itself is costed stage by stage from its log.
-        if wall and rss and not (command and command[1].split()[1:2] == ["study"]):
-            rows.append((path.stem.removeprefix("time-"), wall_seconds(wall[1]), int(rss[1]) / 2**20))
+        if cost and not (cost[2] and cost[2].split()[1:2] == ["study"]):
+            rows.append((path.stem.removeprefix("time-"), cost[0], cost[1]))
     if not rows:
         return []
-    runs = query(con, "findings_finetune").filter(pl.col("model").is_in(list(study.tuned.values()))).unique("run_id")
+    runs = ctx.query("findings_finetune").filter(pl.col("model").is_in(list(study.tuned.values()))).unique("run_id")
     per_example = {
         r["task"]: r["train_seconds"] / (r["train_examples"] * r["epochs"])
-        for r in query(con, "finetune_runs")
+        for r in ctx.query("finetune_runs")
         .filter(pl.col("run_id").is_in(runs["run_id"].to_list()))
         .iter_rows(named=True)
     }
     # Model seconds per example of each analysis, per task (runs.seconds: the model's time,
     # summed over resumed sessions): statistics of both models, compare, sweep.
-    provenance = query(con, "run_provenance").filter(
+    provenance = ctx.query("run_provenance").filter(
         pl.col("kind").is_in(["statistics", "compare", "ablation"])
         & pl.col("task").is_in(list(study.tuned))
         & (pl.col("status") == "complete")
@@ -702,7 +633,7 @@ def costs(con, study: Study, logs: Sequence[Path], time_dir: Path | None, note: 
         "Wall time and peak resident memory of each stage on this machine (2 CPU cores, no GPU), from the study's "
         "log and `/usr/bin/time -v` of the other commands." + (f" {note}" if note else ""),
         "",
-        *table(("stage", "wall time", "peak memory"), ((w, f"{s / 60:.1f} min", f"{g:.2f} GiB") for w, s, g in rows)),
+        *cost_table("stage", rows),
         "Model time per example and task (the runs' own clocks; statistics: one run, the mean of the pre-trained and the tuned model's "
         "runs; fine-tuning: per train example and epoch):",
         "",
@@ -726,7 +657,7 @@ def costs(con, study: Study, logs: Sequence[Path], time_dir: Path | None, note: 
     if per_example:
         pair_rate = [per_example[t] for t in ("mrpc", "rte", "stsb") if t in per_example]
         mean_pair = sum(pair_rate) / len(pair_rate) if pair_rate else max(per_example.values())
-        finetune_full = sum(GLUE_TRAIN[t] * PAPER_EPOCHS * per_example.get(t, mean_pair) for t in PAPER_TASKS)
+        finetune_full = sum(GLUE_TRAIN[t] * KOVALEVA_EPOCHS * per_example.get(t, mean_pair) for t in PAPER_TASKS)
         # Statistics run twice per task (the pre-trained and the tuned model).
         analysis = {
             k: sum(v for (kind, _), v in rate.items() if kind == k) / max(1, sum(kind == k for kind, _ in rate))
@@ -734,13 +665,13 @@ def costs(con, study: Study, logs: Sequence[Path], time_dir: Path | None, note: 
         }
         rest = (
             (2 * analysis["statistics"] + analysis["compare"] + analysis["ablation"])
-            * PAPER_EXAMPLES
+            * KOVALEVA_EXAMPLES
             * len(PAPER_TASKS)
         )
         lines += [
             "At these rates — QNLI, QQP and MNLI fine-tuned at the mean rate of the pair tasks, and every task "
             "analysed at the mean rate of the tasks measured here — the paper's setting (seven tasks fine-tuned 3 epochs on their "
-            f"full train sets, {PAPER_EXAMPLES:,} dev examples each for the statistics, the compare and the sweep) "
+            f"full train sets, {KOVALEVA_EXAMPLES:,} dev examples each for the statistics, the compare and the sweep) "
             f"would take about {finetune_full / 86400:.0f} days of fine-tuning and {rest / 3600:.1f} hours of analysis "
             "on this CPU, assuming time grows linearly with examples and the other tasks' inputs are as long as "
             "these.",
@@ -749,106 +680,33 @@ def costs(con, study: Study, logs: Sequence[Path], time_dir: Path | None, note: 
     return lines
 
 
-def study_examples(con, study: Study) -> dict[str, int]:
+def study_examples(ctx: ReportContext, study: Study) -> dict[str, int]:
     """Dev examples analysed per task (the statistics runs of the base model)."""
-    stats = query(con, "special_tokens_by_layer", model=study.base).group_by("task").agg(pl.col("examples").max())
+    stats = ctx.query("special_tokens_by_layer", model=study.base).group_by("task").agg(pl.col("examples").max())
     return {r["task"]: r["examples"] for r in stats.iter_rows(named=True)}
 
 
-def figure(figures: dict[str, str], chart_id: str) -> list[str]:
-    return [f"![{chart_id}]({figures[chart_id]})", ""] if chart_id in figures else []
-
-
-# The report's charts the page shows, by their element id.
-CHARTS = (
-    "chart-pattern-types",
-    "chart-finetune-change-layers",
-    "chart-special-tokens-layers",
-    "chart-ablation-heads",
-    "chart-ablation-layers",
-    "chart-relations-frames",
-)
-
-
-# The report's sections those charts are in.
-CHART_SECTIONS = frozenset({"special-tokens", "pattern-types", "finetuning-change", "ablation", "relations-frames"})
-
-
-def write_figures(
-    db: Path, out: Path, sections: Iterable[str] = CHART_SECTIONS, charts: Iterable[str] = CHARTS
-) -> dict[str, str]:
-    """The report's own charts (by element id, from the report's `sections`) as PNG in a folder
-    named after the page; returns each chart's path relative to the page. The other charts
-    of those sections are not kept."""
-    from attnwh.reports.build import build_report, write_images
-    from attnwh.reports.sections import SECTIONS
-
-    wanted_sections, wanted_charts = set(sections), set(charts)
-    folder = out.parent / out.stem
-    written = write_images(
-        build_report(db, sections=tuple(s for s in SECTIONS if s.id in wanted_sections)), folder, "png"
-    )
-    figures = {}
-    for path in written:
-        if path.stem in wanted_charts:
-            figures[path.stem] = f"{folder.name}/{path.name}"
-        else:
-            path.unlink()
-    return figures
-
-
 def build_page(
+    ctx: ReportContext,
     db: Path,
-    name: str | None,
-    logs: Sequence[Path],
-    time_dir: Path | None,
     figures: dict[str, str],
+    name: str | None = None,
+    logs: Sequence[Path] = (),
+    time_dir: Path | None = None,
     cost_note: str | None = None,
-) -> str:
-    con = warehouse.connect(db, read_only=True)
-    try:
-        study = find_study(con, name, db)
-        parts = [
-            f"# {study.name} against Kovaleva et al. (2019)",
-            "",
-            "Generated by `tools/results_page.py` from the study's warehouse; every table names the query it "
-            "comes from. Rerun the script to regenerate the page.",
-            "",
-            *setup(con, study),
-            *table1(con, study),
-            *fig2(con, study, figures),
-            *fig5(con, study, figures),
-            *fig6(con, study, figures),
-            *figs8_9(con, study, figures),
-            *relations(con, study, figures),
-            *costs(con, study, logs, time_dir, cost_note),
-        ]
-    finally:
-        con.close()
-    return "\n".join(parts).rstrip() + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, required=True)
-    parser.add_argument("--name", help="the model's name on the page (default: its folder's name)")
-    parser.add_argument(
-        "--log", type=Path, action="append", default=[], help="the study's stderr, for the cost table (repeatable)"
-    )
-    parser.add_argument("--time-dir", type=Path, help="folder of /usr/bin/time -v outputs time-<what>.txt")
-    parser.add_argument("--cost-note", help="a sentence on how the costs were measured (e.g. beside other work)")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--no-figures", action="store_true", help="write the page without its PNG charts")
-    args = parser.parse_args(argv)
-    if not args.db.is_file():
-        sys.exit(f"error: no warehouse at {args.db}")
-    figures = {} if args.no_figures else write_figures(args.db, args.out)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        build_page(args.db, args.name, args.log, args.time_dir, figures, args.cost_note), encoding="utf-8"
-    )
-    print(f"wrote {args.out}" + (f" and {len(figures)} figures" if figures else ""))
-
-
-if __name__ == "__main__":
-    main()
+) -> list[str]:
+    """The page's lines: the study in the warehouse `ctx` reads, against the paper."""
+    study = find_study(ctx, name, db)
+    return [
+        f"# {study.name} against Kovaleva et al. (2019)",
+        "",
+        *generated("study"),
+        *setup(ctx, study),
+        *table1(ctx, study),
+        *fig2(ctx, study, figures),
+        *fig5(ctx, study, figures),
+        *fig6(ctx, study, figures),
+        *figs8_9(ctx, study, figures),
+        *relations(ctx, study, figures),
+        *costs(ctx, study, logs, time_dir, cost_note),
+    ]

@@ -1,52 +1,36 @@
-"""Write the head-roles page of a causal language model read by attnwh from its warehouse, so the
-page can be checked and regenerated: each head's role scores on seeded probes (previous-token,
-induction and duplicate heads, Olsson et al. 2022; retrieval heads, Wu et al. 2025), what
-disabling each head and each layer does to the next-token loss on text, and which key/value
-groups need the whole context (DuoAttention, Xiao et al. 2024) with the KV memory the others
-would free.
+"""The head-roles page of a causal language model (`attnwh report results --page roles`): each
+head's role scores on seeded probes (previous-token, induction and duplicate heads, Olsson et
+al. 2022; retrieval heads, Wu et al. 2025), what disabling each head and each layer does to the
+next-token loss on text, and which key/value groups need the whole context (DuoAttention, Xiao
+et al. 2024) with the KV memory the others would free.
 
-Every number comes from a named query (the page names it under each table). Usage::
-
-    python tools/roles_results_page.py --db smol.duckdb --name SmolLM2-135M-Instruct \\
-        --time-dir . --out docs/results/smollm2-135m-roles.md
-
-`--time-dir` is a folder of GNU `/usr/bin/time -v` outputs (`time-<what>.txt`); the cost
-table shows the roles, loss-sweep and restriction steps. `--companion` links the model's
-statistics page (tools/decoder_results_page.py). The charts (PNG, from the report's
-own chart builders) go into a folder named after the page, beside it.
+Every number comes from a named query, named under its table.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import polars as pl
-from decoder_results_page import costs, decoder_runs, f3
-from results_page import figure, query, source, stored_as, table, write_figures
 
-from attnwh.sql import warehouse
+from attnwh.reports.decoder_page import decoder_runs, model_line
+from attnwh.reports.markdown import f3, figure, generated, source, step_costs, table
+from attnwh.reports.published import WU_RETRIEVAL_SHARE
+from attnwh.reports.sections import TOP_ROLE_HEADS as TOP
+from attnwh.reports.sections import TOP_ROLES, ReportContext
 from attnwh.sql.restriction import choose
 
+# The report's charts the page shows, by their element id, and the sections that draw them.
 CHARTS = ("chart-head-roles", "chart-restriction-curve", "chart-restriction-needles")
-CHART_SECTIONS = {"head-roles", "whole-context"}
+CHART_SECTIONS = ("head-roles", "whole-context")
 # The commands of tools/study_smollm2.sh whose cost this page shows.
 STEPS = ("roles", "loss-sweep", "restriction")
-TOP = 5
-# Wu et al. (2025): a retrieval head copies from the needle at more than 10 % of the answer's
-# tokens, and fewer than 5 % of a model's heads are retrieval heads.
-RETRIEVAL_THRESHOLD = 0.1
-WU_SHARE = 0.05
 # The loss budgets the page reads the restriction plan at (nats per token).
 BUDGETS = (0.01, 0.05)
-ROLE_WORDS = {
-    "induction": "induction",
-    "previous_token": "previous token",
-    "duplicate": "duplicate token",
-    "retrieval": "retrieval",
-}
+# The roles copied from far back, whose heads' key/value groups should keep the whole context.
+COPYING = {("induction", "induction"): "induction", ("needle", "retrieval"): "retrieval"}
 
 
 def mib(n: int | None) -> str:
@@ -64,18 +48,17 @@ def heads_list(rows: Sequence[dict]) -> str:
     return ", ".join(f"L{r['layer']}H{r['head']}" for r in rows)
 
 
-def setup(con, runs: pl.DataFrame, name: str, stored: str) -> list[str]:
-    first = runs.row(0, named=True)
-    lines = [
-        f"Model: `{name}` ({stored}): a {first['family']} decoder of {first['num_layers']} layers × "
-        f"{first['num_heads']} query heads on {first['num_key_value_heads']} key/value heads (grouped-query "
-        f"attention), {first['num_layers'] * first['num_heads']} heads in all; heads and layers are 0-based "
-        "(L18H6: layer 18, head 6)."
-    ]
-    for run_id, kind, repeat, context, depths in con.execute(
+def _top(top: pl.DataFrame, probe: str, score: str) -> pl.DataFrame:
+    """The top heads of one role, by rank."""
+    return top.filter((pl.col("probe") == probe) & (pl.col("score") == score)).sort("run_id", "rank", "layer", "head")
+
+
+def setup(ctx: ReportContext, runs: pl.DataFrame, name: str, db: Path) -> list[str]:
+    lines = [f"{model_line(runs, name, db)}; heads and layers are 0-based (L18H6: layer 18, head 6)."]
+    for run_id, kind, repeat, context, depths in ctx.con.execute(
         "SELECT run_id, kind, repeat_length, context_length, depths FROM role_settings ORDER BY run_id"
     ).fetchall():
-        [(probes,)] = con.execute("SELECT count(*) FROM role_probes WHERE run_id = ?", [run_id]).fetchall()
+        [(probes,)] = ctx.con.execute("SELECT count(*) FROM role_probes WHERE run_id = ?", [run_id]).fetchall()
         if kind == "induction":
             lines.append(
                 f"Head-roles run {run_id}: {probes} induction probes, {repeat} random tokens then the same "
@@ -90,8 +73,8 @@ def setup(con, runs: pl.DataFrame, name: str, stored: str) -> list[str]:
     return [" ".join(lines), ""]
 
 
-def roles(con, figures: dict[str, str]) -> list[str]:
-    findings = query(con, "findings_roles")
+def roles(ctx: ReportContext, figures: dict[str, str]) -> list[str]:
+    findings = ctx.query("findings_roles")
     lines = [
         "## Head roles",
         "",
@@ -105,26 +88,27 @@ def roles(con, figures: dict[str, str]) -> list[str]:
     ]
     if not findings.height:
         return [*lines, "No head-roles run in this warehouse.", ""]
-    top = query(con, "head_roles_top", top=TOP)
-    rows = []
-    for (probe, score), words in ((("induction", s), w) for s, w in ROLE_WORDS.items() if s != "retrieval"):
-        rows += _top_rows(top, probe, score, words)
-    rows += _top_rows(top, "needle", "retrieval", "retrieval")
+    top = ctx.query("head_roles_top", top=TOP)
+    rows = [
+        (words, r["rank"], f"L{r['layer']}H{r['head']}", r["kv_group"], f3(r["value"]), r["probes"])
+        for (probe, score), words in TOP_ROLES.items()
+        for r in _top(top, probe, score).iter_rows(named=True)
+    ]
     lines += table(("score", "rank", "head", "key/value group", "mean score", "probes"), rows)
     lines += [source("head_roles_top", "findings_roles"), ""]
-    retrieval = findings.filter(pl.col("role") == "retrieval")
-    for r in retrieval.iter_rows(named=True):
+    for r in findings.filter(pl.col("role") == "retrieval").iter_rows(named=True):
         share = r["above"] / r["heads"]
         lines += [
             f"Retrieval heads (run {r['run_id']}, {r['probes']} needle probes): {r['above']} of {r['heads']} heads "
             f"({100 * share:.1f} %) have a retrieval score above {r['threshold']:g}, Wu et al.'s threshold; they "
-            f"found fewer than {100 * WU_SHARE:.0f} % in every model they read, and by this score this model has "
-            + ("fewer." if share < WU_SHARE else "more.")
+            f"found fewer than {100 * WU_RETRIEVAL_SHARE:.0f} % in every model they read, and by this score this "
+            "model has "
+            + ("fewer." if share < WU_RETRIEVAL_SHARE else "more.")
             + f" The highest: {heads_list(r['top'])} ({', '.join(f3(h['value']) for h in r['top'])}).",
             "",
         ]
-    both = _overlap(top, ("induction", "induction"), ("needle", "retrieval"))
-    if both:
+    induction, retrieval = ({(h["layer"], h["head"]) for h in _top(top, *key).iter_rows(named=True)} for key in COPYING)
+    if both := ", ".join(f"L{layer}H{head}" for layer, head in sorted(induction & retrieval)):
         lines += [
             f"Among the top {TOP} by both induction and retrieval: {both}. Both scores reward a head that "
             "attends to the token about to be copied: induction to the one that followed an earlier match, "
@@ -134,24 +118,8 @@ def roles(con, figures: dict[str, str]) -> list[str]:
     return lines + figure(figures, "chart-head-roles")
 
 
-def _top_rows(top: pl.DataFrame, probe: str, score: str, words: str) -> list[tuple]:
-    rows = top.filter((pl.col("probe") == probe) & (pl.col("score") == score)).sort("run_id", "rank", "layer", "head")
-    return [
-        (words, r["rank"], f"L{r['layer']}H{r['head']}", r["kv_group"], f3(r["value"]), r["probes"])
-        for r in rows.iter_rows(named=True)
-    ]
-
-
-def _overlap(top: pl.DataFrame, a: tuple[str, str], b: tuple[str, str]) -> str:
-    def heads(probe: str, score: str) -> set[tuple[int, int]]:
-        chosen = top.filter((pl.col("probe") == probe) & (pl.col("score") == score))
-        return set(zip(chosen["layer"].to_list(), chosen["head"].to_list()))
-
-    return ", ".join(f"L{layer}H{head}" for layer, head in sorted(heads(*a) & heads(*b)))
-
-
-def loss_sweep(con) -> list[str]:
-    frame = query(con, "loss_ablation", span="all")
+def loss_sweep(ctx: ReportContext) -> list[str]:
+    frame = ctx.query("loss_ablation", span="all")
     lines = ["## Disabling heads and layers: next-token loss", ""]
     if not frame.height:
         return [*lines, "No loss ablation run in this warehouse.", ""]
@@ -178,7 +146,7 @@ def loss_sweep(con) -> list[str]:
             lines += [f"Heads whose disabling {label}:", "", *table(*_loss_rows(chosen, head=True))]
         lines += ["Whole layers disabled:", "", *table(*_loss_rows(layers, head=False))]
         lines += [source("loss_ablation"), ""]
-        lines += _roles_disabled(con, heads)
+        lines += _roles_disabled(ctx, heads)
     return lines
 
 
@@ -198,12 +166,12 @@ def _loss_rows(frame: pl.DataFrame, head: bool) -> tuple[tuple[str, ...], list[t
     return header, rows
 
 
-def _roles_disabled(con, heads: pl.DataFrame) -> list[str]:
+def _roles_disabled(ctx: ReportContext, heads: pl.DataFrame) -> list[str]:
     """What disabling the top heads of each role does to the loss on text."""
-    top = query(con, "head_roles_top", top=3)
+    top = ctx.query("head_roles_top", top=3)
     sentences = []
-    for (probe, score), words in ((("induction", "induction"), "induction"), (("needle", "retrieval"), "retrieval")):
-        chosen = top.filter((pl.col("probe") == probe) & (pl.col("score") == score)).sort("rank", "layer", "head")
+    for (probe, score), words in COPYING.items():
+        chosen = top.filter((pl.col("probe") == probe) & (pl.col("score") == score))
         if not chosen.height:
             continue
         effects = chosen.join(heads.select("layer", "head", "delta", "q_value"), on=["layer", "head"])
@@ -217,8 +185,8 @@ def _roles_disabled(con, heads: pl.DataFrame) -> list[str]:
     return [" ".join(sentences), "", source("head_roles_top", "loss_ablation"), ""]
 
 
-def whole_context(con, figures: dict[str, str]) -> list[str]:
-    plan = query(con, "restriction_plan")
+def whole_context(ctx: ReportContext, figures: dict[str, str]) -> list[str]:
+    plan = ctx.query("restriction_plan")
     lines = ["## Which heads need the whole context", ""]
     if not plan.height:
         return [*lines, "No restriction run in this warehouse.", ""]
@@ -226,8 +194,9 @@ def whole_context(con, figures: dict[str, str]) -> list[str]:
         points = points.sort("k")
         r = points.row(0, named=True)
         needles = r["needles"]
-        groups = query(con, "restriction_groups", run=run_id)
-        [(base, needle_base)] = con.execute(
+        needle_column = ("needle accuracy",) if needles else ()
+        groups = ctx.query("restriction_groups", run=run_id)
+        [(base, needle_base)] = ctx.con.execute(
             "SELECT loss, needle_accuracy FROM restriction_runs WHERE run_id = ?", [run_id]
         ).fetchall()
         lines += [
@@ -246,15 +215,7 @@ def whole_context(con, figures: dict[str, str]) -> list[str]:
             f"at {r['kv_context']:,} tokens in {r['kv_dtype']}: the whole cache is {mib(r['kv_bytes'])}.",
             "",
             *table(
-                (
-                    "k",
-                    "loss",
-                    "Δ",
-                    "95 % interval",
-                    *(("needle accuracy",) if needles else ()),
-                    "KV saved",
-                    "of the cache",
-                ),
+                ("k", "loss", "Δ", "95 % interval", *needle_column, "KV saved", "of the cache"),
                 (
                     (
                         p["k"],
@@ -272,7 +233,7 @@ def whole_context(con, figures: dict[str, str]) -> list[str]:
             "",
         ]
         for budget in BUDGETS:
-            chosen = choose(con, budget, run_id)
+            chosen = choose(ctx.con, budget, run_id)
             change = f"Δ {chosen.delta:+.3f}"
             if r["sequences"] > 1:
                 change += f" [{chosen.ci_low:+.3f}, {chosen.ci_high:+.3f}]"
@@ -286,21 +247,13 @@ def whole_context(con, figures: dict[str, str]) -> list[str]:
                 + (f" (layer L, key/value group G): {keep}." if keep else "."),
                 "",
             ]
-        lines += _role_groups(con, choose(con, BUDGETS[-1], run_id).whole_context, BUDGETS[-1])
+        lines += _role_groups(ctx, chosen.whole_context, BUDGETS[-1])
         harmed = groups.sort("rank", descending=True).head(10)
         lines += [
             "The ten groups whose own restriction harmed the loss most (layer, key/value group):",
             "",
             *table(
-                (
-                    "rank",
-                    "layer",
-                    "group",
-                    "Δ",
-                    "95 % interval",
-                    "p (adjusted)",
-                    *(("needle accuracy",) if needles else ()),
-                ),
+                ("rank", "layer", "group", "Δ", "95 % interval", "p (adjusted)", *needle_column),
                 (
                     (
                         g["rank"],
@@ -317,24 +270,23 @@ def whole_context(con, figures: dict[str, str]) -> list[str]:
             source("restriction_groups"),
             "",
         ]
-        smallest = groups["p_value"].min()
         if r["sequences"] < 6:
             lines += [
                 f"With {r['sequences']} sequence{'s' if r['sequences'] != 1 else ''} no change can be significant "
-                f"(a paired sign-flip p over n sequences is at least 2 / 2ⁿ; the smallest here is {smallest:.3g}): "
-                "the ranking is a measurement on this text, not a test.",
+                f"(a paired sign-flip p over n sequences is at least 2 / 2ⁿ; the smallest here is "
+                f"{cast(float, groups['p_value'].min()):.3g}): the ranking is a measurement on this text, not a test.",
                 "",
             ]
     return lines + figure(figures, "chart-restriction-curve") + figure(figures, "chart-restriction-needles")
 
 
-def _role_groups(con, whole: pl.DataFrame, budget: float) -> list[str]:
+def _role_groups(ctx: ReportContext, whole: pl.DataFrame, budget: float) -> list[str]:
     """Whether the key/value groups of the top induction and retrieval heads keep the whole
     context at `budget`: the roles that copy from far back should need it."""
-    top = query(con, "head_roles_top", top=TOP)
+    top = ctx.query("head_roles_top", top=TOP)
     keep = set(zip(whole["layer"].to_list(), whole["kv_group"].to_list()))
     sentences = []
-    for probe, score, words in (("induction", "induction", "induction"), ("needle", "retrieval", "retrieval")):
+    for (probe, score), words in COPYING.items():
         chosen = top.filter((pl.col("probe") == probe) & (pl.col("score") == score)).sort("rank", "layer", "head")
         if not chosen.height:
             continue
@@ -349,47 +301,25 @@ def _role_groups(con, whole: pl.DataFrame, budget: float) -> list[str]:
 
 
 def build_page(
-    db: Path, name: str | None, time_dir: Path | None, figures: dict[str, str], companion: str | None = None
-) -> str:
-    con = warehouse.connect(db, read_only=True)
-    try:
-        runs = decoder_runs(con)
-        stored = runs["model"][0]
-        name = name or Path(stored).stem
-        parts = [
-            f"# {name}: head roles and which heads need the whole context",
-            "",
-            "Generated by `tools/roles_results_page.py` from the model's warehouse; every table names the query it "
-            "comes from. Rerun the script to regenerate the page."
-            + (f" Its attention sinks and a task through a prompt: [{name}]({companion})." if companion else ""),
-            "",
-            *setup(con, runs, name, stored_as(stored, db)),
-            *roles(con, figures),
-            *loss_sweep(con),
-            *whole_context(con, figures),
-            *costs(time_dir, STEPS),
-        ]
-    finally:
-        con.close()
-    return "\n".join(parts).rstrip() + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, required=True)
-    parser.add_argument("--name", help="the model's name on the page (default: its file's or folder's name)")
-    parser.add_argument("--time-dir", type=Path, help="folder of /usr/bin/time -v outputs time-<what>.txt")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--companion", help="the model's statistics page (tools/decoder_results_page.py), linked")
-    parser.add_argument("--no-figures", action="store_true", help="write the page without its PNG charts")
-    args = parser.parse_args(argv)
-    if not args.db.is_file():
-        sys.exit(f"error: no warehouse at {args.db}")
-    figures = {} if args.no_figures else write_figures(args.db, args.out, CHART_SECTIONS, CHARTS)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(build_page(args.db, args.name, args.time_dir, figures, args.companion), encoding="utf-8")
-    print(f"wrote {args.out}" + (f" and {len(figures)} figures" if figures else ""))
-
-
-if __name__ == "__main__":
-    main()
+    ctx: ReportContext,
+    db: Path,
+    figures: dict[str, str],
+    name: str | None = None,
+    time_dir: Path | None = None,
+    companion: str | None = None,
+) -> list[str]:
+    """The page's lines: the head roles, loss sweep and restriction of the one decoder in the
+    warehouse `ctx` reads; `companion` links its statistics page."""
+    runs = decoder_runs(ctx)
+    name = name or Path(runs["model"][0]).stem
+    linked = f" Its attention sinks and a task through a prompt: [{name}]({companion})." if companion else ""
+    return [
+        f"# {name}: head roles and which heads need the whole context",
+        "",
+        *generated("roles", linked),
+        *setup(ctx, runs, name, db),
+        *roles(ctx, figures),
+        *loss_sweep(ctx),
+        *whole_context(ctx, figures),
+        *step_costs(time_dir, STEPS),
+    ]

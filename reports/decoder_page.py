@@ -1,95 +1,85 @@
-"""Write the results page of a causal language model read by attnwh (statistics on the tasks'
-examples and on plain text, a prompted ablation sweep) from its warehouse, so the page can be
-checked and regenerated: where the model's attention sinks sit (the first token by layer, the
-sink heads, massive activations), how well it answers a GLUE task through its prompt, and
-what disabling each head and each layer does to that score.
+"""The results page of a causal language model (`attnwh report results --page decoder`): where
+its attention sinks sit (the first token by layer, the sink heads, massive activations), how
+well it answers a GLUE task through its prompt, and what disabling each head and each layer
+does to that score; with `--model`, the stored statistics checked against transformers.
 
-Every number comes from a named query (the page names it under each table) or, for the
-parity check, from the model itself run again here. Usage::
-
-    python tools/decoder_results_page.py --db smol.duckdb --name SmolLM2-135M-Instruct \\
-        --model models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf --time-dir . --companion smollm2-135m-roles.md \\
-        --out docs/results/smollm2-135m.md
-
-`--model` is the model's file or folder for the parity check (the stored statistics of ten
-examples against transformers' eager `output_attentions`, recomputed from the token ids the
-run stored); without it the page has no parity section. `--time-dir` is a folder of GNU
-`/usr/bin/time -v` outputs (`time-<what>.txt`) for the cost table. The charts (PNG, from the
-report's own chart builders) go into a folder named after the page, beside it.
+Every number comes from a named query (named under its table) or, for the parity check, from
+the model itself run again when the page is written.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import polars as pl
-from results_page import TIME_RSS, TIME_WALL, figure, query, source, stored_as, table, wall_seconds, write_figures
 
-from attnwh.sql import warehouse
+from attnwh.errors import UsageError
+from attnwh.reports.markdown import f3, figure, generated, largest, source, step_costs, stored_as, table
+from attnwh.reports.published import GU_SINK_EPS as EPS
+from attnwh.reports.sections import ReportContext
 
-EPS = 0.3  # Gu et al.'s sink threshold, as the report's
 # The report's charts the page shows, by their element id, and the sections that draw them.
 CHARTS = ("chart-special-tokens-layers", "chart-attention-sinks", "chart-ablation-heads", "chart-ablation-layers")
-CHART_SECTIONS = {"special-tokens", "attention-sinks", "ablation"}
+CHART_SECTIONS = ("special-tokens", "attention-sinks", "ablation")
 PARITY_EXAMPLES = 10
 PARITY_COLUMNS = ("to_cls", "to_self", "to_prev", "max_weight")
 # The commands of tools/study_smollm2.sh whose cost this page shows, in the order they run.
 STEPS = ("stats-prose", "stats-sst2", "sweep-sst2", "stats-sst2-prompt")
 
 
-def decoder_runs(con) -> pl.DataFrame:
+def decoder_runs(ctx: ReportContext) -> pl.DataFrame:
     """The decoder's runs (run_models joined with run_provenance): one model only."""
-    kinds = query(con, "run_models").filter(pl.col("causal"))
+    kinds = ctx.query("run_models").filter(pl.col("causal"))
     models = kinds["model"].unique().to_list()
     if len(models) != 1:
-        raise SystemExit(f"error: expected the runs of one decoder, found {len(models)}: {models}")
-    provenance = query(con, "run_provenance").select(
+        raise UsageError(
+            f"a decoder's page needs the runs of one decoder; the warehouse has {len(models)}"
+            + (f": {', '.join(models)}" if models else " (add some with `attnwh ingest --model DECODER`)")
+        )
+    provenance = ctx.query("run_provenance").select(
         "run_id", "n_examples", "mean_tokens", "max_length", "n_truncated", "seed", "source", "seconds"
     )
-    prompted = {r for (r,) in con.execute("SELECT run_id FROM runs WHERE prompt IS NOT NULL").fetchall()}
+    prompted = [r for (r,) in ctx.con.execute("SELECT run_id FROM runs WHERE prompt IS NOT NULL").fetchall()]
     return (
         kinds.join(provenance, on="run_id")
         .sort("run_id")
         .with_columns(
-            prompted=pl.col("run_id").is_in(list(prompted)),
+            prompted=pl.col("run_id").is_in(prompted),
             # A statistics run's name on the page: its task, and whether it read the task's prompt.
-            label=pl.when(pl.col("run_id").is_in(list(prompted)))
+            label=pl.when(pl.col("run_id").is_in(prompted))
             .then(pl.format("{} prompts", pl.col("task")))
             .otherwise(pl.col("task")),
         )
     )
 
 
-def f3(value: float | None) -> str:
-    return "–" if value is None else f"{value:.3f}"
-
-
-def setup(runs: pl.DataFrame, name: str, stored: str) -> list[str]:
+def model_line(runs: pl.DataFrame, name: str, db: Path) -> str:
+    """'Model: `name` (where it is stored): a llama decoder of 30 layers × 9 query heads on 3
+    key/value heads (grouped-query attention), 270 heads in all'."""
     first = runs.row(0, named=True)
-    stats = runs.filter(pl.col("kind") == "statistics")
+    return (
+        f"Model: `{name}` ({stored_as(first['model'], db)}): a {first['family']} decoder of {first['num_layers']} "
+        f"layers × {first['num_heads']} query heads on {first['num_key_value_heads']} key/value heads (grouped-query "
+        f"attention), {first['num_layers'] * first['num_heads']} heads in all"
+    )
+
+
+def setup(runs: pl.DataFrame, name: str, db: Path) -> list[str]:
     read = "; ".join(
         f"{r['label']}: {r['n_examples']} examples, {r['mean_tokens']:.1f} tokens on average (at most {r['max_length']}, "
         f"{r['n_truncated']} cut)"
-        for r in stats.iter_rows(named=True)
+        for r in runs.filter(pl.col("kind") == "statistics").iter_rows(named=True)
     )
-    return [
-        f"Model: `{name}` ({stored}): a {first['family']} decoder of {first['num_layers']} layers × "
-        f"{first['num_heads']} query heads on {first['num_key_value_heads']} key/value heads (grouped-query "
-        f"attention), {first['num_layers'] * first['num_heads']} heads in all. Statistics runs: {read}.",
-        "",
-    ]
+    return [f"{model_line(runs, name, db)}. Statistics runs: {read}.", ""]
 
 
-def first_token(con, runs: pl.DataFrame, figures: dict[str, str]) -> list[str]:
-    layers = query(con, "special_tokens_by_layer").join(runs.select("run_id", "label"), on="run_id")
+def first_token(ctx: ReportContext, runs: pl.DataFrame, figures: dict[str, str]) -> list[str]:
+    layers = ctx.query("special_tokens_by_layer").join(runs.select("run_id", "label"), on="run_id")
     tasks = runs["label"].to_list()
     by = {(r["label"], r["layer"]): r for r in layers.iter_rows(named=True)}
-    n_layers = int(layers["layer"].max()) + 1
+    n_layers = largest(layers["layer"]) + 1
     rows = [
         (layer, *(f"{f3(by[(t, layer)]['to_cls'])} · {f3(by[(t, layer)]['to_punct'])}" for t in tasks))
         for layer in range(n_layers)
@@ -100,7 +90,7 @@ def first_token(con, runs: pl.DataFrame, figures: dict[str, str]) -> list[str]:
         "Mean share of each row's attention that goes to the first token, and to punctuation (first token · "
         "punctuation), per layer (0 = first): the mean over the run's examples, the layer's heads and every real "
         "row, row 0 included (its only key is the first token; [what the columns mean on a decoder]"
-        "(../metrics.md#decoders)). " + _which_first(con, runs),
+        "(../metrics.md#decoders)). " + _which_first(ctx, runs),
         "",
         *table(("layer", *tasks), rows),
         source("special_tokens_by_layer"),
@@ -119,9 +109,9 @@ def first_token(con, runs: pl.DataFrame, figures: dict[str, str]) -> list[str]:
     return lines + figure(figures, "chart-special-tokens-layers")
 
 
-def _which_first(con, runs: pl.DataFrame) -> str:
+def _which_first(ctx: ReportContext, runs: pl.DataFrame) -> str:
     """Whether one token (a BOS) heads every example of these runs, or the text's own first token."""
-    firsts = con.execute(
+    firsts = ctx.con.execute(
         "SELECT DISTINCT token_ids[1] FROM run_examples WHERE list_contains(?, run_id)", [runs["run_id"].to_list()]
     ).fetchall()
     if len(firsts) == 1:
@@ -133,21 +123,20 @@ def _which_first(con, runs: pl.DataFrame) -> str:
 
 def _ranges(layers: list[int]) -> str:
     """'3–9, 12–15' for a sorted list of layers ('none' when empty)."""
-    if not layers:
-        return "none"
-    spans, start = [], layers[0]
-    for prev, cur in zip(layers, [*layers[1:], None]):
-        if cur != prev + 1:
-            spans.append(f"{start}" if start == prev else f"{start}–{prev}")
-            start = cur
-    return ", ".join(spans)
+    spans: list[list[int]] = []
+    for layer in layers:
+        if spans and layer == spans[-1][-1] + 1:
+            spans[-1].append(layer)
+        else:
+            spans.append([layer])
+    return ", ".join(f"{s[0]}" if len(s) == 1 else f"{s[0]}–{s[-1]}" for s in spans) or "none"
 
 
-def sinks(con, runs: pl.DataFrame, figures: dict[str, str]) -> list[str]:
-    frame = query(con, "sink_heads", eps=EPS).join(runs.select("run_id", "label"), on="run_id")
+def sinks(ctx: ReportContext, runs: pl.DataFrame, figures: dict[str, str]) -> list[str]:
+    frame = ctx.query("sink_heads", eps=EPS).join(runs.select("run_id", "label"), on="run_id")
     tasks = runs["label"].to_list()
-    heads = int(frame["heads"].max())
-    n_layers = int(frame["layer"].max()) + 1
+    heads = largest(frame["heads"])
+    n_layers = largest(frame["layer"]) + 1
     lines = [
         "## Sink heads",
         "",
@@ -179,8 +168,8 @@ def sinks(con, runs: pl.DataFrame, figures: dict[str, str]) -> list[str]:
     return lines + figure(figures, "chart-attention-sinks")
 
 
-def massive(con, runs: pl.DataFrame) -> list[str]:
-    frame = query(con, "massive_activations").join(runs.select("run_id", "label"), on="run_id")
+def massive(ctx: ReportContext, runs: pl.DataFrame) -> list[str]:
+    frame = ctx.query("massive_activations").join(runs.select("run_id", "label"), on="run_id")
     lines = [
         "## Massive activations",
         "",
@@ -219,16 +208,17 @@ def massive(con, runs: pl.DataFrame) -> list[str]:
     ]
 
 
-def prompted(con, runs: pl.DataFrame) -> tuple[list[str], pl.DataFrame]:
+def prompted(ctx: ReportContext, runs: pl.DataFrame) -> tuple[list[str], pl.DataFrame]:
     """The prompted sweep's setting and baseline; returns the findings of its run(s)."""
+    con = ctx.con
     # A sweep scored through the task's prompt (a loss sweep on plain text has its own page).
     sweep_runs = runs.filter((pl.col("kind") == "ablation") & pl.col("prompted"))
-    findings = query(con, "findings_ablation").filter(pl.col("run_id").is_in(sweep_runs["run_id"].to_list()))
+    findings = ctx.query("findings_ablation").filter(pl.col("run_id").is_in(sweep_runs["run_id"].to_list()))
     lines = ["## The task through a prompt", ""]
     if not findings.height:
         return [*lines, "No ablation run of this model in the warehouse.", ""], findings
     for r in findings.iter_rows(named=True):
-        prompt = json.loads(con.execute("SELECT prompt FROM runs WHERE run_id = ?", [r["run_id"]]).fetchone()[0])
+        prompt = json.loads(con.execute("SELECT prompt FROM runs WHERE run_id = ?", [r["run_id"]]).fetchall()[0][0])
         labels = con.execute(
             "SELECT e.label_id, count(*) FROM run_examples AS x JOIN examples AS e USING (example_id) "
             "WHERE x.run_id = ? GROUP BY ALL ORDER BY 1",
@@ -269,7 +259,20 @@ def prompted(con, runs: pl.DataFrame) -> tuple[list[str], pl.DataFrame]:
     return [*lines, source("findings_ablation"), ""], findings
 
 
-def ablation(con, findings: pl.DataFrame, figures: dict[str, str]) -> list[str]:
+def _change_rows(frame: pl.DataFrame, *first: str) -> list[tuple]:
+    """Rows of the `first` columns, then Δ, its 95 % interval and the adjusted p."""
+    return [
+        (
+            *(f"{h[c]:.3f}" if c == "value" else h[c] for c in first),
+            f"{h['delta']:+.3f}",
+            f"[{h['ci_low']:+.3f}, {h['ci_high']:+.3f}]",
+            f"{h['p_adjusted']:.3g}",
+        )
+        for h in frame.iter_rows(named=True)
+    ]
+
+
+def ablation(ctx: ReportContext, findings: pl.DataFrame, figures: dict[str, str]) -> list[str]:
     if not findings.height:
         return []
     lines = [
@@ -291,55 +294,31 @@ def ablation(con, findings: pl.DataFrame, figures: dict[str, str]) -> list[str]:
             f"significant among {r['tests']} tests is {r['detect_k']} examples (Δ {r['detect_delta']:.3f}).",
             "",
         ]
-        heads = query(con, "ablation_effect").filter(pl.col("run_id") == run)
+        heads = ctx.query("ablation_effect").filter(pl.col("run_id") == run)
         for label, order in (("lowered it most", False), ("raised it most", True)):
             top = heads.sort("delta", descending=order).head(5)
             lines += [
                 f"Heads whose disabling {label}:",
                 "",
-                *table(
-                    ("layer", "head", "Δ", "95 % interval", "p (adjusted)"),
-                    (
-                        (
-                            h["layer"],
-                            h["head"],
-                            f"{h['delta']:+.3f}",
-                            f"[{h['ci_low']:+.3f}, {h['ci_high']:+.3f}]",
-                            f"{h['p_adjusted']:.3g}",
-                        )
-                        for h in top.iter_rows(named=True)
-                    ),
-                ),
+                *table(("layer", "head", "Δ", "95 % interval", "p (adjusted)"), _change_rows(top, "layer", "head")),
             ]
-        layers = query(con, "layer_ablation").filter(pl.col("run_id") == run).sort("layer")
+        layers = ctx.query("layer_ablation").filter(pl.col("run_id") == run).sort("layer")
         lines += [
             "Whole layers disabled:",
             "",
-            *table(
-                ("layer", "accuracy", "Δ", "95 % interval", "p (adjusted)"),
-                (
-                    (
-                        h["layer"],
-                        f"{h['value']:.3f}",
-                        f"{h['delta']:+.3f}",
-                        f"[{h['ci_low']:+.3f}, {h['ci_high']:+.3f}]",
-                        f"{h['p_adjusted']:.3g}",
-                    )
-                    for h in layers.iter_rows(named=True)
-                ),
-            ),
+            *table(("layer", "accuracy", "Δ", "95 % interval", "p (adjusted)"), _change_rows(layers, "layer", "value")),
             source("findings_ablation", "ablation_effect", "layer_ablation"),
             "",
         ]
-        lines += together(con, run)
+        lines += together(ctx, run)
     return lines + figure(figures, "chart-ablation-heads") + figure(figures, "chart-ablation-layers")
 
 
-def together(con, run: int) -> list[str]:
+def together(ctx: ReportContext, run: int) -> list[str]:
     """Sentences on the heads disabled together: sinks, the helpful heads, the top-k curve, and
     whether gradient importance finds the heads that matter."""
     lines = []
-    sink = query(con, "sink_vs_ablation", eps=EPS).filter(pl.col("run_id") == run)
+    sink = ctx.query("sink_vs_ablation", eps=EPS).filter(pl.col("run_id") == run)
     if sink.height:
         s = sink.row(0, named=True)
         rho = _rho(s["spearman"])
@@ -357,7 +336,7 @@ def together(con, run: int) -> list[str]:
                 else ""
             )
         )
-    combos = query(con, "ablation_combinations").filter(pl.col("run_id") == run)
+    combos = ctx.query("ablation_combinations").filter(pl.col("run_id") == run)
     helpful = combos.filter(pl.col("kind") == "helpful")
     if helpful.height:
         h = helpful.row(0, named=True)
@@ -372,7 +351,7 @@ def together(con, run: int) -> list[str]:
             + ", ".join(f"k = {c['k']}: Δ {c['delta']:+.3f}" for c in curve.iter_rows(named=True))
             + "."
         )
-    importance = query(con, "importance_vs_ablation").filter(pl.col("run_id") == run)
+    importance = ctx.query("importance_vs_ablation").filter(pl.col("run_id") == run)
     if importance.height:
         i = importance.row(0, named=True)
         lines.append(
@@ -389,14 +368,14 @@ def _rho(value: float | None) -> str:
     return "undefined (every head has the same Δ)" if value is None else f"{value:.2f}"
 
 
-def parity(con, runs: pl.DataFrame, model: Path) -> list[str]:
+def parity(ctx: ReportContext, runs: pl.DataFrame, model: Path) -> list[str]:
     """The stored statistics of PARITY_EXAMPLES examples of the first statistics run against
     transformers' eager output_attentions on the token ids the run stored, recomputed here."""
     import torch
     from transformers import AutoModelForCausalLM
 
     run = int(runs.filter(pl.col("kind") == "statistics")["run_id"][0])
-    examples = con.execute(
+    examples = ctx.con.execute(
         "SELECT example_id, token_ids FROM run_examples WHERE run_id = ? ORDER BY example_id LIMIT ?",
         [run, PARITY_EXAMPLES],
     ).fetchall()
@@ -408,7 +387,6 @@ def parity(con, runs: pl.DataFrame, model: Path) -> list[str]:
         with torch.no_grad():
             maps = eager(input_ids=torch.tensor([ids]), output_attentions=True).attentions
         a = torch.stack([m[0] for m in maps]).double().numpy()  # (layers, heads, n, n)
-        n = a.shape[-1]
         expected = {
             "to_cls": a[..., :, 0].mean(-1),
             "to_self": np.diagonal(a, axis1=-2, axis2=-1).mean(-1),
@@ -416,12 +394,13 @@ def parity(con, runs: pl.DataFrame, model: Path) -> list[str]:
             "to_prev": np.concatenate([np.zeros(a.shape[:2] + (1,)), np.diagonal(a, -1, -2, -1)], -1).mean(-1),
             "max_weight": a.max(-1).mean(-1),
         }
-        stored = con.execute(
+        stored = ctx.con.execute(
             f"SELECT layer, head, {', '.join(PARITY_COLUMNS)} FROM head_stats "
             "WHERE run_id = ? AND example_id = ? ORDER BY layer, head",
             [run, example_id],
         ).fetchnumpy()
-        assert len(stored["layer"]) == a.shape[0] * a.shape[1] and n == len(ids)
+        if len(stored["layer"]) != a.shape[0] * a.shape[1] or a.shape[-1] != len(ids):
+            raise UsageError(f"--model {model} is not the model of run {run}: its maps have another shape")
         for column in PARITY_COLUMNS:
             got = np.asarray(stored[column], float).reshape(a.shape[:2])
             worst[column] = max(worst[column], float(np.abs(got - expected[column]).max()))
@@ -440,83 +419,32 @@ def parity(con, runs: pl.DataFrame, model: Path) -> list[str]:
     ]
 
 
-def costs(time_dir: Path | None, steps: Sequence[str] = STEPS) -> list[str]:
-    """The cost table of `steps` (their `time-<step>.txt` in `time_dir`), in the order they ran."""
-    rows = []
-    for step in steps if time_dir else ():
-        path = time_dir / f"time-{step}.txt"
-        if not path.is_file():
-            continue
-        text = path.read_text(encoding="utf-8")
-        wall, rss = TIME_WALL.search(text), TIME_RSS.search(text)
-        if wall and rss:
-            rows.append((step, wall_seconds(wall[1]), int(rss[1]) / 2**20))
-    if not rows:
-        return []
-    return [
-        "## What it cost",
-        "",
-        "Wall time and peak resident memory of each command on a 2-core CPU without a GPU, beside other work on "
-        "the same cores (`/usr/bin/time -v`).",
-        "",
-        *table(("command", "wall time", "peak memory"), ((w, f"{s / 60:.1f} min", f"{g:.2f} GiB") for w, s, g in rows)),
-    ]
-
-
 def build_page(
+    ctx: ReportContext,
     db: Path,
-    name: str | None,
-    model: Path | None,
-    time_dir: Path | None,
     figures: dict[str, str],
+    name: str | None = None,
+    time_dir: Path | None = None,
+    model: Path | None = None,
     companion: str | None = None,
-) -> str:
-    con = warehouse.connect(db, read_only=True)
-    try:
-        runs = decoder_runs(con)
-        stored = runs["model"][0]
-        name = name or Path(stored).stem
-        stats = runs.filter(pl.col("kind") == "statistics")
-        prompt_lines, findings = prompted(con, runs)
-        parts = [
-            f"# {name}: attention sinks and heads through a prompt",
-            "",
-            "Generated by `tools/decoder_results_page.py` from the model's warehouse; every table names the query "
-            "it comes from. Rerun the script to regenerate the page."
-            + (f" Its head roles and which heads need the whole context: [{name}]({companion})." if companion else ""),
-            "",
-            *setup(runs, name, stored_as(stored, db)),
-            *(parity(con, stats, model) if model else []),
-            *first_token(con, stats, figures),
-            *sinks(con, stats, figures),
-            *massive(con, stats),
-            *prompt_lines,
-            *ablation(con, findings, figures),
-            *costs(time_dir),
-        ]
-    finally:
-        con.close()
-    return "\n".join(parts).rstrip() + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, required=True)
-    parser.add_argument("--name", help="the model's name on the page (default: its file's or folder's name)")
-    parser.add_argument("--model", type=Path, help="the model's file or folder, for the parity check")
-    parser.add_argument("--time-dir", type=Path, help="folder of /usr/bin/time -v outputs time-<what>.txt")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--companion", help="the model's head-roles page (tools/roles_results_page.py), linked")
-    parser.add_argument("--no-figures", action="store_true", help="write the page without its PNG charts")
-    args = parser.parse_args(argv)
-    if not args.db.is_file():
-        sys.exit(f"error: no warehouse at {args.db}")
-    figures = {} if args.no_figures else write_figures(args.db, args.out, CHART_SECTIONS, CHARTS)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    page = build_page(args.db, args.name, args.model, args.time_dir, figures, args.companion)
-    args.out.write_text(page, encoding="utf-8")
-    print(f"wrote {args.out}" + (f" and {len(figures)} figures" if figures else ""))
-
-
-if __name__ == "__main__":
-    main()
+) -> list[str]:
+    """The page's lines: the one decoder in the warehouse `ctx` reads; `companion` links its
+    head-roles page."""
+    runs = decoder_runs(ctx)
+    name = name or Path(runs["model"][0]).stem
+    stats = runs.filter(pl.col("kind") == "statistics")
+    prompt_lines, findings = prompted(ctx, runs)
+    linked = f" Its head roles and which heads need the whole context: [{name}]({companion})." if companion else ""
+    return [
+        f"# {name}: attention sinks and heads through a prompt",
+        "",
+        *generated("decoder", linked),
+        *setup(runs, name, db),
+        *(parity(ctx, stats, model) if model else []),
+        *first_token(ctx, stats, figures),
+        *sinks(ctx, stats, figures),
+        *massive(ctx, stats),
+        *prompt_lines,
+        *ablation(ctx, findings, figures),
+        *step_costs(time_dir, STEPS),
+    ]
