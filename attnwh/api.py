@@ -79,7 +79,6 @@ from attnwh.cli.options import (
     with_option_groups,
 )
 from attnwh.cli.progress import Bars, StudyHooks, interrupts_as, loading, run_resumable, steps_column
-from attnwh.cli.summaries import describe
 from attnwh.errors import UsageError
 from attnwh.ingest.model.gguf import model_path as gguf_model_path
 from attnwh.ingest.runs.folders import check_out_dir
@@ -905,74 +904,48 @@ def ablation(
         # Data errors before torch is imported; only a sweep of the bundled sample without
         # --task waits for the model, whose fine-tuning task it is swept on.
         loaded = source.load(task) if task or source.given else None
-        from attnwh.ingest.model.loading import load_model, read_config
-        from attnwh.ingest.runs.ablation import (
-            AblationOptions,
-            check_classifier,
-            check_head_in_config,
-            gold_labels,
-            ingest_ablation,
-            prepare_ablation,
-            shard_ablation,
-            task_template,
-        )
-        from attnwh.ingest.sources.files import SAMPLE_TASKS
+        from attnwh.ingest.runs.ablation import prepare_task_sweep
 
-        if not prompt:
-            check_head_in_config(read_config(model), model)  # before the weights load
-        encoder = load_model(model, device.value, language_model=prompt)
-        check_classifier(encoder, prompt)
-        if loaded is None:
-            # On the bundled sample, a model made by `attnwh finetune` is swept on its own task.
-            tuned_on = (encoder.lineage or {}).get("task")
-            loaded = source.load([tuned_on] if tuned_on in SAMPLE_TASKS else None)
-        # Every process of a sharded sweep renders the same prompts (same train split, same seed).
-        prompts = _task_prompts(source, loaded, shots, shot_seed, words) if prompt else None
-        options = reading.ingest_options(replace)
-        per_pass = configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
-        settings = [
-            AblationOptions(
-                mode=m,
-                top_k=top_k,
-                n_resamples=resamples,
-                importance=importance,
-                prefix_cache=prefix_cache,
-                configs_per_pass=per_pass,
-                attention_memory=parse_memory(attention_memory),
-            )
-            for m in modes
-        ]
-        prepared = {s.mode: prepare_ablation(encoder, loaded, options, s, prompts) for s in settings}
-        for p in prepared[modes[0]]:
-            gold_labels(encoder, p.data, task_template(p))  # label mismatches fail before anything is written
-
-    n_configs = 1 + len(encoder.attention_layers) * (encoder.num_heads + 1)
-    console.print(
-        f"{describe(encoder)}: {n_configs} configurations per task and mode ({', '.join(modes)}), "
-        f"{per_pass} per pass, prefix cache {'on' if prefix_cache else 'off'}",
-        highlight=False,
-    )
-    if run_on.shard:
-        shards, seconds = run_resumable(
-            console,
-            run_on.shard_dir or db,
-            lambda bars: [
-                summary
-                for s in settings
-                for summary in shard_ablation(encoder, prepared[s.mode], options, s, run_on, bars.start, bars.advance)
-            ],
+        prepared = prepare_task_sweep(
+            model,
+            loaded,
+            _sweep_settings(modes, resamples, prefix_cache, configs_per_pass, attention_memory, top_k, importance),
+            reading.ingest_options(replace),
+            device=device.value,
+            prompted=prompt,
+            load_sample=source.load,
+            # Every process of a sharded sweep renders the same prompts (same train split, same seed).
+            make_prompts=(lambda tasks: _task_prompts(source, list(tasks), shots, shot_seed, words))
+            if prompt
+            else None,
         )
-        return Done(list(shards), seconds, db, sharded=True)
-    summaries, seconds = run_resumable(
-        console,
-        db,
-        lambda bars: [
-            summary
-            for s in settings
-            for summary in ingest_ablation(db, encoder, prepared[s.mode], options, s, bars.start, bars.advance, run_on)
-        ],
-    )
-    return Done(list(summaries), seconds, db)
+    return _run(console, prepared, run_on, db)
+
+
+def _sweep_settings(
+    modes: list[str],
+    resamples: int,
+    prefix_cache: bool,
+    configs_per_pass: int | None,
+    attention_memory: str | None,
+    top_k: int = 10,
+    importance: bool = False,
+) -> list[Any]:
+    """One sweep's settings per mode; configs_per_pass 0 lets the model's device choose."""
+    from attnwh.ingest.runs.ablation import AblationOptions
+
+    return [
+        AblationOptions(
+            mode=m,
+            top_k=top_k,
+            n_resamples=resamples,
+            importance=importance,
+            prefix_cache=prefix_cache,
+            configs_per_pass=configs_per_pass or 0,
+            attention_memory=parse_memory(attention_memory),
+        )
+        for m in modes
+    ]
 
 
 def _plain_text(source: DataSource, task: list[str] | None) -> bool:
@@ -1016,73 +989,18 @@ def _loss_ablation(
     with loading(console, None if run_on.shard else db, source, models=[model]):
         # Text to sweep, or the needle probes' haystack (the prose sample by default).
         loaded = source.load(task or (["prose"] if probes and not source.given else None))
-        from attnwh.ingest.model.loading import load_model, read_config, require_language_model_in_config
-        from attnwh.ingest.runs.ablation import AblationOptions
-        from attnwh.ingest.runs.loss_ablation import (
-            NEEDS_LANGUAGE_MODEL,
-            check_language_model,
-            ingest_loss_ablation,
-            make_probes,
-            prepare_loss_ablation,
-            shard_loss_ablation,
-        )
+        from attnwh.ingest.runs.loss_ablation import prepare_loss_sweep
 
-        require_language_model_in_config(read_config(model), model, *NEEDS_LANGUAGE_MODEL)  # before the weights load
-        encoder = load_model(model, device.value, language_model=True)
-        check_language_model(encoder)
-        tasks, spans = loaded, None
-        if probes:
-            documents = [e.text_a for t in loaded for e in t.examples]
-            length = reading.max_length or min(encoder.max_length, 256)
-            made = make_probes(
-                encoder, probes, reading.limit or 20, repeat_length or 32, length, documents, reading.seed
-            )
-            tasks, spans = [t for t, _ in made], [s for _, s in made]
-        options = reading.ingest_options(replace)
-        per_pass = configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
-        settings_by_mode = [
-            AblationOptions(
-                mode=m,
-                n_resamples=resamples,
-                importance=False,
-                prefix_cache=prefix_cache,
-                configs_per_pass=per_pass,
-                attention_memory=parse_memory(attention_memory),
-            )
-            for m in modes
-        ]
-        prepared = {s.mode: prepare_loss_ablation(encoder, tasks, options, s, spans) for s in settings_by_mode}
-    n_configs = 1 + len(encoder.attention_layers) * (encoder.num_heads + 1)
-    console.print(
-        f"{describe(encoder)}: next-token loss under {n_configs} configurations per text and mode ({', '.join(modes)}), "
-        f"{per_pass} per pass, prefix cache {'on' if prefix_cache else 'off'}",
-        highlight=False,
-    )
-    if run_on.shard:
-        shards, seconds = run_resumable(
-            console,
-            run_on.shard_dir or db,
-            lambda bars: [
-                summary
-                for s in settings_by_mode
-                for summary in shard_loss_ablation(
-                    encoder, prepared[s.mode], options, s, run_on, bars.start, bars.advance
-                )
-            ],
+        prepared = prepare_loss_sweep(
+            model,
+            loaded,
+            _sweep_settings(modes, resamples, prefix_cache, configs_per_pass, attention_memory),
+            reading.ingest_options(replace),
+            device=device.value,
+            probes=probes,
+            repeat_length=repeat_length,
         )
-        return Done(list(shards), seconds, db, sharded=True)
-    summaries, seconds = run_resumable(
-        console,
-        db,
-        lambda bars: [
-            summary
-            for s in settings_by_mode
-            for summary in ingest_loss_ablation(
-                db, encoder, prepared[s.mode], options, s, bars.start, bars.advance, run_on
-            )
-        ],
-    )
-    return Done(list(summaries), seconds, db)
+    return _run(console, prepared, run_on, db)
 
 
 @python_arguments

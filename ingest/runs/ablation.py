@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,6 +71,7 @@ from attnwh.sql import runs, warehouse
 
 if TYPE_CHECKING:
     from attnwh.ingest.runs.engine import EngineOptions, ShardSummary
+    from attnwh.ingest.runs.prepared import Prepared
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class AblationOptions:
     n_resamples: int = 1000  # bootstrap resamples and permutations per configuration
     importance: bool = True  # gradient importance per head
     prefix_cache: bool = True  # False: every configuration runs the whole model (for checks)
-    configs_per_pass: int = 1  # configurations sharing one forward pass (GPU)
+    configs_per_pass: int = 1  # configurations sharing one forward pass (GPU); 0 in a prepare: from the device
     attention_memory: int | None = None  # bytes of maps alive at once (capture.py); None: from the device
 
     def identity(self) -> dict[str, object]:
@@ -609,4 +610,62 @@ def _summary(
         sinks_delta=sinks_delta,
         sinks_p_value=sinks_p,
         sinks_note=sinks_note,
+    )
+
+
+def prepare_task_sweep(
+    model: str,
+    loaded: Sequence[TaskData] | None,
+    settings: Sequence[AblationOptions],
+    options: IngestOptions,
+    *,
+    device: str = "auto",
+    prompted: bool = False,
+    load_sample: Callable[[list[str] | None], list[TaskData]] | None = None,
+    make_prompts: Callable[[Sequence[TaskData]], list[Any]] | None = None,
+) -> Prepared:
+    """`attnwh ingest ablation` of a classifier (or, `prompted`, of a causal language model read
+    through each task's prompt), one sweep per mode of `settings`, checked and set up: the
+    classifier head refused from the config before the weights load, then the model loaded and
+    checked; `loaded` None (the bundled sample without --task): `load_sample` gives the task the
+    model was fine-tuned on by `attnwh finetune`, else both sample tasks; `make_prompts` renders
+    every task's prompt; every task's gold labels checked before anything is written.
+    `configs_per_pass` 0 in `settings`: 8 on a GPU, 1 on a CPU."""
+    import dataclasses
+
+    from attnwh.ingest.model.loading import load_model, read_config
+    from attnwh.ingest.runs.prepared import Prepared, model_line
+    from attnwh.ingest.sources.files import SAMPLE_TASKS
+
+    if not prompted:
+        check_head_in_config(read_config(model), model)  # before the weights load
+    encoder = load_model(model, device, language_model=prompted)
+    check_classifier(encoder, prompted)
+    if loaded is None:
+        assert load_sample is not None
+        # On the bundled sample, a model made by `attnwh finetune` is swept on its own task.
+        tuned_on = (encoder.lineage or {}).get("task")
+        loaded = load_sample([tuned_on] if tuned_on in SAMPLE_TASKS else None)
+    prompts = make_prompts(loaded) if make_prompts is not None else None
+    per_pass = settings[0].configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
+    settings = [dataclasses.replace(s, configs_per_pass=per_pass) for s in settings]
+    prepared = {s.mode: prepare_ablation(encoder, loaded, options, s, prompts) for s in settings}
+    for p in prepared[settings[0].mode]:
+        gold_labels(encoder, p.data, task_template(p))  # label mismatches fail before anything is written
+    n_configs = 1 + len(encoder.attention_layers) * (encoder.num_heads + 1)
+    modes = ", ".join(s.mode for s in settings)
+    cache = "on" if settings[0].prefix_cache else "off"
+    return Prepared(
+        f"{model_line(encoder)}: {n_configs} configurations per task and mode ({modes}), {per_pass} per pass, "
+        f"prefix cache {cache}",
+        lambda db, engine, on_start, on_batch: [
+            summary
+            for s in settings
+            for summary in ingest_ablation(db, encoder, prepared[s.mode], options, s, on_start, on_batch, engine)
+        ],
+        lambda engine, on_start, on_batch: [
+            summary
+            for s in settings
+            for summary in shard_ablation(encoder, prepared[s.mode], options, s, engine, on_start, on_batch)
+        ],
     )

@@ -49,6 +49,7 @@ from attnwh.sql import runs, warehouse
 
 if TYPE_CHECKING:
     from attnwh.ingest.runs.engine import EngineOptions, ShardSummary
+    from attnwh.ingest.runs.prepared import Prepared
     from attnwh.ingest.sources.probes import ProbeSequence
 
 OBJECTIVE = "loss"
@@ -441,3 +442,55 @@ __all__ = [
     "probe_task",
     "shard_loss_ablation",
 ]
+
+
+def prepare_loss_sweep(
+    model: str,
+    tasks: Sequence[TaskData],
+    settings: Sequence[AblationOptions],
+    options: IngestOptions,
+    *,
+    device: str = "auto",
+    probes: Sequence[str] = (),
+    repeat_length: int | None = None,
+) -> Prepared:
+    """`attnwh ingest ablation` scored by next-token loss, one sweep per mode of `settings`:
+    on the plain-text `tasks`, or on `probes` (induction, needle; `options.limit` of each, 20 by
+    default, needles cut from `tasks`' documents at `options.max_length` tokens, by default
+    the model's limit up to 256), checked and set up: the model refused from its config before
+    its weights load unless it is a causal language model, then loaded, the probes built and
+    every sequence checked. `configs_per_pass` 0 in `settings`: 8 on a GPU, 1 on a CPU."""
+    from attnwh.ingest.model.loading import load_model, read_config, require_language_model_in_config
+    from attnwh.ingest.runs.prepared import Prepared, model_line
+
+    require_language_model_in_config(read_config(model), model, *NEEDS_LANGUAGE_MODEL)  # before the weights load
+    encoder = load_model(model, device, language_model=True)
+    check_language_model(encoder)
+    swept, spans = list(tasks), None
+    if probes:
+        documents = [e.text_a for t in tasks for e in t.examples]
+        length = options.max_length or min(encoder.max_length, 256)
+        made = make_probes(
+            encoder, list(probes), options.limit or 20, repeat_length or 32, length, documents, options.seed
+        )
+        swept, spans = [t for t, _ in made], [s for _, s in made]
+    per_pass = settings[0].configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
+    settings = [dataclasses.replace(s, configs_per_pass=per_pass) for s in settings]
+    prepared = {s.mode: prepare_loss_ablation(encoder, swept, options, s, spans) for s in settings}
+    n_configs = 1 + len(encoder.attention_layers) * (encoder.num_heads + 1)
+    modes = ", ".join(s.mode for s in settings)
+    cache = "on" if settings[0].prefix_cache else "off"
+    return Prepared(
+        f"{model_line(encoder)}: next-token loss under {n_configs} configurations per text and mode ({modes}), "
+        f"{per_pass} per pass, prefix cache {cache}",
+        lambda db, engine, on_start, on_batch: [
+            summary
+            for s in settings
+            for summary in ingest_loss_ablation(db, encoder, prepared[s.mode], options, s, on_start, on_batch, engine)
+        ],
+        lambda engine, on_start, on_batch: [
+            summary
+            for s in settings
+            for summary in shard_loss_ablation(encoder, prepared[s.mode], options, s, engine, on_start, on_batch)
+        ],
+    )
