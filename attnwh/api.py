@@ -2,7 +2,7 @@
 
 The command line is a thin layer over this module: each `attnwh` command calls the function of
 the same name here with the options it parsed, then prints what the function returns. The
-options are the same (one declaration each, in :mod:`attnwh.cli.options` or in the signature
+options are the same (one declaration each, in :mod:`attnwh.options` or in the signature
 below), with the same defaults, the same checks, the same resuming and the same progress bars;
 an error is the same one line, raised as an :class:`attnwh.errors.AttnwhError` (a
 :class:`~attnwh.errors.UsageError` for bad input).
@@ -37,7 +37,11 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from attnwh.cli.options import (
+from attnwh.errors import UsageError
+from attnwh.ingest.model.gguf import model_path as gguf_model_path
+from attnwh.ingest.runs.folders import check_out_dir
+from attnwh.ingest.sources.tasks import load_tasks
+from attnwh.options import (
     DEFAULT_DB,
     AttentionMemoryOpt,
     CheckpointMinutesOpt,
@@ -78,11 +82,7 @@ from attnwh.cli.options import (
     parse_memory,
     with_option_groups,
 )
-from attnwh.cli.progress import Bars, StudyHooks, interrupts_as, loading, run_resumable, steps_column
-from attnwh.errors import UsageError
-from attnwh.ingest.model.gguf import model_path as gguf_model_path
-from attnwh.ingest.runs.folders import check_out_dir
-from attnwh.ingest.sources.tasks import load_tasks
+from attnwh.progress import Bars, StudyHooks, interrupts_as, loading, run_resumable, steps_column
 from attnwh.sql import queries as named
 from attnwh.sql import sharing, warehouse
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import subprocess
+import sys
 
 import click
 import duckdb
@@ -17,8 +19,9 @@ from typer.testing import CliRunner
 
 from attnwh import api
 from attnwh.cli import app
-from attnwh.cli.options import LimitOpt, cli_command
+from attnwh.cli.options import cli_command
 from attnwh.errors import ModelError, UsageError
+from attnwh.options import LimitOpt
 from helpers import cli_main, ingest_args, run, write_pairs
 from test_relations import CONLLU
 
@@ -228,3 +231,10 @@ def test_compare_and_ablation_through_the_api_store_what_the_commands_store(tmp_
     assert rows(by_api, predictions) == rows(by_cli, predictions)
     scores = "SELECT config_id, metric, value, delta, p_value FROM ablations ORDER BY ALL"
     assert rows(by_api, scores) == rows(by_cli, scores)
+
+
+def test_the_api_imports_nothing_from_the_command_line():
+    """The library's face stands alone: the command line is a shell over it, never the reverse."""
+    code = "import sys, attnwh.api; print(sorted(m for m in sys.modules if m.startswith('attnwh.cli')))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

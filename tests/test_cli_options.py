@@ -9,7 +9,7 @@ import pytest
 import typer
 
 from attnwh.cli import app
-from attnwh.cli.options import Device
+from attnwh.options import Device
 from helpers import run
 
 

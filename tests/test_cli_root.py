@@ -51,6 +51,6 @@ def test_ctrl_c_anywhere_is_one_line_and_exit_130(monkeypatch, capsys):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(tasks, "load_tasks", interrupted)
-    monkeypatch.setattr("attnwh.cli.options.load_tasks", interrupted)
+    monkeypatch.setattr("attnwh.options.load_tasks", interrupted)
     code, _, err = run(monkeypatch, capsys, "ingest", "--limit", "2")
     assert code == 130 and err.strip().splitlines()[-1] == "attnwh: error: interrupted"

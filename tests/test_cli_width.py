@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from attnwh.cli import app
-from attnwh.cli.progress import make_progress, steps_column
+from attnwh.progress import make_progress, steps_column
 from attnwh.sql.queries import named_queries
 from helpers import run
 

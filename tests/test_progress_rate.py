@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from rich.console import Console
 
-from attnwh.cli.progress import Bars, make_progress
 from attnwh.ingest.runs import loop
 from attnwh.ingest.runs.loop import OpenRun, store_stream
+from attnwh.progress import Bars, make_progress
 
 
 @dataclass
@@ -111,7 +111,7 @@ def test_the_eta_follows_the_mean_rate_after_one_update():
 def test_a_slow_bar_shows_seconds_per_unit():
     """Below one unit a second the rate turns around (a fine-tuning step of a 12-layer model
     on a CPU takes seconds): "s/step", never "0.0 step/s"."""
-    from attnwh.cli.progress import rate_text
+    from attnwh.progress import rate_text
 
     class Task:
         finished, finished_time = True, 30.0

@@ -518,7 +518,7 @@ def test_fine_tuning_bars_count_steps_not_examples():
 
     from rich.console import Console
 
-    from attnwh.cli.progress import StudyHooks as _ConsoleHooks
+    from attnwh.progress import StudyHooks as _ConsoleHooks
 
     def shown(stage: str, update) -> str:
         out = io.StringIO()

@@ -271,7 +271,7 @@ def test_a_bad_size_is_refused_before_any_work(tmp_path, monkeypatch, capsys, si
 
 
 def test_sizes_read_as_powers_of_1024():
-    from attnwh.cli.options import parse_memory
+    from attnwh.options import parse_memory
 
     assert parse_memory("256M") == 256 * 2**20
     assert parse_memory("2G") == parse_memory("2GiB") == 2 * 2**30

@@ -13,9 +13,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from attnwh.cli.options import DEFAULT_DB, DbOpt
-from attnwh.cli.progress import Bars, interrupts_as
 from attnwh.cli.summaries import print_merge
+from attnwh.options import DEFAULT_DB, DbOpt
+from attnwh.progress import Bars, interrupts_as
 
 
 def merge(

@@ -14,9 +14,9 @@ from typing import Annotated
 import typer
 
 from attnwh.cli.helpformat import HelpCommand, HelpGroup
-from attnwh.cli.options import DEFAULT_DB, ReadDbOpt
 from attnwh.cli.output import results_console
 from attnwh.errors import UsageError
+from attnwh.options import DEFAULT_DB, ReadDbOpt
 
 patterns_app = typer.Typer(
     cls=HelpGroup,

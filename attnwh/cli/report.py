@@ -14,7 +14,8 @@ import typer
 
 from attnwh import api
 from attnwh.cli.helpformat import HelpCommand, HelpGroup
-from attnwh.cli.options import DEFAULT_DB, ReadDbOpt, cli_command, refuse_options_before
+from attnwh.cli.options import cli_command, refuse_options_before
+from attnwh.options import DEFAULT_DB, ReadDbOpt
 from attnwh.reports.results import ResultsPage
 
 # The group's help is the docstring of its callback, `report`.

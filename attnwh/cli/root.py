@@ -16,7 +16,6 @@ from attnwh.cli.finetune import finetune
 from attnwh.cli.helpformat import HelpCommand, HelpGroup
 from attnwh.cli.ingest import ingest_app
 from attnwh.cli.merge import merge
-from attnwh.cli.options import TYPED, command_line
 from attnwh.cli.patterns import patterns_app
 from attnwh.cli.report import report_app
 from attnwh.cli.schema import schema
@@ -26,6 +25,7 @@ from attnwh.cli.status import status
 from attnwh.cli.study import study
 from attnwh.errors import AttnwhError, Interrupted
 from attnwh.ingest.runs import threads
+from attnwh.options import TYPED, command_line
 from attnwh.sql import sharing
 
 # The panels of `attnwh --help`, and the order of the commands in them: what a newcomer runs

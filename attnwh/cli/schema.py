@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from attnwh.cli.options import DEFAULT_DB, ReadDbOpt
 from attnwh.cli.sql import Format, FormatOption, OutOption, emit
+from attnwh.options import DEFAULT_DB, ReadDbOpt
 from attnwh.sql import warehouse
 from attnwh.sql.catalog import describe
 

@@ -16,8 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from attnwh import api
-from attnwh.cli.options import DEFAULT_DB, ReadDbOpt
 from attnwh.errors import UsageError
+from attnwh.options import DEFAULT_DB, ReadDbOpt
 from attnwh.sql import queries as named
 
 

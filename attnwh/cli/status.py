@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from attnwh.cli.options import DEFAULT_DB, ReadDbOpt
 from attnwh.cli.output import results_console
 from attnwh.errors import UsageError
+from attnwh.options import DEFAULT_DB, ReadDbOpt
 from attnwh.sql.status import WarehouseStatus
 
 

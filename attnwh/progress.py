@@ -22,7 +22,7 @@ from attnwh.sql import status
 if TYPE_CHECKING:
     from rich.progress import Progress, ProgressColumn
 
-    from attnwh.cli.options import DataSource
+    from attnwh.options import DataSource
     from attnwh.study import StageResult
 
 T = TypeVar("T")
