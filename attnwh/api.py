@@ -83,6 +83,7 @@ from attnwh.options import (
     with_option_groups,
 )
 from attnwh.progress import Bars, StudyHooks, interrupts_as, loading, run_resumable, steps_column
+from attnwh.reports.results import ResultsPage, ResultsWritten
 from attnwh.sql import queries as named
 from attnwh.sql import sharing, warehouse
 
@@ -96,6 +97,7 @@ if TYPE_CHECKING:
     from attnwh.ingest.sources.examples import TaskData
     from attnwh.reports.build import Report
     from attnwh.reports.example_view import ExampleView
+    from attnwh.reports.results import ResultsWritten
     from attnwh.sql.restriction import RestrictionChoice
     from attnwh.sql.status import WarehouseStatus
 
@@ -1388,3 +1390,59 @@ def report(
     page = write_html(built, target)
     images = write_images(built, target.parent, format.value) if format is not ReportFormat.html else []
     return Reported(page, images, built)
+
+
+@python_arguments
+def report_results(
+    page: Annotated[
+        ResultsPage,
+        typer.Option(
+            help="study: an encoder's `attnwh study` against Kovaleva et al. (2019); decoder: a causal language "
+            "model's attention sinks and a task through its prompt; roles: its head roles and which heads need "
+            "the whole context."
+        ),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Markdown file to write; its figures go into a folder of its name.")
+    ],
+    db: ReadDbOpt = DEFAULT_DB,
+    name: Annotated[
+        str | None, typer.Option(help="The model's name on the page (default: its folder's or file's name).")
+    ] = None,
+    time_dir: Annotated[
+        Path | None, typer.Option(help="Folder of `/usr/bin/time -v` outputs (time-<what>.txt), for the cost table.")
+    ] = None,
+    log: Annotated[
+        list[Path] | None,
+        typer.Option(help="study: the study's stderr, for the cost table of its stages (repeatable)."),
+    ] = None,
+    cost_note: Annotated[
+        str | None, typer.Option(help="study: a sentence on how the costs were measured (beside other work, say).")
+    ] = None,
+    model: Annotated[
+        Path | None,
+        typer.Option(help="decoder: the model's file or folder; its stored statistics are checked against it."),
+    ] = None,
+    companion: Annotated[
+        str | None, typer.Option(help="decoder, roles: the model's other results page, linked (a relative path).")
+    ] = None,
+    figures: Annotated[
+        bool, typer.Option("--figures/--no-figures", help="Write the page's charts as PNG (the report's own).")
+    ] = True,
+) -> ResultsWritten:
+    """Write a results page: the warehouse's numbers beside the papers', each table naming its query."""
+    from attnwh.reports.results import write_results_page
+
+    done: ResultsWritten = write_results_page(
+        db,
+        page,
+        out,
+        name=name,
+        time_dir=time_dir,
+        logs=log or [],
+        cost_note=cost_note,
+        model=model,
+        companion=companion,
+        figures=figures,
+    )
+    return done

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from attnwh import api
 from attnwh.cli.helpformat import HelpCommand, HelpGroup
 from attnwh.cli.options import cli_command, refuse_options_before
-from attnwh.options import DEFAULT_DB, ReadDbOpt
-from attnwh.reports.results import ResultsPage
 
 # The group's help is the docstring of its callback, `report`.
 report_app = typer.Typer(
@@ -47,59 +44,11 @@ def show_report(call: tuple[typer.Context, Callable[[], Any]]) -> None:
 report = cli_command(api.report, show_report, context=True)
 
 
-def results(
-    page: Annotated[
-        ResultsPage,
-        typer.Option(
-            help="study: an encoder's `attnwh study` against Kovaleva et al. (2019); decoder: a causal language "
-            "model's attention sinks and a task through its prompt; roles: its head roles and which heads need "
-            "the whole context."
-        ),
-    ],
-    out: Annotated[
-        Path, typer.Option("--out", "-o", help="Markdown file to write; its figures go into a folder of its name.")
-    ],
-    db: ReadDbOpt = DEFAULT_DB,
-    name: Annotated[
-        str | None, typer.Option(help="The model's name on the page (default: its folder's or file's name).")
-    ] = None,
-    time_dir: Annotated[
-        Path | None, typer.Option(help="Folder of `/usr/bin/time -v` outputs (time-<what>.txt), for the cost table.")
-    ] = None,
-    log: Annotated[
-        list[Path] | None,
-        typer.Option(help="study: the study's stderr, for the cost table of its stages (repeatable)."),
-    ] = None,
-    cost_note: Annotated[
-        str | None, typer.Option(help="study: a sentence on how the costs were measured (beside other work, say).")
-    ] = None,
-    model: Annotated[
-        Path | None,
-        typer.Option(help="decoder: the model's file or folder; its stored statistics are checked against it."),
-    ] = None,
-    companion: Annotated[
-        str | None, typer.Option(help="decoder, roles: the model's other results page, linked (a relative path).")
-    ] = None,
-    figures: Annotated[
-        bool, typer.Option("--figures/--no-figures", help="Write the page's charts as PNG (the report's own).")
-    ] = True,
-) -> None:
-    """Write a results page: the warehouse's numbers beside the papers', each table naming its query."""
-    from attnwh.reports.results import write_results_page
-
-    done = write_results_page(
-        db,
-        page,
-        out,
-        name=name,
-        time_dir=time_dir,
-        logs=log or [],
-        cost_note=cost_note,
-        model=model,
-        companion=companion,
-        figures=figures,
-    )
+def show_results(done: Any) -> None:
     print(f"wrote {done.page}" + (f" and {len(done.figures)} figures" if done.figures else ""))
+
+
+results = cli_command(api.report_results, show_results)
 
 
 report_app.callback(invoke_without_command=True)(report)
