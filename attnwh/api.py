@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from attnwh.errors import UsageError
 from attnwh.ingest.model.gguf import model_path as gguf_model_path
@@ -108,12 +109,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 class Done:
     """What a run command did: its results (the runs it stored, as the command's summaries; with
     --shard, the slices it wrote; for `study`, the finished study), its wall time in seconds,
-    and the warehouse."""
+    and the warehouse; `header`, the line it printed on the model and the work before it
+    began (plain text), where it printed one."""
 
     results: list[Any]
     seconds: float
     db: Path
     sharded: bool = False
+    header: str | None = None
 
 
 @dataclass(frozen=True)
@@ -405,13 +408,14 @@ def _run(console: Console, prepared: Prepared, run_on: EngineOptions, db: Path) 
     """A prepared command's work (`attnwh.ingest.runs.prepared`): its line on stderr, then its
     runs into `db` under a bar per task, or with a static shard its slice into the shard folder."""
     console.print(prepared.header, highlight=False)
+    header = Text.from_markup(prepared.header).plain
     if run_on.shard:
         shards, seconds = run_resumable(
             console, run_on.shard_dir or db, lambda bars: prepared.shard(run_on, bars.start, bars.advance)
         )
-        return Done(list(shards), seconds, db, sharded=True)
+        return Done(list(shards), seconds, db, sharded=True, header=header)
     summaries, seconds = run_resumable(console, db, lambda bars: prepared.ingest(db, run_on, bars.start, bars.advance))
-    return Done(list(summaries), seconds, db)
+    return Done(list(summaries), seconds, db, header=header)
 
 
 PromptOpt = Annotated[

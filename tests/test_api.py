@@ -106,9 +106,11 @@ def ingested(tmp_path_factory, tiny_model_dir):
 
 
 def test_ingest_through_the_api_stores_what_the_command_stores(ingested):
-    _, _, by_cli, by_api, done = ingested
+    model, _, by_cli, by_api, done = ingested
     assert isinstance(done, api.Done) and not done.sharded
     assert [s.outcome for s in done.results] == ["complete"] and done.results[0].n_written == 8
+    # What it printed before it began is returned too, as plain text.
+    assert done.header == f"{model} (bert, 2 layers × 4 heads) on cpu, 64 tokens max"
     table = "SELECT * EXCLUDE (run_id) FROM head_stats ORDER BY example_id, layer, head"
     assert rows(by_api, table) == rows(by_cli, table)
     assert len(rows(by_api, table)) == 8 * 2 * 4
