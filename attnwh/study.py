@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from attnwh.errors import DataError, UsageError
 from attnwh.ingest.runs.engine import EngineOptions
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from attnwh.ingest.runs.ablation import AblationSummary
     from attnwh.ingest.runs.finetune import FinetuneOptions, FinetuneResult, LineageExtra
     from attnwh.ingest.runs.loop import IngestOptions, RunSummary
+    from attnwh.ingest.runs.prepared import Prepared
 
 # The stages, in order, with their help and method: STAGE_TABLE (and STAGES, STAGE_HELP) below
 # the Study class.
@@ -471,15 +472,15 @@ class Study:
             results.append(result)
         return results
 
-    def stage_ingest_base(self, result: StageResult) -> None:
-        from attnwh.ingest.runs.loop import ingest_statistics, prepare_tasks
+    def _run(self, prepared: Prepared) -> Sequence[Any]:
+        """A stage's work, prepared by its run kind as for its command, into the study's warehouse."""
+        return prepared.ingest(self.options.db, self.options.engine, self.hooks.start, self.hooks.advance)
 
-        options = self._ingest("ingest-base")
-        prepared = prepare_tasks(self.base, [t.eval for t in self.tasks], options)
-        summaries = ingest_statistics(
-            self.options.db, self.base, prepared, options, self.hooks.start, self.hooks.advance, self.options.engine
-        )
-        self._record("ingest-base", summaries, result)
+    def stage_ingest_base(self, result: StageResult) -> None:
+        from attnwh.ingest.runs.loop import prepare_statistics
+
+        prepared = prepare_statistics(self.base, [t.eval for t in self.tasks], self._ingest("ingest-base"))
+        self._record("ingest-base", self._run(prepared), result)
 
     def stage_finetune(self, result: StageResult) -> None:
         from attnwh.ingest.model.loading import LINEAGE_FILE
@@ -581,75 +582,40 @@ class Study:
         self.wrote_anything = True
 
     def stage_ingest_tuned(self, result: StageResult) -> None:
-        from attnwh.ingest.runs.loop import ingest_statistics, prepare_tasks
+        from attnwh.ingest.runs.loop import prepare_statistics
 
-        options = self._ingest("ingest-tuned")
         for task in self.tasks:
-            tuned = self.tuned(task)
-            prepared = prepare_tasks(tuned, [task.eval], options)
-            self._record(
-                "ingest-tuned",
-                ingest_statistics(
-                    self.options.db, tuned, prepared, options, self.hooks.start, self.hooks.advance, self.options.engine
-                ),
-                result,
-            )
+            prepared = prepare_statistics(self.tuned(task), [task.eval], self._ingest("ingest-tuned"))
+            self._record("ingest-tuned", self._run(prepared), result)
 
     def stage_compare(self, result: StageResult) -> None:
-        from attnwh.ingest.measures.change import ChangeCapture, prepare_comparison
-        from attnwh.ingest.runs.loop import ingest_runs
+        from attnwh.ingest.runs.loop import prepare_compare
 
-        options = self._ingest("compare")
         for task in self.tasks:
-            tuned = self.tuned(task)
-            prepared = prepare_comparison(self.base, tuned, [task.eval], options)
-            summaries = ingest_runs(
-                self.options.db,
-                ChangeCapture(self.base, tuned, self.options.attention_memory),
-                prepared,
-                options,
-                self.hooks.start,
-                self.hooks.advance,
-                self.options.engine,
-            )
-            self._record("compare", summaries, result)
+            prepared = prepare_compare(self.base, self.tuned(task), [task.eval], self._ingest("compare"))
+            self._record("compare", self._run(prepared), result)
 
     def stage_ablation(self, result: StageResult) -> None:
-        from attnwh.ingest.runs.ablation import (
-            AblationOptions,
-            check_classifier,
-            gold_labels,
-            ingest_ablation,
-            prepare_ablation,
-        )
+        from attnwh.ingest.runs.ablation import AblationOptions, prepare_task_sweep
 
         options = dataclasses.replace(self._ingest("ablation"), limit=self.options.ablation_limit)
+        settings = [
+            AblationOptions(
+                mode=mode,
+                top_k=self.options.top_k,
+                n_resamples=self.options.resamples,
+                importance=self.options.importance,
+                configs_per_pass=self.options.configs_per_pass or 0,
+                attention_memory=self.options.attention_memory,
+            )
+            for mode in self.options.modes
+        ]
         for task in self.tasks:
-            tuned = self.tuned(task)
-            check_classifier(tuned)
-            per_pass = self.options.configs_per_pass or (8 if tuned.device.type == "cuda" else 1)
-            for mode in self.options.modes:
-                settings = AblationOptions(
-                    mode=mode,
-                    top_k=self.options.top_k,
-                    n_resamples=self.options.resamples,
-                    importance=self.options.importance,
-                    configs_per_pass=per_pass,
-                    attention_memory=self.options.attention_memory,
-                )
-                prepared = prepare_ablation(tuned, [task.eval], options, settings)
-                gold_labels(tuned, prepared[0].data)
-                summaries = ingest_ablation(
-                    self.options.db,
-                    tuned,
-                    prepared,
-                    options,
-                    settings,
-                    self.hooks.start,
-                    self.hooks.advance,
-                    self.options.engine,
-                )
-                self._record(f"ablation:{mode}", summaries, result)
+            prepared = prepare_task_sweep(self.tuned(task), [task.eval], settings, options)
+            # One sweep per mode, in order: their summaries name it.
+            summaries = list(self._run(prepared))
+            for summary in summaries:
+                self._record(f"ablation:{summary.mode}", [summary], result)
 
     def stage_report(self, result: StageResult) -> None:
         from attnwh.reports.build import build_report, write_html

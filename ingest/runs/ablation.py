@@ -614,7 +614,7 @@ def _summary(
 
 
 def prepare_task_sweep(
-    model: str,
+    model: str | LoadedModel,
     loaded: Sequence[TaskData] | None,
     settings: Sequence[AblationOptions],
     options: IngestOptions,
@@ -630,16 +630,17 @@ def prepare_task_sweep(
     checked; `loaded` None (the bundled sample without --task): `load_sample` gives the task the
     model was fine-tuned on by `attnwh finetune`, else both sample tasks; `make_prompts` renders
     every task's prompt; every task's gold labels checked before anything is written.
-    `configs_per_pass` 0 in `settings`: 8 on a GPU, 1 on a CPU."""
+    `configs_per_pass` 0 in `settings`: 8 on a GPU, 1 on a CPU. `model` may be loaded already."""
     import dataclasses
 
-    from attnwh.ingest.model.loading import load_model, read_config
+    from attnwh.ingest.model.loading import read_config
     from attnwh.ingest.runs.prepared import Prepared, model_line
+    from attnwh.ingest.runs.prepared import loaded as loaded_model
     from attnwh.ingest.sources.files import SAMPLE_TASKS
 
-    if not prompted:
+    if not prompted and isinstance(model, str):
         check_head_in_config(read_config(model), model)  # before the weights load
-    encoder = load_model(model, device, language_model=prompted)
+    encoder = loaded_model(model, device, language_model=prompted)
     check_classifier(encoder, prompted)
     if loaded is None:
         assert load_sample is not None

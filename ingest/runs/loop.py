@@ -648,7 +648,7 @@ def open_task_run(
 
 
 def prepare_statistics(
-    model: str | None,
+    model: str | LoadedModel | None,
     loaded: Sequence[TaskData],
     options: IngestOptions,
     device: str = "auto",
@@ -658,10 +658,10 @@ def prepare_statistics(
     """`attnwh ingest` of `model` on the `loaded` tasks, checked and set up: the model loaded
     (read through `prompts`, one per task, a causal language model with its head, checked to
     be one), every task sampled, tokenized and checked to fit the attention memory."""
-    from attnwh.ingest.model.loading import load_model
     from attnwh.ingest.runs.prepared import Prepared, model_line
+    from attnwh.ingest.runs.prepared import loaded as loaded_model
 
-    encoder = load_model(model, device, dtype, language_model=prompts is not None)
+    encoder = loaded_model(model, device, dtype, language_model=prompts is not None)
     if prompts is not None:
         from attnwh.ingest.runs.prompted import check_language_model, prompted_task
 
@@ -679,8 +679,8 @@ def prepare_statistics(
 
 
 def prepare_compare(
-    base: str | None,
-    tuned: str,
+    base: str | LoadedModel | None,
+    tuned: str | LoadedModel,
     loaded: Sequence[TaskData],
     options: IngestOptions,
     device: str = "auto",
@@ -690,11 +690,11 @@ def prepare_compare(
     both models loaded and checked to have the same layers and heads, every task sampled,
     tokenized and checked to fit."""
     from attnwh.ingest.measures.change import ChangeCapture, check_compatible, prepare_comparison
-    from attnwh.ingest.model.loading import load_model
     from attnwh.ingest.runs.prepared import Prepared, model_line
+    from attnwh.ingest.runs.prepared import loaded as loaded_model
 
-    base_model = load_model(base, device, dtype)
-    tuned_model = load_model(tuned, device, dtype)
+    base_model = loaded_model(base, device, dtype)
+    tuned_model = loaded_model(tuned, device, dtype)
     check_compatible(base_model, tuned_model)
     prepared = prepare_comparison(base_model, tuned_model, loaded, options)
     capture_ = ChangeCapture(base_model, tuned_model, options.attention_memory)

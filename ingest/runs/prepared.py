@@ -31,6 +31,18 @@ class Prepared:
     shard: Callable[[EngineOptions, OnStart | None, OnBatch | None], Sequence[Any]]
 
 
+def loaded(
+    model: str | LoadedModel | None, device: str = "auto", dtype: str = "float32", language_model: bool = False
+) -> LoadedModel:
+    """`model` itself when it is loaded already (the study loads its models once for every
+    stage), else the model of that name (`load_model`; None: the bundled MiniLM)."""
+    from attnwh.ingest.model.loading import LoadedModel, load_model
+
+    if isinstance(model, LoadedModel):
+        return model
+    return load_model(model, device, dtype, language_model=language_model)
+
+
 def model_line(encoder: LoadedModel) -> str:
     """The model as a command's first line names it."""
     return (
