@@ -62,7 +62,7 @@ from attnwh.ingest.runs import rows
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, longest_input, model_identity, prepare_tasks
 from attnwh.ingest.runs.prompted import check_language_model, label_ids_of, prompted_task, task_template
 from attnwh.ingest.runs.shards import Part
-from attnwh.ingest.runs.sweep import ProgressBatch, ProgressStart, SweepRun, ingest_sweep, shard_sweep
+from attnwh.ingest.runs.sweep import ProgressBatch, ProgressStart, SweepRun, ingest_sweep, shard_sweep, sweep_per_mode
 from attnwh.ingest.runs.units import WorkUnit
 from attnwh.ingest.sources import prompts
 from attnwh.ingest.sources.examples import TaskData
@@ -631,10 +631,8 @@ def prepare_task_sweep(
     model was fine-tuned on by `attnwh finetune`, else both sample tasks; `make_prompts` renders
     every task's prompt; every task's gold labels checked before anything is written.
     `configs_per_pass` 0 in `settings`: 8 on a GPU, 1 on a CPU. `model` may be loaded already."""
-    import dataclasses
 
     from attnwh.ingest.model.loading import read_config
-    from attnwh.ingest.runs.prepared import Prepared, model_line
     from attnwh.ingest.runs.prepared import loaded as loaded_model
     from attnwh.ingest.sources.files import SAMPLE_TASKS
 
@@ -648,25 +646,12 @@ def prepare_task_sweep(
         tuned_on = (encoder.lineage or {}).get("task")
         loaded = load_sample([tuned_on] if tuned_on in SAMPLE_TASKS else None)
     prompts = make_prompts(loaded) if make_prompts is not None else None
-    per_pass = settings[0].configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
-    settings = [dataclasses.replace(s, configs_per_pass=per_pass) for s in settings]
-    prepared = {s.mode: prepare_ablation(encoder, loaded, options, s, prompts) for s in settings}
-    for p in prepared[settings[0].mode]:
-        gold_labels(encoder, p.data, task_template(p))  # label mismatches fail before anything is written
-    n_configs = 1 + len(encoder.attention_layers) * (encoder.num_heads + 1)
-    modes = ", ".join(s.mode for s in settings)
-    cache = "on" if settings[0].prefix_cache else "off"
-    return Prepared(
-        f"{model_line(encoder)}: {n_configs} configurations per task and mode ({modes}), {per_pass} per pass, "
-        f"prefix cache {cache}",
-        lambda db, engine, on_start, on_batch: [
-            summary
-            for s in settings
-            for summary in ingest_ablation(db, encoder, prepared[s.mode], options, s, on_start, on_batch, engine)
-        ],
-        lambda engine, on_start, on_batch: [
-            summary
-            for s in settings
-            for summary in shard_ablation(encoder, prepared[s.mode], options, s, engine, on_start, on_batch)
-        ],
-    )
+
+    def prepare(ablation: AblationOptions) -> list[PreparedTask]:
+        tasks = prepare_ablation(encoder, loaded, options, ablation, prompts)
+        for p in tasks:
+            gold_labels(encoder, p.data, task_template(p))  # label mismatches fail before anything is written
+        return tasks
+
+    what = "{n} configurations per task"
+    return sweep_per_mode(encoder, settings, options, prepare, ingest_ablation, shard_ablation, what)

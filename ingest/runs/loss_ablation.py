@@ -42,7 +42,7 @@ from attnwh.ingest.model.loading import LoadedModel, require_language_model
 from attnwh.ingest.runs.ablation import AblationOptions, ablation_identity, check_ablation_fits, config_rows
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, prepare_tasks
 from attnwh.ingest.runs.shards import Part
-from attnwh.ingest.runs.sweep import ProgressBatch, ProgressStart, SweepRun, ingest_sweep, shard_sweep
+from attnwh.ingest.runs.sweep import ProgressBatch, ProgressStart, SweepRun, ingest_sweep, shard_sweep, sweep_per_mode
 from attnwh.ingest.runs.units import WorkUnit
 from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.sql import runs, warehouse
@@ -461,7 +461,6 @@ def prepare_loss_sweep(
     its weights load unless it is a causal language model, then loaded, the probes built and
     every sequence checked. `configs_per_pass` 0 in `settings`: 8 on a GPU, 1 on a CPU."""
     from attnwh.ingest.model.loading import load_model, read_config, require_language_model_in_config
-    from attnwh.ingest.runs.prepared import Prepared, model_line
 
     require_language_model_in_config(read_config(model), model, *NEEDS_LANGUAGE_MODEL)  # before the weights load
     encoder = load_model(model, device, language_model=True)
@@ -474,23 +473,12 @@ def prepare_loss_sweep(
             encoder, list(probes), options.limit or 20, repeat_length or 32, length, documents, options.seed
         )
         swept, spans = [t for t, _ in made], [s for _, s in made]
-    per_pass = settings[0].configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
-    settings = [dataclasses.replace(s, configs_per_pass=per_pass) for s in settings]
-    prepared = {s.mode: prepare_loss_ablation(encoder, swept, options, s, spans) for s in settings}
-    n_configs = 1 + len(encoder.attention_layers) * (encoder.num_heads + 1)
-    modes = ", ".join(s.mode for s in settings)
-    cache = "on" if settings[0].prefix_cache else "off"
-    return Prepared(
-        f"{model_line(encoder)}: next-token loss under {n_configs} configurations per text and mode ({modes}), "
-        f"{per_pass} per pass, prefix cache {cache}",
-        lambda db, engine, on_start, on_batch: [
-            summary
-            for s in settings
-            for summary in ingest_loss_ablation(db, encoder, prepared[s.mode], options, s, on_start, on_batch, engine)
-        ],
-        lambda engine, on_start, on_batch: [
-            summary
-            for s in settings
-            for summary in shard_loss_ablation(encoder, prepared[s.mode], options, s, engine, on_start, on_batch)
-        ],
+    return sweep_per_mode(
+        encoder,
+        settings,
+        options,
+        lambda ablation: prepare_loss_ablation(encoder, swept, options, ablation, spans),
+        ingest_loss_ablation,
+        shard_loss_ablation,
+        "next-token loss under {n} configurations per text",
     )

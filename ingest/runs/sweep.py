@@ -36,6 +36,7 @@ from attnwh.sql import runs, status, warehouse
 if TYPE_CHECKING:
     from attnwh.ingest.runs.ablation import AblationOptions
     from attnwh.ingest.runs.engine import EngineOptions, ShardSummary, WorkerSpec
+    from attnwh.ingest.runs.prepared import Prepared
 
 ProgressStart = Callable[[str, int], None]
 ProgressBatch = Callable[[int], None]
@@ -265,3 +266,43 @@ def done_by_group(
 
 def _ignore(*args: object) -> None:
     pass
+
+
+def sweep_per_mode(
+    encoder: LoadedModel,
+    settings: Sequence[AblationOptions],
+    options: IngestOptions,
+    prepare: Callable[[AblationOptions], Any],
+    ingest: Callable[..., list[Any]],
+    shard: Callable[..., list[Any]],
+    what: str,
+) -> Prepared:
+    """One sweep per mode of `settings` as a prepared command (`prepare_task_sweep`,
+    `prepare_loss_sweep`): `configs_per_pass` 0 resolved from the device (8 on a GPU, 1 on a
+    CPU), each mode's tasks from `prepare(settings)`, stored by `ingest(db, encoder, tasks,
+    options, settings, on_start, on_batch, engine)` or sharded by `shard(encoder, tasks,
+    options, settings, engine, on_start, on_batch)` mode after mode; `what` heads the count of configurations in
+    the header ("3 configurations per task" reads "{what} 3 configurations")."""
+    import dataclasses
+
+    from attnwh.ingest.runs.prepared import Prepared, model_line
+
+    per_pass = settings[0].configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
+    settings = [dataclasses.replace(s, configs_per_pass=per_pass) for s in settings]
+    prepared = {s.mode: prepare(s) for s in settings}
+    n_configs = 1 + len(encoder.attention_layers) * (encoder.num_heads + 1)
+    modes = ", ".join(s.mode for s in settings)
+    return Prepared(
+        f"{model_line(encoder)}: {what.format(n=n_configs)} and mode ({modes}), {per_pass} per pass, "
+        f"prefix cache {'on' if settings[0].prefix_cache else 'off'}",
+        lambda db, engine, on_start, on_batch: [
+            summary
+            for s in settings
+            for summary in ingest(db, encoder, prepared[s.mode], options, s, on_start, on_batch, engine)
+        ],
+        lambda engine, on_start, on_batch: [
+            summary
+            for s in settings
+            for summary in shard(encoder, prepared[s.mode], options, s, engine, on_start, on_batch)
+        ],
+    )
