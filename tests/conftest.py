@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,17 @@ def tiny_model_dir(tmp_path_factory):
     return build
 
 
+@pytest.fixture(scope="session", autouse=True)
+def gguf_cache_of_the_session(tmp_path_factory) -> Iterator[Path]:
+    """GGUF files loaded by the tests are dequantised into a cache folder of the session's own
+    (attnwh.ingest.model.gguf_cache), never into the user's ~/.cache: a test sees the cache
+    its own loads built, and leaves nothing behind."""
+    folder = tmp_path_factory.mktemp("gguf-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ATTNWH_CACHE", str(folder))
+        yield folder
+
+
 @pytest.fixture
 def pairs(tmp_path) -> Path:
     """A 24-row sentence-pair TSV (premise, hypothesis, label yes/no)."""
@@ -79,6 +91,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 REQUIRED_IN_CI = (
     "all-mpnet-base-v2",
     "SmolLM2-135M",
+    "Gemma 3 270M",
     "Chromium",
     "extra is not installed",
     "playwright is not installed",

@@ -215,11 +215,18 @@ def test_finetune_and_compare_commands_read_a_decoder(monkeypatch, capsys, tuned
         assert cosines[0] == 4 * 2 * 4 and 0 < cosines[1] <= cosines[2] <= 1 + 1e-6
 
 
-def test_a_gguf_base_is_saved_as_a_plain_safetensors_folder(data, tmp_path):
+@pytest.mark.parametrize("cache", ["GGUF cache", "no cache"])
+def test_a_gguf_base_is_saved_as_a_plain_safetensors_folder(data, tmp_path, monkeypatch, cache):
     """A decoder given as one GGUF file (dequantised on loading) is saved as an ordinary
     folder: no GGUF quantizer in its config, the body it was read with (no step taken: the
-    weights of the model the file was written from), loadable by attnwh."""
+    weights of the model the file was written from), loadable by attnwh. Whether it is read
+    from its entry in the GGUF cache or, where the cache cannot be written, from the file
+    itself (the quantizer's mark then dropped before saving)."""
     from test_gguf import write_tiny_gguf
+
+    if cache == "no cache":
+        (tmp_path / "a-file").write_text("not a folder")
+        monkeypatch.setenv("ATTNWH_CACHE", str(tmp_path / "a-file" / "cache"))
 
     written = write_tiny_gguf(tmp_path / "tiny.gguf")
     out = tmp_path / "tuned"

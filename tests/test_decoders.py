@@ -39,6 +39,7 @@ from tiny_models import BOS_FAMILIES, CORPUS, DECODER_FAMILIES, DECODER_WINDOW, 
 
 LAYERS, HEADS = 2, 4
 MAX_LENGTH = 40
+LONG = 600  # Gemma 3 270M's long sequences: past its 512-token sliding window
 NULL = [OBSERVED_COLUMNS.index(c) for c in CAUSAL_NULL_COLUMNS]
 
 
@@ -69,7 +70,9 @@ def values_and_output(model: nn.Module) -> list[tuple[nn.Module, Any, torch.Tens
 
 
 def is_punct(token: str) -> bool:
-    text = token.replace("Ġ", "").strip()
+    """Unicode punctuation once the word-piece markers are gone: GPT-2's Ġ and SentencePiece's ▁
+    (Gemma's "▁(" is a parenthesis after a space)."""
+    text = token.replace("Ġ", "").replace("▁", "").strip()
     return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
 
 
@@ -439,3 +442,65 @@ def test_smollm2_statistics_match_eager_output_attentions():
         check_example("smollm2", stats[i], expected, f"SmolLM2 sequence {i}")
         worst = max(worst, largest_difference(stats[i], expected))
     print(f"\nSmolLM2-135M: largest |attnwh - eager| over 10 sequences {worst:.2e}")
+
+
+@pytest.mark.slow
+def test_gemma3_loads_as_packaged_and_completes_rome():
+    """Gemma 3 270M as packaged (Q4_K_M, dequantised to float32, read by attnwh from its GGUF
+    cache): 18 layers of 4 query heads on one key/value head of size 256, a 512-token window on
+    five layers of every six; attnwh's model and the eager one read from the file itself both
+    complete the capital of Italy."""
+    from test_gguf import GEMMA3_DIR, GEMMA3_FILE, gemma3_eager
+
+    path = GEMMA3_DIR / GEMMA3_FILE
+    if not path.is_file():
+        pytest.skip(f"no Gemma 3 270M at {path} (python tools/fetch_gemma3.py)")
+    encoder = load_model(str(path), device="cpu", language_model=True)
+    assert (encoder.family, encoder.architecture) == ("gemma3_text", "Gemma3ForCausalLM")
+    assert (encoder.num_layers, encoder.num_heads, encoder.num_key_value_heads) == (18, 4, 1)
+    assert encoder.model.config.head_dim == 256
+    assert encoder.sliding_window == 512
+    assert encoder.sliding_layers == tuple(layer for layer in range(18) if layer % 6 != 5)
+    prompt = encoder.tokenizer("The capital of France is Paris. The capital of Italy is", return_tensors="pt")
+    for model in (encoder.model, gemma3_eager()):
+        with torch.no_grad():
+            following = model(**prompt).logits[0, -1].argmax().item()
+        assert encoder.tokenizer.decode([following]) == " Rome", type(model).__name__
+
+
+@pytest.mark.slow
+def test_gemma3_statistics_match_eager_output_attentions():
+    """Gemma 3 270M (GGUF, dequantised): ten sequences of the bundled prose sample against the
+    eager model's output_attentions one sequence at a time: eight of up to 48 tokens in one
+    right-padded batch, and two of 600 tokens, past the 512-token window of its sliding
+    layers, in another."""
+    from test_gguf import GEMMA3_DIR, GEMMA3_FILE, gemma3_eager
+
+    path = GEMMA3_DIR / GEMMA3_FILE
+    if not path.is_file():
+        pytest.skip(f"no Gemma 3 270M at {path} (python tools/fetch_gemma3.py)")
+    encoder = load_model(str(path), device="cpu")
+    assert encoder.causal and (encoder.num_layers, encoder.num_heads) == (18, 4)
+    tokenizer = encoder.tokenizer
+    sample = load_sample("prose", "dev")
+    data = sample.cut(tokenizer, 48).sample(8, 42)
+    encoded = encode_task(tokenizer, data, 48)
+    assert len(set(encoded.n_tokens.tolist())) > 1  # mixed lengths: the batch is padded
+    capture_stats = StatisticsCapture(encoder)
+    batch = collate(encoded, list(range(8)), tokenizer.pad_token_id, encoder.device)
+    sequences = [ids.tolist() for ids in encoded.input_ids]
+    stats = list(capture_stats.run(batch))
+    ids = tokenizer("\n\n".join(e.text_a for e in sample.examples)).input_ids  # BOS first
+    long = [ids[:LONG], ids[:1] + ids[LONG : 2 * LONG - 1]]
+    assert all(len(sequence) == LONG for sequence in long)
+    stats += list(
+        capture_stats.run({"input_ids": torch.tensor(long), "attention_mask": torch.ones((2, LONG), dtype=torch.long)})
+    )
+    sequences += long
+    eager = gemma3_eager()  # shared with the completion test: one load
+    worst = 0.0
+    for i, (sequence, actual) in enumerate(zip(sequences, stats, strict=True)):
+        expected = decoder_reference(eager, tokenizer, sequence)
+        check_example("gemma3_text", actual, expected, f"Gemma 3 sequence {i} ({len(sequence)} tokens)")
+        worst = max(worst, largest_difference(actual, expected))
+    print(f"\nGemma 3 270M: largest |attnwh - eager| over {len(sequences)} sequences {worst:.2e}")

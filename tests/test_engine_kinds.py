@@ -323,6 +323,9 @@ def test_relations_in_three_shards_merge_to_the_one_process_rows(monkeypatch, ca
         ("frames", "complete"),
     ]
     assert fetch(merged, "SELECT count(*) FROM dependency_heads") == [(0,)]
+    # The partial run holds its merged units' totals (two of its three), the complete one none.
+    sums = "SELECT r.task, count(DISTINCT s.unit) FROM relation_sums AS s JOIN runs AS r USING (run_id) GROUP BY ALL"
+    assert fetch(merged, sums) == [("dependencies", 2)]
     code, out, err = run(monkeypatch, capsys, *args, "--shard", "3/3", "--shard-dir", str(shard_dir))
     assert code == 0, err
     code, out, err = merge(monkeypatch, capsys, shard_dir, merged)

@@ -3,7 +3,9 @@ GGUFWriter (as llama.cpp's converter lays it out) loads back through attnwh's GG
 with exactly the weights and logits of the model it was written from; a missing, foreign or
 truncated file fails in one line; the .gguf path is the name the model travels under (the
 warehouse's models.folder, a run's model found again). The slow test loads the real
-SmolLM2-135M-Instruct (`python tools/fetch_smollm2.py`; CI fetches it) and skips without it.
+SmolLM2-135M-Instruct (`python tools/fetch_smollm2.py`; CI fetches it) and skips without it;
+Gemma 3 270M's (`python tools/fetch_gemma3.py`) are in test_decoders.py. The GGUF cache is
+tested in test_gguf_cache.py.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import functools
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import gguf as gguf_format
 import numpy as np
@@ -29,6 +32,8 @@ from helpers import run
 
 SMOLLM2_DIR = Path(os.environ.get("ATTNWH_SMOLLM2", Path(__file__).resolve().parents[1] / "models" / "smollm2-135m"))
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA3_DIR = Path(os.environ.get("ATTNWH_GEMMA3", Path(__file__).resolve().parents[1] / "models" / "gemma3-270m"))
+GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
 
 HEADS, KV_HEADS, LAYERS, WIDTH = 4, 2, 2, 32  # grouped-query attention, two query heads per key/value head
 MERGES = ["h e", "t he", "i n", "a n", "Ġ the"]
@@ -247,6 +252,17 @@ def smollm2_eager() -> LlamaForCausalLM:
     that read it (about 25 s a load)."""
     model = AutoModelForCausalLM.from_pretrained(
         SMOLLM2_DIR, gguf_file=SMOLLM2_FILE, dtype=torch.float32, attn_implementation="eager"
+    )
+    return model.eval()
+
+
+@functools.cache
+def gemma3_eager() -> Any:  # a Gemma3ForCausalLM
+    """The real Gemma 3 270M with transformers' eager attention, read from the GGUF file itself
+    (not attnwh's cache: the reference owes nothing to attnwh), loaded once for the slow tests
+    that read it (38 s to 5 min a load, dequantising)."""
+    model = AutoModelForCausalLM.from_pretrained(
+        GEMMA3_DIR, gguf_file=GEMMA3_FILE, dtype=torch.float32, attn_implementation="eager"
     )
     return model.eval()
 

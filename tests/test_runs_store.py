@@ -191,9 +191,11 @@ def test_every_kind_is_there_and_every_run_came_from_create_run(every_kind):
         assert sorted(created) == [r[0] for r in stored]
         assert all(re.fullmatch(r"[0-9a-f]{32}", r[2]) for r in stored)
         assert all(r[3] == "complete" for r in stored)
-        # Each table of run rows is filled by this warehouse, so the deletion test covers it.
+        # Each table of run rows is filled by this warehouse, so the deletion test covers it;
+        # but relation_sums, which holds a relations run's running totals only until the run
+        # completes (a partial run's are checked in tests/test_engine_kinds.py).
         empty = [t for t in runs.run_tables(con) if not con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]]
-        assert empty == []
+        assert empty == ["relation_sums"]
 
 
 def test_no_other_writer_of_runs_in_the_source():

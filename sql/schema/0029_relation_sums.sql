@@ -18,3 +18,11 @@ CREATE TABLE relation_sums (
     PRIMARY KEY (run_id, unit, counts, field, key)
 );
 COMMENT ON TABLE relation_sums IS 'Per relations run still being computed, unit and running total: the unit''s part of it (attnwh.ingest.runs.relations). Summed into the run''s tables when its last unit is stored, then deleted.';
+COMMENT ON COLUMN relation_sums.run_id IS 'The relations run (runs.run_id) being computed.';
+COMMENT ON COLUMN relation_sums.unit IS 'The unit of work the totals are of: its batch number (e.g. 000012), the same on every engine.';
+COMMENT ON COLUMN relation_sums.counts IS 'Whose totals: dependencies (dependency_heads, dependency_baselines), features (feature_attention), frames (frame_heads), run (sentences skipped, annotations), filters (frame_filters).';
+COMMENT ON COLUMN relation_sums.field IS 'The running total, e.g. correct, offsets, sentence_sum, skipped.';
+COMMENT ON COLUMN relation_sums.key IS 'The relation or feature the total is of; empty for one total per unit.';
+COMMENT ON COLUMN relation_sums.dtype IS 'int64 or float64: what the values are summed as.';
+COMMENT ON COLUMN relation_sums.shape IS 'The array''s shape, e.g. [2, layers, heads]; [] for a number.';
+COMMENT ON COLUMN relation_sums.numbers IS 'The values, row-major.';
