@@ -25,7 +25,7 @@ from transformers import (
 )
 
 from attnwh.errors import ModelError, UsageError
-from attnwh.ingest.model import capture, families, gguf, inline, reading
+from attnwh.ingest.model import capture, families, gguf_cache, inline, reading
 from attnwh.ingest.model.available import BUNDLED_MODEL_NAME, bundled_alias, check_model, looks_like_path
 from attnwh.ingest.model.reading import AttentionOutput, LayerFacts
 
@@ -158,9 +158,10 @@ def read_config(name: str | None) -> transformers.PretrainedConfig:
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
     huggingface_hub.utils.logging.set_verbosity_error()
-    # A .gguf file loads from its folder with gguf_file= (checked whole first: a truncated
-    # file is one ModelError line); anything else loads as it is.
-    folder, gguf_file = gguf.pretrained_arguments(source)
+    # A .gguf file loads from its entry in the GGUF cache where it has one (the config only:
+    # no entry is built for it), else from its folder with gguf_file= (checked whole first: a
+    # truncated file is one ModelError line); anything else loads as it is.
+    folder, gguf_file = gguf_cache.pretrained_arguments(source)
     try:
         return AutoConfig.from_pretrained(folder, **gguf_file)
     except (OSError, ValueError) as exc:
@@ -190,7 +191,6 @@ def load_model(
         source = str(Path(name).expanduser())
         given = str(Path(source).resolve())
     config = read_config(name)
-    folder, gguf_file = gguf.pretrained_arguments(source)
     family = config.model_type
     facts = families.facts_of(family)
     causal = not facts.encoder
@@ -210,6 +210,9 @@ def load_model(
     classifier = any("ForSequenceClassification" in a for a in architectures)
     lm_head = language_model and causal and not classifier
     auto = AutoModelForSequenceClassification if classifier else AutoModelForCausalLM if lm_head else AutoModel
+    # A .gguf file is dequantised once, into the GGUF cache, and read from there: the same
+    # tensors (so the same weights hash) in seconds rather than minutes (gguf_cache).
+    folder, gguf_file = gguf_cache.pretrained_arguments(source, build=True)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, **gguf_file)
         _check_tokenizer(tokenizer, shown)

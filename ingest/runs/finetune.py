@@ -38,7 +38,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICA
 
 from attnwh.errors import DataError, Interrupted, ModelError
 from attnwh.ingest.measures import metrics
-from attnwh.ingest.model import gguf
+from attnwh.ingest.model import gguf_cache
 from attnwh.ingest.model.encoding import collate, encode_task
 from attnwh.ingest.model.loading import (
     DEFAULT_MODEL_NAME,
@@ -128,8 +128,8 @@ def _for_training(source: str, config: Any, from_scratch: bool) -> Any:  # a Pre
     family has it; DeBERTa and MPNet compute their attention in the module and train on
     eager, and so does a model with attention logit soft-capping (Gemma 2), which sdpa would
     leave out: the model trained is then the one attnwh measures. A GGUF file's weights are
-    dequantised."""
-    folder, gguf_file = gguf.pretrained_arguments(source)
+    dequantised: read from its entry in the GGUF cache, which loading the base made."""
+    folder, gguf_file = gguf_cache.pretrained_arguments(source)
     capped = getattr(config, "attn_logit_softcapping", None) is not None
     for implementation in ("eager",) if capped else ("sdpa", "eager"):
         try:
@@ -203,7 +203,7 @@ def finetune(
     label_names = train.labels
     regression = label_names is None
     num_labels = 1 if label_names is None else len(label_names)
-    folder, gguf_file = gguf.pretrained_arguments(source)
+    folder, gguf_file = gguf_cache.pretrained_arguments(source)
     config = AutoConfig.from_pretrained(folder, num_labels=num_labels, **gguf_file)
     # The tokenizer as attnwh prepared it (a decoder's: a padding token, no token type ids),
     # saved with the model so the tuned folder pads the same way.
