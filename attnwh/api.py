@@ -978,7 +978,7 @@ def _loss_ablation(
     device: Device,
     db: Path,
     replace: bool,
-    run_on: Any,
+    run_on: EngineOptions,
 ) -> Done:
     """The ablation sweep scored by next-token loss, on plain text or probes (`ablation`)."""
     console = Console(stderr=True)
