@@ -16,7 +16,7 @@ import altair as alt
 import duckdb
 import polars as pl
 
-from attnwh.reports import charts, mixing_charts, restriction_charts, role_charts
+from attnwh.reports import charts, mixing_charts, restriction_charts, role_charts, side_by_side_charts
 from attnwh.sql import queries as named
 
 
@@ -435,6 +435,62 @@ def _whole_context(ctx: ReportContext) -> list[Block]:
     return blocks
 
 
+def _side_by_side(ctx: ReportContext) -> list[Block]:
+    from attnwh.sql.restriction import DEFAULT_LOSS_BUDGET
+
+    budget = {"budget": DEFAULT_LOSS_BUDGET}
+    whole = side_by_side_charts.labelled(ctx.query("models_side_by_side", bins=1, **budget))
+    if whole["model"].n_unique() < 2:
+        return [
+            NoteBlock(
+                "chart-models-by-depth",
+                "This report covers one model: read another on the same text and probes (`attnwh ingest`, "
+                "`attnwh ingest roles`, `attnwh ingest restriction` with its --model) to compare them here by "
+                "relative depth and per key/value group; query models_side_by_side.",
+            )
+        ]
+    measures = [m for m in side_by_side_charts.MEASURES if m in set(whole["measure"].to_list())]
+    rows = []
+    for (model,), part in whole.sort("model").group_by("model", maintain_order=True):
+        first = part.row(0, named=True)
+        cells = []
+        for measure in measures:
+            runs = part.filter(pl.col("measure") == measure).sort("run_id")
+            cells.append([f"{r['value']:.3f} ({r['run']})" for r in runs.iter_rows(named=True)] or ["–"])
+        shape = [f"{first['num_layers']} layers", f"{first['num_heads']} heads on {first['num_key_value_heads']} KV"]
+        rows.append([[first["name"], model] if model != first["name"] else [model], shape, *cells])
+    return [
+        TableBlock(
+            "table-models-side-by-side",
+            "Each model whole, one value per run: the mean first-token share of its heads (statistics runs); the "
+            "share of its heads whose first-token share exceeds 0.3 (sink heads, Gu et al. 2025); the share of "
+            "(example, layer) pairs holding an entry |h| > 100 and > 1000 × the median (massive activations, Sun "
+            "et al. 2024); the largest mean induction score of a head (Olsson et al. 2022); the share of heads whose "
+            "retrieval score exceeds 0.1 (retrieval heads, Wu et al. 2025); the share of key/value groups that keep "
+            f"the whole context in the restriction plan at a loss budget of {DEFAULT_LOSS_BUDGET} nats per token. "
+            "Query models_side_by_side with bins = 1.",
+            ("model", "shape", *(side_by_side_charts.MEASURES[m] for m in measures)),
+            rows,
+        ),
+        ChartBlock(
+            "chart-models-by-depth",
+            "The same measures layer by layer, placed at each layer's relative depth (layer / layers), so models "
+            "of different depth meet where they are equally deep: a line per model and run. The legend is the "
+            "model selector: click a model to show it alone, shift-click to add others, click the legend's "
+            "background to show all again. Query models_side_by_side with by = 'layer' (by = 'depth' bins it).",
+            side_by_side_charts.by_depth(ctx.query("models_side_by_side", by="layer", **budget)),
+        ),
+        ChartBlock(
+            "chart-models-by-group",
+            "Per key/value group, the unit a KV cache is kept for under grouped-query attention: each model's "
+            "groups (G0, G1, …) as strips across its relative depth, one cell per layer, for the measures a group "
+            "has (its query heads' first-token share, sink heads, strongest induction head, retrieval heads; "
+            "whether the restriction plan keeps it whole). Query models_side_by_side with by = 'group'.",
+            side_by_side_charts.by_group(ctx.query("models_side_by_side", by="group", **budget)),
+        ),
+    ]
+
+
 def _provenance(ctx: ReportContext) -> list[Block]:
     runs = ctx.query("run_provenance")
     rows = []
@@ -838,6 +894,13 @@ SECTIONS: tuple[Section, ...] = (
         ("restriction_plan", "restriction_groups"),
         "attnwh ingest restriction --model DECODER",
         _whole_context,
+    ),
+    Section(
+        "models-side-by-side",
+        "Models side by side",
+        ("runs", "models"),
+        "attnwh ingest --model ANOTHER",
+        _side_by_side,
     ),
     Section("provenance", "Provenance", ("runs", "models"), "attnwh ingest", _provenance),
 )

@@ -155,7 +155,11 @@ _PLURAL = {
 
 # Parameters that take one of a fixed set of values, whatever the warehouse holds (the
 # queries read any other value as matching nothing, or, for order, as the default).
-_CHOICES: dict[str, tuple[str, ...]] = {"order": ("asc", "desc"), "classifier": ("stored", "cnn")}
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "order": ("asc", "desc"),
+    "classifier": ("stored", "cnn"),
+    "by": ("depth", "layer", "group"),
+}
 # Parameters numbering a model's layers or heads (0-based): the models' column of their count.
 _SIZES: dict[str, str] = {"layer": "num_layers", "head": "num_heads"}
 # The most known values a line names (every statistic, the first of many run ids).

@@ -20,6 +20,7 @@ GOLDEN = Path(__file__).parent / "golden"
 CHART_IDS = ("chart-special-tokens-heads", "chart-special-tokens-layers")
 SINK_CHART_IDS = ("chart-attention-sinks",)  # right after the special tokens, from the same statistics
 SINK_ABLATION_CHART_IDS = ("chart-sinks-vs-ablation",)  # right after importance
+SIDE_BY_SIDE_CHART_IDS = ("chart-models-by-depth", "chart-models-by-group")
 MIXING_CHART_IDS = ("chart-context-mixing", "chart-mixing-ratio")  # after the sinks, from the same ingest
 COMPARE_CHART_IDS = ("chart-finetune-change-heads", "chart-finetune-change-layers")
 PATTERN_CHART_IDS = ("chart-pattern-types", "chart-pattern-layers", "chart-pattern-gallery")
@@ -239,6 +240,7 @@ def test_golden_vega_lite_specs(tmp_path):
         *RELATIONS_CHART_IDS,
         *ABLATION_CHART_IDS,
         *SINK_ABLATION_CHART_IDS,
+        *SIDE_BY_SIDE_CHART_IDS,
     ]
     update = os.environ.get("ATTNWH_UPDATE_GOLDEN") == "1"
     for chart in charts:
