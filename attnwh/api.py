@@ -641,12 +641,16 @@ def roles(
     text: Annotated[
         Path | None,
         typer.Option(
-            help="The text needle haystacks are cut from: a plain text file (paragraphs), JSONL, CSV or Parquet "
-            "(a `text` field). Default: the bundled prose sample."
+            help="The text needle haystacks and text probes are cut from: a plain text file (paragraphs), JSONL, "
+            "CSV or Parquet (a `text` field). Default: the bundled prose sample."
         ),
     ] = None,
     probes: Annotated[
-        str, typer.Option(help="Probe kinds to run, comma-separated: induction, needle (one run each).")
+        str,
+        typer.Option(
+            help="Probe kinds to run, comma-separated (one run each): induction, needle; random (random tokens) and "
+            "text (natural text), of --sink-length tokens, for where attention sinks emerge (Gu et al. 2025)."
+        ),
     ] = "induction,needle",
     examples: Annotated[
         int, typer.Option(min=1, help="Probes per kind; needle probes take the --depths in turn.")
@@ -664,6 +668,9 @@ def roles(
             help="Needle probes: where the needle goes, fractions of the haystack from 0 to 1, comma-separated."
         ),
     ] = "0,0.25,0.5,0.75,1",
+    sink_length: Annotated[
+        int, typer.Option(min=4, help="Random and text probes: tokens per probe, BOS included where added.")
+    ] = 64,
     seed: Annotated[int, typer.Option(help="Seed the probes are drawn with.")] = 42,
     local_window: Annotated[
         int,
@@ -678,7 +685,7 @@ def roles(
     replace: Annotated[bool, typer.Option(help="Redo a run that is already stored instead of skipping it.")] = False,
     compute: Engine,
 ) -> Done:
-    """Score every head of a decoder for its role, on probe inputs built from a seed: previous-token (the mean weight on the previous token), induction and duplicate-token (Olsson et al. 2022: m random tokens repeated, attention from the repeat to the token after, or at, the earlier occurrence), retrieval (Wu et al. 2025: a needle sentence in a haystack of the text at each of --depths, the answer teacher-forced; the share of answer tokens whose largest attention falls on the needle token being copied), sink share (the first token) and local mass (the last --local-window tokens), per probe, layer and query head into head_roles, with the probes in role_probes (docs/metrics.md#head-roles).
+    """Score every head of a decoder for its role, on probe inputs built from a seed: previous-token (the mean weight on the previous token), induction and duplicate-token (Olsson et al. 2022: m random tokens repeated, attention from the repeat to the token after, or at, the earlier occurrence), retrieval (Wu et al. 2025: a needle sentence in a haystack of the text at each of --depths, the answer teacher-forced; the share of answer tokens whose largest attention falls on the needle token being copied), sink share (the first token; on random tokens or plain text of --sink-length tokens too, as Gu et al. 2025) and local mass (the last --local-window tokens), per probe, layer and query head into head_roles, with the probes in role_probes (docs/metrics.md#head-roles).
 
     One run per probe kind, stored batch by batch: an interrupted run resumes where it stopped, --engine ray computes it on Ray, and --shard I/N writes one slice for `attnwh merge`. A stored run with the same model, probe settings, seed, window and text is kept unless --replace. Long needle probes are read in tiles of query rows under --attention-memory. Decoders only: these scores are defined for causal models.
     """
@@ -696,6 +703,7 @@ def roles(
             repeat_length=repeat_length,
             context_length=context_length,
             depths=at,
+            sink_length=sink_length,
             seed=seed,
             local_window=local_window,
             device=device.value,

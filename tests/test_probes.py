@@ -69,6 +69,37 @@ def test_needle_probes(tokenizer, prose) -> None:
     assert made[-1].segments["needle_sentence"][1] == made[-1].segments["question"][0]  # depth 1: last
 
 
+def test_random_probes(tokenizer) -> None:
+    made = probes.random_probes(tokenizer, 3, 30, seed=7)
+    assert made == probes.random_probes(tokenizer, 3, 30, seed=7)
+    assert made != probes.random_probes(tokenizer, 3, 30, seed=8)
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token != tokenizer.eos_token else []
+    ordinary = set(probes.ordinary_ids(tokenizer).tolist())
+    for probe in made:
+        ids = list(probe.token_ids)
+        assert probe.kind == "random" and len(ids) == 30 and ids[: len(bos)] == bos
+        body = [ids[i] for i in probe.span("random")]
+        assert probe.segments["random"] == (len(bos), 30) and len(set(body)) == len(body) and set(body) <= ordinary
+    assert len({p.token_ids for p in made}) == 3
+
+
+def test_text_probes(tokenizer, prose) -> None:
+    made = probes.text_probes(tokenizer, prose, 4, 40, seed=2)
+    assert made == probes.text_probes(tokenizer, prose, 4, 40, seed=2)
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token != tokenizer.eos_token else []
+    for probe in made:
+        ids = list(probe.token_ids)
+        assert probe.kind == "text" and len(ids) == 40 and ids[: len(bos)] == bos
+        assert probe.segments["text"] == (len(bos), 40)
+        # Natural text: the probe's words are the start of one of the documents' sentences on.
+        words = tokenizer.decode(ids[len(bos) :]).split()
+        assert any(" ".join(words[:5]) in " ".join(doc.split()) for doc in prose)
+    with pytest.raises(DataError, match="empty"):
+        probes.text_probes(tokenizer, [" "], 1, 40, 0)
+    with pytest.raises(UsageError, match="at least"):
+        probes.random_probes(tokenizer, 1, 1, 0)
+
+
 def test_bad_probe_settings(tokenizer, prose) -> None:
     with pytest.raises(DataError, match="empty"):
         probes.needle_probes(tokenizer, ["", "  "], 1, 200, DEPTHS, 0)

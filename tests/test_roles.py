@@ -62,7 +62,7 @@ def reference(probe: probes.ProbeSequence, maps: np.ndarray) -> np.ndarray:
                 repeat = probe.span("repeat")
                 out[layer, head, 1] = np.mean([a[r, r - m + 1] for r in repeat])
                 out[layer, head, 2] = np.mean([a[r, r - m] for r in repeat])
-            else:
+            elif probe.kind == "needle":
                 needle, ids = probe.span("needle"), probe.token_ids
                 retrieved = set()
                 for position in probe.span("answer"):
@@ -80,6 +80,8 @@ def test_scores_match_eager_maps(decoder) -> None:
     made = [
         *probes.induction_probes(encoder.tokenizer, 3, 12, seed=1),
         *probes.needle_probes(encoder.tokenizer, text, 2, NEEDLE_LENGTH, (0.3, 1.0), seed=1),
+        *probes.random_probes(encoder.tokenizer, 2, 24, seed=1),
+        *probes.text_probes(encoder.tokenizer, text, 2, 24, seed=1),
     ]
     result = roles.measure_roles(encoder, made, local_window=WINDOW, attention_memory=MEMORY, batch_size=4)
     # The needle probes' layers were read in tiles: more tiles than layers × batches.
@@ -154,6 +156,35 @@ def test_the_command_stores_each_probe_kind_once(llama, tmp_path, monkeypatch, c
         main = "induction" if of_run[0]["probe"] == "induction" else "retrieval"
         ranks = [int(r[f"{main}_rank"]) for r in of_run]
         assert ranks == sorted(ranks) and ranks[0] == 1, (main, ranks)
+
+
+def test_random_and_text_probes_store_the_sink_share(llama, tmp_path, monkeypatch, capsys) -> None:
+    """Where sinks emerge (Gu et al. 2025): a run per kind of probes of --sink-length tokens, each
+    head's sink share stored per probe (NULL induction and retrieval), and the command's count
+    of heads above 0.3 is the one the stored means give."""
+    db = tmp_path / "w.duckdb"
+    args = ["ingest", "roles", "--model", str(llama), "--device", "cpu", "--db", str(db), "--examples", "3"]
+    code, out, err = run(monkeypatch, capsys, *args, "--probes", "random,text", "--sink-length", "20")
+    assert code == 0, err
+    with duckdb.connect(str(db), read_only=True) as con:
+        runs = con.execute(
+            "SELECT r.task, r.n_examples, s.context_length, s.text_hash IS NULL, r.source FROM runs AS r "
+            "JOIN role_settings AS s USING (run_id) ORDER BY r.task"
+        ).fetchall()
+        assert runs == [("random", 3, 20, True, "random tokens"), ("text", 3, 20, False, "sample:prose")]
+        lengths = con.execute("SELECT DISTINCT len(token_ids) FROM role_probes").fetchall()
+        assert lengths == [(20,)]
+        defined = con.execute(
+            "SELECT count(induction) + count(duplicate) + count(retrieval), count(sink) FROM head_roles"
+        ).fetchone()
+        assert defined == (0, 2 * 3 * LAYERS * HEADS)
+        for task in ("random", "text"):
+            sinks = con.execute(
+                "SELECT count(*) FILTER (WHERE sink > 0.3), count(*) FROM head_role_means WHERE probe = ?", [task]
+            ).fetchone()
+            assert f"sink heads (first-token share > 0.3): {sinks[0]} of {sinks[1]}" in out
+    code, out, err = run(monkeypatch, capsys, *args, "--probes", "random,nonsense")
+    assert code == 2 and "choose from induction, needle, random, text" in err and err.count("\n") == 1
 
 
 def test_bad_input_is_one_line(tmp_path, monkeypatch, capsys) -> None:

@@ -8,6 +8,8 @@ from attnwh.cli.options import cli_command
 from attnwh.cli.output import results_console
 from attnwh.cli.summaries import print_shards
 
+SINK_EPS = 0.3  # Gu et al. (2025)'s ε
+
 
 def show_roles(done: api.Done) -> None:
     from attnwh.sql import queries, warehouse
@@ -28,6 +30,13 @@ def show_roles(done: api.Done) -> None:
                     f"{summary.kind} run {summary.run_id} {summary.outcome}: {summary.n_written} of "
                     f"{summary.n_probes} probes in {summary.seconds:.1f} s"
                 )
+            if summary.kind in ("random", "text"):
+                # Where sinks emerge (Gu et al. 2025): heads whose mean first-token share exceeds 0.3.
+                sinks = sum(1 for r in top if r["sink"] > SINK_EPS)
+                out.print(
+                    f"  sink heads (first-token share > {SINK_EPS}): {sinks} of {len(top)} ({sinks / len(top):.0%})"
+                )
+                continue
             score = "induction" if summary.kind == "induction" else "retrieval"
             best = sorted(top, key=lambda r: -(r[score] or 0))[:5]
             heads = ", ".join(f"L{r['layer']}H{r['head']} {r[score]:.3f}" for r in best if r[score] is not None)

@@ -160,7 +160,7 @@ class RoleScores:
                 lo, hi = self._repeat[b]
                 out[b, :, 1] = sums[b, :, 1] / (hi - lo)
                 out[b, :, 2] = sums[b, :, 2] / (hi - lo)
-            else:
+            elif probe.kind == "needle":
                 out[b, :, 3] = [retrieval(probe, argmax[b, h]) for h in range(heads)]
         self._layers.append(out)
 

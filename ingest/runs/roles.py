@@ -31,25 +31,29 @@ if TYPE_CHECKING:
     from attnwh.ingest.runs.units import WorkUnit
 
 ROLE_TEXT_DEFAULT = "prose"
+# Probe kinds read from the user's text (or the prose sample), and their defaults' lengths.
+TEXT_KINDS = ("needle", "text")
+# Gu et al. (2025) measured sinks on inputs of 64 tokens.
+SINK_LENGTH_DEFAULT = 64
 
 
 @dataclass(frozen=True)
 class RoleSettings:
     """What one probe kind's run is made of, besides the model."""
 
-    kind: str  # induction | needle
+    kind: str  # induction | needle | random | text
     examples: int
     seed: int
     local_window: int
     repeat_length: int | None = None  # induction
-    context_length: int | None = None  # needle
+    context_length: int | None = None  # needle, random, text: tokens per probe
     depths: tuple[float, ...] | None = None  # needle
-    text_name: str | None = None  # needle: the sample's name or the file's path
-    documents: tuple[str, ...] = ()  # needle: the haystack's documents
+    text_name: str | None = None  # needle, text: the sample's name or the file's path
+    documents: tuple[str, ...] = ()  # needle, text: the haystack's documents
 
     @property
     def text_hash(self) -> str | None:
-        if self.kind != "needle":
+        if self.kind not in TEXT_KINDS:
             return None
         joined = "\n\n".join(self.documents).encode()
         return hashlib.blake2b(joined, digest_size=16).hexdigest()
@@ -87,6 +91,12 @@ class RoleSettings:
         """The run's probes, from the model's tokenizer."""
         if self.kind == "induction":
             return probes.induction_probes(encoder.tokenizer, self.examples, self.repeat_length or 0, self.seed)
+        if self.kind == "random":
+            return probes.random_probes(encoder.tokenizer, self.examples, self.context_length or 0, self.seed)
+        if self.kind == "text":
+            return probes.text_probes(
+                encoder.tokenizer, self.documents, self.examples, self.context_length or 0, self.seed
+            )
         return probes.needle_probes(
             encoder.tokenizer, self.documents, self.examples, self.context_length or 0, self.depths or (), self.seed
         )
@@ -204,7 +214,7 @@ def role_task(encoder: LoadedModel, settings: RoleSettings, made: Sequence[probe
         )
         for i, p in enumerate(made)
     )
-    source = settings.text_name if settings.kind == "needle" else "random tokens"
+    source = settings.text_name if settings.kind in TEXT_KINDS else "random tokens"
     data = TaskData("probes", settings.kind, f"seed {settings.seed}", examples, None, source or "")
     lengths = np.array([len(p) for p in made], dtype=np.int64)
     encoded = EncodedTask(tuple(np.asarray(p.token_ids, dtype=np.int64) for p in made), None, lengths)
@@ -221,6 +231,7 @@ def prepare_roles(
     repeat_length: int = 50,
     context_length: int | None = None,
     depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0),
+    sink_length: int = SINK_LENGTH_DEFAULT,
     seed: int = 42,
     local_window: int = roles.DEFAULT_LOCAL_WINDOW,
     device: str = "auto",
@@ -230,10 +241,11 @@ def prepare_roles(
     command: str | None = None,
 ) -> Prepared:
     """`attnwh ingest roles` of `model`, one run per probe kind of `kinds` (induction,
-    needle), checked and set up: the needles' text read, the model refused from its config
-    before its weights load unless it is a decoder, then loaded; the probes' lengths checked
-    against its limit (a needle probe: `context_length`, by default 1024 or the model's limit)
-    and every probe built before any model time."""
+    needle, random, text), checked and set up: the needles' and text probes' text read, the
+    model refused from its config before its weights load unless it is a decoder, then loaded;
+    the probes' lengths checked against its limit (a needle probe: `context_length`, by default
+    1024 or the model's limit; a random or text probe: `sink_length`) and every probe built
+    before any model time."""
     from attnwh.errors import DataError, UsageError
     from attnwh.ingest.model.loading import (
         load_model,
@@ -244,13 +256,13 @@ def prepare_roles(
     from attnwh.ingest.runs.prepared import model_line
     from attnwh.ingest.sources.text import load_sample_text, load_text, special_tokens
 
-    unknown = sorted(set(kinds) - {"induction", "needle"})
+    unknown = sorted(set(kinds) - set(probes.PROBE_KINDS))
     if not kinds or unknown:
-        raise UsageError(f"--probes {','.join(kinds)!r}: choose from induction, needle (comma-separated)")
+        raise UsageError(f"--probes {','.join(kinds)!r}: choose from {', '.join(probes.PROBE_KINDS)} (comma-separated)")
     if text is not None and not Path(text).is_file():
         raise DataError(f"text file {text} does not exist")
     documents: tuple[str, ...] = ()
-    if "needle" in kinds:
+    if set(kinds) & set(TEXT_KINDS):
         data = load_text(text) if text is not None else load_sample_text(ROLE_TEXT_DEFAULT)
         documents = tuple(e.text_a for e in data.examples)
     what = "head roles (previous-token, induction, retrieval)"
@@ -265,6 +277,8 @@ def prepare_roles(
         )
     if "needle" in kinds and length > encoder.max_length:
         raise UsageError(f"--context-length {length} is over {encoder.name}'s limit of {encoder.max_length} tokens")
+    if {"random", "text"} & set(kinds) and sink_length > encoder.max_length:
+        raise UsageError(f"--sink-length {sink_length} is over {encoder.name}'s limit of {encoder.max_length} tokens")
     text_name = str(Path(text).resolve()) if text is not None else f"sample:{ROLE_TEXT_DEFAULT}"
     plans = [
         RoleSettings(
@@ -273,10 +287,10 @@ def prepare_roles(
             seed,
             local_window,
             repeat_length=repeat_length if kind == "induction" else None,
-            context_length=length if kind == "needle" else None,
+            context_length=length if kind == "needle" else sink_length if kind in ("random", "text") else None,
             depths=depths if kind == "needle" else None,
-            text_name=text_name if kind == "needle" else None,
-            documents=documents if kind == "needle" else (),
+            text_name=text_name if kind in TEXT_KINDS else None,
+            documents=documents if kind in TEXT_KINDS else (),
         )
         for kind in kinds
     ]

@@ -1,6 +1,7 @@
-"""Probe inputs for a decoder's head roles: repeated random tokens (induction) and a needle in
-a haystack (retrieval), built deterministically from a tokenizer, a seed and the settings (and,
-for the needle, the user's text). No model is needed to build them.
+"""Probe inputs for a decoder's head roles: repeated random tokens (induction), a needle in a
+haystack (retrieval), and plain random tokens or plain text (where attention sinks emerge, Gu
+et al. 2025), built deterministically from a tokenizer, a seed and the settings (and, for the
+needle and the text, the user's text). No model is needed to build them.
 
 A probe is a :class:`ProbeSequence`: the exact token ids the model reads, its kind, and named
 half-open token ranges ``[start, stop)`` into those ids:
@@ -16,6 +17,10 @@ half-open token ranges ``[start, stop)`` into those ids:
   up to the answer, ``answer`` the payload's tokens again (the same ids as ``needle``), which
   end the sequence. ``depth`` is the depth asked for (0: before the haystack, 1: after it);
   the ``needle_sentence`` span says where it landed.
+- ``random``: BOS (where added), then distinct random ordinary tokens up to the probe's length
+  (``random``): an input with no meaning, on which Gu et al. (2025) found sinks all the same.
+- ``text``: BOS (where added), then the documents' sentences read on from a random document,
+  cut to the probe's length (``text``): the same length of natural text.
 
 Token ids are drawn and text is tokenized piece by piece (each sentence, the needle, the
 question and the answer on their own), so every span is exact; the model reads these ids,
@@ -37,7 +42,7 @@ from attnwh.ingest.sources.text import special_tokens
 if TYPE_CHECKING:
     import transformers
 
-PROBE_KINDS = ("induction", "needle")
+PROBE_KINDS = ("induction", "needle", "random", "text")
 
 # Words a needle's payload is drawn from: common, short, unlikely to be split oddly by a
 # tokenizer, and with nothing that makes one a more natural answer than another.
@@ -121,6 +126,70 @@ def induction_probes(
     return probes
 
 
+def random_probes(
+    tokenizer: transformers.PreTrainedTokenizerBase, n: int, length: int, seed: int
+) -> list[ProbeSequence]:
+    """`n` probes of `length` tokens, BOS included where the tokenizer adds one, the rest
+    distinct random ordinary tokens (distinct: a repeated token would invite induction-like
+    copying into an input meant to carry nothing). Drawn with ``numpy.random.default_rng(seed)``."""
+    bos = special_tokens(tokenizer)[0]
+    body = length - len(bos)
+    if n < 1 or body < 2:
+        raise UsageError(
+            f"random probes need at least 1 example of at least {len(bos) + 2} tokens (got {n} of {length})"
+        )
+    vocab = ordinary_ids(tokenizer)
+    if len(vocab) < body:
+        raise UsageError(
+            f"random probes of {length} tokens need more than the tokenizer's {len(vocab)} ordinary tokens"
+        )
+    rng = np.random.default_rng(seed)
+    return [
+        ProbeSequence(
+            tuple(bos + [int(t) for t in rng.choice(vocab, size=body, replace=False)]),
+            "random",
+            {"random": (len(bos), length)},
+        )
+        for _ in range(n)
+    ]
+
+
+def text_probes(
+    tokenizer: transformers.PreTrainedTokenizerBase, documents: Sequence[str], n: int, length: int, seed: int
+) -> list[ProbeSequence]:
+    """`n` probes of `length` tokens of natural text, BOS included where the tokenizer adds
+    one: each the documents' sentences read on from the first sentence of a random document
+    (wrapping round), cut to the length. Drawn with ``numpy.random.default_rng(seed)``."""
+    bos = special_tokens(tokenizer)[0]
+    body = length - len(bos)
+    if n < 1 or body < 2:
+        raise UsageError(f"text probes need at least 1 example of at least {len(bos) + 2} tokens (got {n} of {length})")
+    sentences, starts = _sentences(documents)
+    rng = np.random.default_rng(seed)
+    probes = []
+    for _ in range(n):
+        tokens, _ = _haystack(sentences, starts[int(rng.integers(len(starts)))], body, _token_ids(tokenizer))
+        probes.append(ProbeSequence(tuple(bos + tokens), "text", {"text": (len(bos), length)}))
+    return probes
+
+
+def _sentences(documents: Sequence[str]) -> tuple[list[str], list[int]]:
+    """The documents' sentences in order, and the index of each document's first sentence."""
+    sentences: list[str] = []
+    starts: list[int] = []
+    for doc in documents:
+        starts.append(len(sentences))
+        sentences += [s for s in _SENTENCE_END.split(doc.strip()) if s.strip()]
+    if not sentences:
+        raise DataError("no text to build probes from: the documents are empty")
+    return sentences, starts
+
+
+def _token_ids(tokenizer: transformers.PreTrainedTokenizerBase) -> Callable[[str], list[int]]:
+    """A text's token ids without special tokens: each piece tokenized on its own."""
+    return lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def needle_probes(
     tokenizer: transformers.PreTrainedTokenizerBase,
     documents: Sequence[str],
@@ -138,18 +207,9 @@ def needle_probes(
         raise UsageError(f"needle probes need at least 1 example (got {n})")
     if not depths or any(not 0.0 <= d <= 1.0 for d in depths):
         raise UsageError(f"needle depths must be fractions from 0 to 1 (got {list(depths)})")
-    sentences = [s for doc in documents for s in _SENTENCE_END.split(doc.strip()) if s.strip()]
-    if not sentences:
-        raise DataError("no text to build needle probes from: the documents are empty")
+    sentences, starts = _sentences(documents)
     bos = special_tokens(tokenizer)[0]
-    starts, index = [], 0  # each document's first sentence
-    for doc in documents:
-        starts.append(index)
-        index += len([s for s in _SENTENCE_END.split(doc.strip()) if s.strip()])
-
-    def ids(text: str) -> list[int]:
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
+    ids = _token_ids(tokenizer)
     lead, full_stop, question = ids(" " + NEEDLE_LEAD), ids("."), ids(" " + QUESTION)
     rng = np.random.default_rng(seed)
     probes = []
