@@ -1411,7 +1411,8 @@ def report_results(
         typer.Option(
             help="study: an encoder's `attnwh study` against Kovaleva et al. (2019); decoder: a causal language "
             "model's attention sinks and a task through its prompt; roles: its head roles and which heads need "
-            "the whole context."
+            "the whole context; findings: published findings of attention research measured on every decoder of "
+            "the warehouse, side by side."
         ),
     ],
     out: Annotated[

@@ -47,3 +47,10 @@ GU_SINK_EPS = 0.3
 # Wu et al. (2025), "Retrieval Head Mechanistically Explains Long-Context Factuality",
 # arXiv:2404.15574: fewer than 5 % of a model's heads are retrieval heads, in every model read.
 WU_RETRIEVAL_SHARE = 0.05
+# Gu et al. (2025), §3/Fig. 2: the share of sink heads (ε = 0.3, 64-token inputs) on models
+# from GPT-2 XL to Llama-3-8B; sinks are already in Pythia-14M.
+GU_SINK_SHARES = (0.70, 0.91)
+# Xiao et al. (2024), "DuoAttention: Efficient Long-Context LLM Inference with Retrieval and
+# Streaming Heads", arXiv:2410.10819: decoding memory reduced by up to 2.55× for multi-head
+# and 1.67× for grouped-query attention models.
+DUO_GQA_MEMORY = 1.67

@@ -6,7 +6,9 @@ page), so that a published page can be checked against its warehouse and regener
 The pages: `study`, an encoder's study against Kovaleva et al. (2019)
 (:mod:`attnwh.reports.study_page`); `decoder`, a causal language model's attention sinks and a
 task through its prompt (:mod:`attnwh.reports.decoder_page`); `roles`, its head roles and which
-heads need the whole context (:mod:`attnwh.reports.roles_page`).
+heads need the whole context (:mod:`attnwh.reports.roles_page`); `findings`, published findings
+of attention research measured on the warehouse's decoders side by side
+(:mod:`attnwh.reports.findings_page`).
 
 Only the standard library is imported here, so the command line can name the pages without
 loading Altair; the pages load when one is written.
@@ -29,6 +31,7 @@ class ResultsPage(str, enum.Enum):
     study = "study"
     decoder = "decoder"
     roles = "roles"
+    findings = "findings"
 
 
 # The options each page takes beyond the warehouse, its name on the page and the time files,
@@ -37,6 +40,7 @@ PAGE_OPTIONS: dict[ResultsPage, tuple[str, ...]] = {
     ResultsPage.study: ("logs", "cost_note"),
     ResultsPage.decoder: ("model", "companion"),
     ResultsPage.roles: ("companion",),
+    ResultsPage.findings: (),
 }
 FLAGS = {"logs": "--log", "cost_note": "--cost-note", "model": "--model", "companion": "--companion"}
 

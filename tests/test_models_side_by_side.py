@@ -38,7 +38,8 @@ def make_lm(family: str, folder: Path, layers: int, heads: int) -> Path:
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory) -> Path:
     """Both models: a statistics run on 4 prose examples, an induction and a needle head-roles
-    run of 3 probes each, a restriction run on 2 sequences. Some stored hidden-state entries
+    run of 3 probes each, a random-token and a text run of 4 probes of 20 tokens, a restriction
+    run on 2 sequences. Some stored hidden-state entries
     are then made massive, so the query has massive activations to find in random weights."""
     tmp = tmp_path_factory.mktemp("side-by-side")
     db = tmp / "both.duckdb"
@@ -48,6 +49,7 @@ def warehouse(tmp_path_factory) -> Path:
         cli_main("ingest", *common, "--task", "prose", "--limit", "4", "--max-length", "24")
         cli_main("ingest", "roles", *common, "--examples", "3", "--repeat-length", "10", "--context-length", "160",
                  "--depths", "0,1", "--local-window", "8")  # fmt: skip
+        cli_main("ingest", "roles", *common, "--examples", "4", "--probes", "random,text", "--sink-length", "20")
         cli_main("ingest", "restriction", *common, "--sink-tokens", "2", "--window", "4", "--context-length", "96",
                  "--limit", "2", "--needles", "0")  # fmt: skip
     with duckdb.connect(str(db)) as con:
@@ -180,6 +182,7 @@ def test_filters_and_refusals(warehouse):
     llama = side_by_side(warehouse, model=name, by="layer")
     assert set(llama["model"]) == {name} and llama.height
     assert set(side_by_side(warehouse, task="induction")["measure"]) == {"induction_max", "previous_token_max"}
+    assert side_by_side(warehouse, task="random").height == 0  # random-token probes define no compared measure
     with pytest.raises(UsageError, match="by 'width' is not one of depth, layer, group"):
         side_by_side(warehouse, by="width")
     with pytest.raises(UsageError, match="bins must be 1 or more"):
@@ -299,3 +302,42 @@ def test_the_model_selector_in_chromium(browser, report, tmp_path):  # noqa: F81
     page.wait_for_timeout(300)
     assert opaque()["opaque"] == colours
     assert log == {"requests": [], "errors": [], "dialogs": []}
+
+
+def test_the_findings_page(warehouse, tmp_path):
+    """`attnwh report results --page findings`: each model's sink share on random tokens and
+    on text, and its retrieval-head share, are the ones plain SQL gives, each inside its own
+    interval; the memory factor is the whole cache over what the chosen set leaves."""
+    from attnwh.reports.results import write_results_page
+    from attnwh.sql.restriction import choose
+
+    written = write_results_page(warehouse, "findings", tmp_path / "findings.md")
+    text = written.page.read_text()
+    assert sorted(p.name for p in written.figures) == ["chart-models-by-depth.png", "chart-models-by-group.png"]
+    assert "attnwh report results --page findings" in text
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        shares = con.sql(
+            "SELECT m.name, r.task, count(*) FILTER (WHERE s > 0.3) AS above, count(*) AS heads, "
+            "count(*) FILTER (WHERE rt > 0.1) AS retrieval FROM (SELECT run_id, layer, head, avg(sink) AS s, "
+            "avg(retrieval) AS rt FROM head_roles GROUP BY ALL) JOIN runs AS r USING (run_id) "
+            "JOIN models AS m USING (model_id) GROUP BY ALL"
+        ).fetchall()
+        restriction = con.sql("SELECT run_id, m.name FROM restriction_runs JOIN runs USING (run_id) "
+                              "JOIN models AS m USING (model_id) ORDER BY run_id").fetchall()  # fmt: skip
+        chosen = {name: choose(con, 0.05, run) for run, name in restriction}
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")) for line in text.splitlines() if line.startswith("|")}
+    for model, task, above, heads, retrieval in shares:
+        name = Path(model).name
+        if task in ("random", "text"):
+            setting = "random tokens" if task == "random" else "natural text"
+            row = next(r for r in rows if r[:2] == (name, setting))
+            assert row[4] == f"{above} of {heads}" and row[5] == f"{100 * above / heads:.1f} %"
+            low, high = (float(x) for x in row[6].strip("[] %").split(","))
+            assert low <= 100 * above / heads <= high
+        if task == "needle":
+            row = next(r for r in rows if r[0] == name and r[3] == f"{retrieval} of {heads}")
+            assert row[4] == f"{100 * retrieval / heads:.1f} %"
+    for name, choice in chosen.items():
+        left = choice.kv_bytes - choice.kv_bytes_saved
+        factor = f"{choice.kv_bytes / left:.2f}×" if left > 0 else "all"
+        assert any(r[0] == Path(name).name and r[1] == "0.05" and r[-1] == factor for r in rows)

@@ -50,6 +50,7 @@ def test_a_missing_warehouse_is_one_line(monkeypatch, capsys, tmp_path):
         ("study", "the study page needs fine-tuning runs from one base model; "),
         ("decoder", "a decoder's page needs the runs of one decoder; the warehouse has 0"),
         ("roles", "a decoder's page needs the runs of one decoder; the warehouse has 0"),
+        ("findings", "the findings page reads decoders' runs; this warehouse has none"),
     ],
 )
 def test_a_warehouse_without_the_pages_runs_is_one_line(monkeypatch, capsys, tmp_path, encoders, page, words):

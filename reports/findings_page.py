@@ -1,0 +1,429 @@
+"""The findings page (`attnwh report results --page findings`): published findings of attention
+research measured by attnwh on several models of one warehouse, side by side, each beside the
+paper's number, model and setting, with an interval over the unit that varies (the probe or
+the sequence) and a sentence on whether attnwh agrees.
+
+Findings: where attention sinks emerge (Gu et al. 2025), retrieval heads (Wu et al. 2025),
+induction heads (Olsson et al. 2022), massive activations (Sun et al. 2024) and the KV memory a
+restriction to sinks and a window saves at a fixed loss budget (DuoAttention, Xiao et al. 2024).
+Every number comes from a named query, named under its table; the intervals resample the
+stored per-probe rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from scipy import stats
+
+from attnwh.errors import UsageError
+from attnwh.reports.markdown import cost_table, figure, generated, source, table, timed
+from attnwh.reports.published import (
+    DUO_GQA_MEMORY,
+    GU_SINK_EPS,
+    GU_SINK_SHARES,
+    WU_RETRIEVAL_SHARE,
+)
+from attnwh.reports.sections import ReportContext
+from attnwh.reports.side_by_side_charts import short_name
+from attnwh.sql.restriction import choose
+
+# The report's charts the page shows, by their element id, and the sections that draw them.
+CHARTS = ("chart-models-by-depth", "chart-models-by-group")
+CHART_SECTIONS = ("models-side-by-side",)
+# Resamples of every bootstrap interval and permutation test on the page, and their seed.
+RESAMPLES = 2000
+SEED = 0
+# The loss budgets (nats per token) the restriction plans are read at.
+BUDGETS = (0.01, 0.05)
+RETRIEVAL_THRESHOLD = 0.1
+Statistic = Callable[[np.ndarray], float]
+
+
+def probe_matrix(ctx: ReportContext, run_id: int, column: str) -> np.ndarray:
+    """A head-roles run's `column` as (probes, heads): a row per probe, a column per layer and
+    head, so that resampling rows resamples probes."""
+    frame = ctx.con.sql(
+        f"SELECT example_id, layer, head, {column} AS value FROM head_roles WHERE run_id = $run "
+        "ORDER BY example_id, layer, head",
+        params={"run": run_id},
+    ).pl()
+    probes = frame["example_id"].n_unique()
+    return frame["value"].to_numpy().astype(np.float64).reshape(probes, -1)
+
+
+def share_above(threshold: float) -> Statistic:
+    """The share of heads (columns) whose mean over probes (rows) exceeds `threshold`."""
+    return lambda rows: float((rows.mean(axis=0) > threshold).mean())
+
+
+def interval(rows: np.ndarray, statistic: Statistic) -> tuple[float, float]:
+    """A 95 % percentile bootstrap interval of `statistic` over the rows (the probes)."""
+    if len(rows) < 2:
+        return (float("nan"), float("nan"))
+    result = stats.bootstrap(
+        (np.arange(len(rows)),),
+        lambda index: statistic(rows[index.astype(int)]),
+        n_resamples=RESAMPLES,
+        method="percentile",
+        vectorized=False,
+        random_state=np.random.default_rng(SEED),
+    )
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def difference_p(a: np.ndarray, b: np.ndarray, statistic: Statistic) -> float:
+    """A two-sided permutation p of statistic(a) − statistic(b), the rows (probes) of the two
+    runs exchanged between them (scipy permutes the rows' indices into both stacked)."""
+    both = np.vstack([a, b])
+    result = stats.permutation_test(
+        (np.arange(len(a)), np.arange(len(a), len(both))),
+        lambda x, y: statistic(both[x.astype(int)]) - statistic(both[y.astype(int)]),
+        permutation_type="independent",
+        n_resamples=RESAMPLES,
+        vectorized=False,
+        random_state=np.random.default_rng(SEED),
+    )
+    return float(result.pvalue)
+
+
+def pct(value: float) -> str:
+    return f"{100 * value:.1f} %"
+
+
+def pct_interval(low: float, high: float) -> str:
+    return "–" if np.isnan(low) else f"[{100 * low:.1f}, {100 * high:.1f}] %"
+
+
+def models_frame(ctx: ReportContext) -> pl.DataFrame:
+    """One row per decoder: name, family and shape."""
+    frame = ctx.query("run_models").filter(pl.col("causal"))
+    if frame["model"].n_unique() < 1:
+        raise UsageError("the findings page reads decoders' runs; this warehouse has none (`attnwh ingest --model M`)")
+    return (
+        frame.group_by("model")
+        .agg(pl.col("family", "num_layers", "num_heads", "num_key_value_heads").first())
+        .with_columns(name=short_name(pl.col("model")))
+        .sort("name")
+    )
+
+
+def setup(models: pl.DataFrame) -> list[str]:
+    shapes = "; ".join(
+        f"`{r['name']}`, a {r['family']} decoder of {r['num_layers']} layers × {r['num_heads']} query heads on "
+        f"{r['num_key_value_heads']} key/value heads ({r['num_layers'] * r['num_heads']} heads)"
+        for r in models.iter_rows(named=True)
+    )
+    return [
+        f"Models: {shapes}. Every interval is a 95 % percentile bootstrap over the unit that varies (probes or "
+        f"sequences, {RESAMPLES:,} resamples), every p a permutation test over the same unit.",
+        "",
+    ]
+
+
+def side_by_side(ctx: ReportContext, figures: dict[str, str]) -> list[str]:
+    whole = ctx.query("models_side_by_side", bins=1).with_columns(name=short_name(pl.col("model")))
+    labels = {
+        "first_token": "first-token share",
+        "sink_share": "sink heads",
+        "massive": "massive activations",
+        "induction_max": "strongest induction head",
+        "retrieval_share": "retrieval heads",
+        "kept_whole": "KV groups kept whole at 0.05",
+    }
+    rows = []
+    for (name,), part in whole.sort("name").group_by("name", maintain_order=True):
+        cells = []
+        for measure in labels:
+            values = part.filter(pl.col("measure") == measure).sort("run_id")
+            cells.append(" · ".join(f"{r['value']:.3f} ({r['task']})" for r in values.iter_rows(named=True)) or "–")
+        rows.append((name, *cells))
+    return [
+        "## The models side by side",
+        "",
+        "Each model whole (one value per run; the run's task in brackets): the mean first-token share of its heads, "
+        f"the share of heads above ε = {GU_SINK_EPS}, the share of (example, layer) pairs with a massive activation, "
+        "the strongest induction head's score, the share of heads with a retrieval score above 0.1, and the share "
+        "of key/value groups the restriction plan keeps whole at a loss budget of 0.05 nats per token.",
+        "",
+        *table(("model", *labels.values()), rows),
+        source("models_side_by_side"),
+        "",
+        *figure(figures, "chart-models-by-depth"),
+        *figure(figures, "chart-models-by-group"),
+    ]
+
+
+def sinks_emerge(ctx: ReportContext) -> list[str]:
+    found = ctx.query("findings_sinks").filter(pl.col("probe").is_in(["random", "text"]))
+    lines = [
+        "## Attention sinks emerge (Gu et al. 2025)",
+        "",
+        f"The share of heads whose mean attention to the first token exceeds ε = {GU_SINK_EPS} (Sink^ε), on "
+        "inputs of random tokens and of natural text (`attnwh ingest roles --probes random,text`, 64 tokens). "
+        f"Gu et al. report {pct(GU_SINK_SHARES[0])} to {pct(GU_SINK_SHARES[1])} on models from GPT-2 XL to "
+        "Llama-3-8B, at ε = 0.3 on 64-token inputs, and sinks already in Pythia-14M.",
+        "",
+    ]
+    if not found.height:
+        return [*lines, "Not measured in this warehouse: `attnwh ingest roles --model M --probes random,text`.", ""]
+    rows, verdicts = [], []
+    statistic = share_above(GU_SINK_EPS)
+    matrices = {}
+    for r in found.iter_rows(named=True):
+        rows_ = probe_matrix(ctx, r["run_id"], "sink")
+        matrices[(r["model"], r["probe"])] = rows_
+        low, high = interval(rows_, statistic)
+        setting = "random tokens" if r["probe"] == "random" else "natural text"
+        rows.append(
+            (short_name_of(r["model"]), setting, r["probes"], r["max_tokens"], f"{r['sink_heads']} of {r['heads']}",
+             pct(r["sink_share"]), pct_interval(low, high))
+        )  # fmt: skip
+    for model in found["model"].unique().sort().to_list():
+        if (model, "random") in matrices and (model, "text") in matrices:
+            a, b = matrices[(model, "random")], matrices[(model, "text")]
+            p = difference_p(a, b, statistic)
+            diff = statistic(a) - statistic(b)
+            verdicts.append(
+                f"`{short_name_of(model)}`: random tokens − natural text {100 * diff:+.1f} points (permutation p "
+                f"{p:.3g} over probes)."
+            )
+    low_paper, high_paper = GU_SINK_SHARES
+    agree = [
+        short_name_of(r["model"]) for r in found.iter_rows(named=True) if low_paper <= r["sink_share"] <= high_paper
+    ]
+    return [
+        *lines,
+        *table(("model", "input", "probes", "tokens", "sink heads", "share", "95 % interval"), rows),
+        source("findings_sinks"),
+        "",
+        *([" ".join(verdicts), ""] if verdicts else []),
+        agreement(
+            sorted(set(agree)),
+            sorted({short_name_of(m) for m in found["model"].to_list()}),
+            f"its share of sink heads lies within Gu et al.'s {pct(low_paper)} to {pct(high_paper)} on at least one "
+            "input",
+            "its share lies outside that range on both inputs; Gu et al. read larger models, and the share grows "
+            "with training and scale in their study",
+        ),
+        "",
+    ]
+
+
+def short_name_of(model: str) -> str:
+    return model.rstrip("/").split("/")[-1]
+
+
+def agreement(agree: list[str], models: list[str], holds: str, fails: str) -> str:
+    """'On `A` attnwh agrees: <holds>. On `B` it does not: <fails>.' over the page's models."""
+    disagree = [m for m in models if m not in agree]
+    parts = []
+    if agree:
+        parts.append(f"On {', '.join(f'`{m}`' for m in agree)} attnwh agrees: {holds}.")
+    if disagree:
+        parts.append(f"On {', '.join(f'`{m}`' for m in disagree)} it does not: {fails}.")
+    return " ".join(parts)
+
+
+def retrieval(ctx: ReportContext) -> list[str]:
+    found = ctx.query("findings_sinks").filter(pl.col("probe") == "needle")
+    lines = [
+        "## Retrieval heads are few (Wu et al. 2025)",
+        "",
+        f"The share of heads whose mean retrieval score on needle probes exceeds {RETRIEVAL_THRESHOLD} (Wu et al.'s "
+        f"retrieval heads); they found under {pct(WU_RETRIEVAL_SHARE)} in every model they read (Llama-2, Yi, "
+        "Qwen, Mistral families, 6B to 34B, contexts of thousands of tokens).",
+        "",
+    ]
+    if not found.height:
+        return [*lines, "Not measured in this warehouse: `attnwh ingest roles --model M --probes needle`.", ""]
+    rows, agree = [], []
+    statistic = share_above(RETRIEVAL_THRESHOLD)
+    for r in found.iter_rows(named=True):
+        matrix = probe_matrix(ctx, r["run_id"], "retrieval")
+        share = statistic(matrix)
+        low, high = interval(matrix, statistic)
+        rows.append((short_name_of(r["model"]), r["probes"], r["max_tokens"], f"{round(share * r['heads'])} of {r['heads']}",
+                     pct(share), pct_interval(low, high)))  # fmt: skip
+        if share < WU_RETRIEVAL_SHARE:
+            agree.append(short_name_of(r["model"]))
+    return [
+        *lines,
+        *table(("model", "needle probes", "tokens", "retrieval heads", "share", "95 % interval"), rows),
+        source("findings_sinks", "head_roles"),
+        "",
+        agreement(
+            agree,
+            sorted({short_name_of(m) for m in found["model"].to_list()}),
+            f"fewer than {pct(WU_RETRIEVAL_SHARE)} of its heads are retrieval heads",
+            f"{pct(WU_RETRIEVAL_SHARE)} or more of its heads pass 0.1; Wu et al. read contexts of thousands of tokens "
+            "in models of 6B parameters and more, where a needle is harder to find than in these probes, and with "
+            "few heads a single copying head is a large share",
+        ),
+        "",
+    ]
+
+
+def induction(ctx: ReportContext) -> list[str]:
+    top = ctx.query("head_roles_top", top=3).filter((pl.col("probe") == "induction") & (pl.col("score") == "induction"))
+    lines = [
+        "## Induction heads (Olsson et al. 2022)",
+        "",
+        "The top induction heads on repeated random tokens (mean attention from each repeated token to the token "
+        "that followed its first occurrence), with their relative depth (layer / layers). Olsson et al. found "
+        "induction heads in every model of two layers or more, after an early phase change in training.",
+        "",
+    ]
+    if not top.height:
+        return [*lines, "Not measured in this warehouse: `attnwh ingest roles --model M --probes induction`.", ""]
+    layers = ctx.query("run_models").select("run_id", "num_layers")
+    top = top.join(layers, on="run_id")
+    rows = [
+        (short_name_of(r["model"]), r["rank"], f"L{r['layer']}H{r['head']}", f"{r['layer'] / r['num_layers']:.2f}",
+         f"{r['value']:.3f}", r["probes"])
+        for r in top.sort("model", "rank").iter_rows(named=True)
+    ]  # fmt: skip
+    return [
+        *lines,
+        *table(("model", "rank", "head", "relative depth", "induction score", "probes"), rows),
+        source("head_roles_top", "run_models"),
+        "",
+    ]
+
+
+def massive(ctx: ReportContext) -> list[str]:
+    frame = ctx.query("massive_activations")
+    lines = [
+        "## Massive activations (Sun et al. 2024)",
+        "",
+        "Hidden-state entries with |h| > 100 and > 1000 × the median |h| of their layer's output: per model, the "
+        "dimensions, on which token, from which layer, in what share of the examples, and the largest. Sun et al. "
+        "found a handful of such entries in every LLM they read, at fixed dimensions, on the first token and on "
+        "delimiters, appearing after the first few layers.",
+        "",
+    ]
+    if not frame.height:
+        return [*lines, "None stored in this warehouse (statistics runs ingest them by default).", ""]
+    dims = (
+        frame.group_by("model", "task", "dim", "token_kind")
+        .agg(
+            pl.col("layer").min().alias("first"),
+            pl.col("layer").n_unique().alias("layers"),
+            pl.col("example_share").max().alias("share"),
+            pl.col("max_magnitude").max().alias("largest"),
+            pl.col("mean_ratio").max().alias("ratio"),
+        )
+        .sort("model", "largest", descending=[False, True])
+    )
+    rows = [
+        (short_name_of(r["model"]), r["task"], r["dim"], r["token_kind"], r["first"], r["layers"], pct(r["share"]),
+         f"{r['largest']:,.0f}", f"{r['ratio']:,.0f}")
+        for r in dims.iter_rows(named=True)
+    ]  # fmt: skip
+    return [
+        *lines,
+        *table(
+            ("model", "run", "dimension", "token", "from layer", "layers", "examples", "largest |h|", "× median"), rows
+        ),  # fmt: skip
+        source("massive_activations"),
+        "",
+    ]
+
+
+def kv_saving(ctx: ReportContext) -> list[str]:
+    plan = ctx.query("restriction_plan")
+    lines = [
+        "## What a restriction to sinks and a window saves (Xiao et al. 2024, DuoAttention)",
+        "",
+        "The KV memory freed when the key/value groups least harmed keep only their sinks and a recent window, at "
+        "the largest measured set whose next-token loss rises by at most the budget (`attnwh ingest restriction`); "
+        "as a factor, the whole cache over what is left. DuoAttention reports up to "
+        f"{DUO_GQA_MEMORY:.2f}× less memory for grouped-query models (2.55× for multi-head ones), at its own "
+        "accuracy budget on long-context tasks.",
+        "",
+    ]
+    if not plan.height:
+        return [*lines, "Not measured in this warehouse: `attnwh ingest restriction --model M`.", ""]
+    rows = []
+    for run_id in plan["run_id"].unique().sort().to_list():
+        of_run = plan.filter(pl.col("run_id") == run_id).row(0, named=True)
+        for budget in BUDGETS:
+            chosen = choose(ctx.con, budget, run_id)
+            left = chosen.kv_bytes - chosen.kv_bytes_saved
+            factor = f"{chosen.kv_bytes / left:.2f}×" if left > 0 else "all"
+            sequences = of_run["sequences"]
+            ci = f"[{chosen.ci_low:+.3f}, {chosen.ci_high:+.3f}]" if sequences > 1 else "–"
+            rows.append((short_name_of(of_run["model"]), f"{budget:g}", f"{chosen.k} of {of_run['n_groups']}",
+                         f"{chosen.delta:+.3f}", ci, sequences, f"{of_run['context_length']:,}", factor))  # fmt: skip
+    return [
+        *lines,
+        *table(
+            (
+                "model",
+                "budget (nats)",
+                "groups restricted",
+                "Δ loss",
+                "95 % interval",
+                "sequences",
+                "tokens",
+                "memory factor",
+            ),
+            rows,
+        ),  # fmt: skip
+        source("restriction_plan"),
+        "",
+        "The factor is at --kv-context tokens, where the window and sinks are a small part of a cache. "
+        "DuoAttention's budget is task accuracy on long contexts, attnwh's the loss on the text: the settings "
+        "differ, so the factors say how far this model's groups can be restricted here, not whether the paper's "
+        "holds.",
+        "",
+    ]
+
+
+def costs(time_dir: Path | None) -> list[str]:
+    """Every `/usr/bin/time -v` output of `time_dir` (time-<model>-<step>.txt), in name order."""
+    if time_dir is None:
+        return []
+    rows = []
+    for path in sorted(time_dir.glob("time-*.txt")):
+        cost = timed(path)
+        if cost:
+            rows.append((path.stem.removeprefix("time-"), cost[0], cost[1]))
+    if not rows:
+        return []
+    return [
+        "## What each step cost",
+        "",
+        "Wall time and peak resident memory of each command on a 2-core CPU without a GPU, beside other work on "
+        "the same cores (`/usr/bin/time -v`).",
+        "",
+        *cost_table("command", rows),
+    ]
+
+
+def build_page(
+    ctx: ReportContext,
+    db: Path,
+    figures: dict[str, str],
+    name: str | None = None,
+    time_dir: Path | None = None,
+) -> list[str]:
+    """The page's lines, for the decoders of the warehouse `ctx` reads (`name` is unused: the
+    page names each model)."""
+    models = models_frame(ctx)
+    return [
+        "# Findings of attention research, side by side",
+        "",
+        *generated("findings"),
+        *setup(models),
+        *side_by_side(ctx, figures),
+        *sinks_emerge(ctx),
+        *retrieval(ctx),
+        *induction(ctx),
+        *massive(ctx),
+        *kv_saving(ctx),
+        *costs(time_dir),
+    ]
