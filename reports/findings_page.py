@@ -28,7 +28,7 @@ from attnwh.reports.published import (
     WU_RETRIEVAL_SHARE,
 )
 from attnwh.reports.sections import ReportContext
-from attnwh.reports.side_by_side_charts import short_name
+from attnwh.reports.side_by_side_charts import MEASURES, short_name, whole_models
 from attnwh.sql.restriction import choose
 
 # The report's charts the page shows, by their element id, and the sections that draw them.
@@ -125,31 +125,18 @@ def setup(models: pl.DataFrame) -> list[str]:
 
 
 def side_by_side(ctx: ReportContext, figures: dict[str, str]) -> list[str]:
-    whole = ctx.query("models_side_by_side", bins=1).with_columns(name=short_name(pl.col("model")))
-    labels = {
-        "first_token": "first-token share",
-        "sink_share": "sink heads",
-        "massive": "massive activations",
-        "induction_max": "strongest induction head",
-        "retrieval_share": "retrieval heads",
-        "kept_whole": "KV groups kept whole at 0.05",
-    }
-    rows = []
-    for (name,), part in whole.sort("name").group_by("name", maintain_order=True):
-        cells = []
-        for measure in labels:
-            values = part.filter(pl.col("measure") == measure).sort("run_id")
-            cells.append(" · ".join(f"{r['value']:.3f} ({r['task']})" for r in values.iter_rows(named=True)) or "–")
-        rows.append((name, *cells))
+    measures, models = whole_models(ctx.query("models_side_by_side", bins=1))
+    rows = [(m["name"], ", ".join(m["shape"]), *(" · ".join(m["cells"][k]) for k in measures)) for m in models]
     return [
         "## The models side by side",
         "",
-        "Each model whole (one value per run; the run's task in brackets): the mean first-token share of its heads, "
+        "Each model whole (one value per run, named in brackets): the mean first-token share of its heads, "
         f"the share of heads above ε = {GU_SINK_EPS}, the share of (example, layer) pairs with a massive activation, "
-        "the strongest induction head's score, the share of heads with a retrieval score above 0.1, and the share "
+        "the strongest induction and previous-token heads' scores, the share of heads with a retrieval score above "
+        "0.1, and the share "
         "of key/value groups the restriction plan keeps whole at a loss budget of 0.05 nats per token.",
         "",
-        *table(("model", *labels.values()), rows),
+        *table(("model", "shape", *(MEASURES[m] for m in measures)), rows),
         source("models_side_by_side"),
         "",
         *figure(figures, "chart-models-by-depth"),

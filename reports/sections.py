@@ -439,8 +439,8 @@ def _side_by_side(ctx: ReportContext) -> list[Block]:
     from attnwh.sql.restriction import DEFAULT_LOSS_BUDGET
 
     budget = {"budget": DEFAULT_LOSS_BUDGET}
-    whole = side_by_side_charts.labelled(ctx.query("models_side_by_side", bins=1, **budget))
-    if whole["model"].n_unique() < 2:
+    measures, models = side_by_side_charts.whole_models(ctx.query("models_side_by_side", bins=1, **budget))
+    if len(models) < 2:
         return [
             NoteBlock(
                 "chart-models-by-depth",
@@ -449,16 +449,10 @@ def _side_by_side(ctx: ReportContext) -> list[Block]:
                 "relative depth and per key/value group; query models_side_by_side.",
             )
         ]
-    measures = [m for m in side_by_side_charts.MEASURES if m in set(whole["measure"].to_list())]
-    rows = []
-    for (model,), part in whole.sort("model").group_by("model", maintain_order=True):
-        first = part.row(0, named=True)
-        cells = []
-        for measure in measures:
-            runs = part.filter(pl.col("measure") == measure).sort("run_id")
-            cells.append([f"{r['value']:.3f} ({r['run']})" for r in runs.iter_rows(named=True)] or ["–"])
-        shape = [f"{first['num_layers']} layers", f"{first['num_heads']} heads on {first['num_key_value_heads']} KV"]
-        rows.append([[first["name"], model] if model != first["name"] else [model], shape, *cells])
+    rows = [
+        [[m["name"], m["model"]] if m["model"] != m["name"] else [m["model"]], m["shape"], *m["cells"].values()]
+        for m in models
+    ]
     return [
         TableBlock(
             "table-models-side-by-side",

@@ -48,6 +48,24 @@ def labelled(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def whole_models(frame: pl.DataFrame) -> tuple[list[str], list[dict]]:
+    """The measures present and one row per model of models_side_by_side with bins = 1 (each
+    model whole): `name`, `model`, `shape` (its layers, and query heads on KV heads) and, per
+    measure, one cell line per run ('0.123 (run 4 · prose)'; '–' where the model has none)."""
+    data = labelled(frame)
+    measures = [m for m in MEASURES if m in set(data["measure"].to_list())]
+    rows = []
+    for (model,), part in data.sort("model").group_by("model", maintain_order=True):
+        first = part.row(0, named=True)
+        cells = {}
+        for measure in measures:
+            runs = part.filter(pl.col("measure") == measure).sort("run_id")
+            cells[measure] = [f"{r['value']:.3f} ({r['run']})" for r in runs.iter_rows(named=True)] or ["–"]
+        shape = [f"{first['num_layers']} layers", f"{first['num_heads']} heads on {first['num_key_value_heads']} KV"]
+        rows.append({"name": first["name"], "model": model, "shape": shape, "cells": cells})
+    return measures, rows
+
+
 def by_depth(frame: pl.DataFrame) -> alt.FacetChart:
     """One panel per measure, its value against relative depth (layer / layers, each layer at
     the middle of its interval), a line per model and run coloured by model. Clicking a model
