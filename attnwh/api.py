@@ -828,7 +828,7 @@ def massive_ablation(
     ] = 100.0,
     ratio: Annotated[
         float,
-        typer.Option(min=0, help="… and only when |h| exceeds this many times its layer's median |h| in the sequence."),
+        typer.Option(min=0, help="And only when |h| exceeds this many times its layer's median |h| in the sequence."),
     ] = 1000.0,
     min_share: Annotated[
         float,

@@ -30,7 +30,7 @@ def show_massive_ablation(done: api.Done) -> None:
         on = {"first token": "the first token", "punctuation": "punctuation", "other": "other tokens"}
         found = "; ".join(
             f"dim {e['dim']} on {on.get(e['token_kind'], e['token_kind'])} from layer {e['layer']} "
-            f"(mean {e['mean_value']:,.4g}, in {e['sequences']} of {sequences} sequences)"
+            f"(mean {_number(e['mean_value'])}, in {e['sequences']} of {sequences} sequences)"
             for e in entries.iter_rows(named=True)
         )
         out.print(f"massive activations: {found}", highlight=False, soft_wrap=True)
@@ -60,6 +60,11 @@ def show_massive_ablation(done: api.Done) -> None:
             out.print(f"run {run}: already complete (--replace redoes it) → {done.db.resolve()}", soft_wrap=True)
         else:
             out.print(f"run {run} {summary.outcome} in {summary.seconds:.1f} s → {done.db.resolve()}", soft_wrap=True)
+
+
+def _number(value: float) -> str:
+    """A value as a reader takes it in: whole with separators from 1,000 on, else 4 digits."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 massive_ablation = cli_command(api.massive_ablation, show_massive_ablation)
