@@ -810,6 +810,71 @@ def restriction(
     return _run(console, prepared, run_on, db)
 
 
+@python_arguments
+@with_option_groups
+def massive_ablation(
+    model: Annotated[
+        str, typer.Option(help="A causal language model (hub name, local directory or GGUF file) to intervene on.")
+    ],
+    *,
+    text: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FILE|DATASET",
+            help="Text to find the massive activations and measure the loss on: a plain text file (read whole, as one "
+            "document), a JSONL, CSV or Parquet file or a dataset (one document per record, field text). Default: "
+            "the bundled prose sample, its paragraphs joined. Cut as `attnwh ingest restriction` cuts it.",
+        ),
+    ] = None,
+    context_length: Annotated[
+        int | None,
+        typer.Option(min=2, help="Tokens per sequence. Default: 1024, or the model's limit if lower."),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=2, help="At most this many sequences (the first ones).")] = None,
+    min_magnitude: Annotated[
+        float, typer.Option(min=0, help="An entry of a layer's output is massive only when |h| exceeds this.")
+    ] = 100.0,
+    ratio: Annotated[
+        float,
+        typer.Option(min=0, help="And only when |h| exceeds this many times its layer's median |h| in the sequence."),
+    ] = 1000.0,
+    min_share: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            max=1,
+            help="A dimension on a kind of token (first token, punctuation, other) counts from the first layer where "
+            "it is massive in at least this share of the sequences; it is overwritten there.",
+        ),
+    ] = 0.5,
+    batch_size: Annotated[int, typer.Option(min=1, help="Sequences per forward pass.")] = 4,
+    device: DeviceOpt = Device.auto,
+    db: DbOpt = DEFAULT_DB,
+    replace: ReplaceOpt = False,
+    compute: Engine,
+) -> Done:
+    """Do a decoder's massive activations act as fixed biases (Sun et al. 2024, "Massive Activations in Large Language Models", §3)? The run's sequences are scanned for entries of a layer's output with |h| > --min-magnitude and > --ratio × the layer's median |h| (Sun et al.: 100 and 1000), each kept as a hidden dimension on a kind of token (the first token, punctuation, other) from the first layer where it is massive in at least --min-share of the sequences. Then every sequence's next-token loss is measured three times: the model as it is, those entries set to zero, and set to their mean over the sequences, at that layer's output (a forward hook, on exactly those positions and dimensions). Sun et al. found zero makes the perplexity explode and the mean leaves it almost unchanged.
+
+    Each change gets a paired test over sequences (sign-flip permutation, as the loss sweep's) and a bootstrap interval; the entries, where each sits in each sequence and every loss per sequence are kept, in massive_ablation_runs, massive_ablation_entries, massive_ablation_sites, massive_ablation_losses and massive_ablation_results (docs/metrics.md#massive-activations-as-biases; `attnwh query massive_ablation`). A model with none at the thresholds is refused. A stored run with the same model, text and settings is kept unless --replace.
+    """
+    console = Console(stderr=True)
+    from attnwh.ingest.runs import massive_ablation as runs_of
+
+    options = runs_of.MassiveAblationOptions(
+        min_magnitude=min_magnitude,
+        ratio=ratio,
+        min_share=min_share,
+        limit=limit,
+        batch_size=batch_size,
+        replace=replace,
+        command=command_line(),
+    )
+    run_on = compute.options(device.value)
+    with loading(console, None if run_on.shard else db, models=[model]):
+        prepared = runs_of.prepare_massive_ablation(model, text, options, device.value, context_length)
+    return _run(console, prepared, run_on, db)
+
+
 def _depths(text: str) -> tuple[float, ...]:
     """--depths as fractions of a haystack: numbers from 0 to 1, separated by commas."""
     try:

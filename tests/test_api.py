@@ -30,6 +30,7 @@ COMMANDS = {
     ("ingest", "compare"): api.compare,
     ("ingest", "relations"): api.relations,
     ("ingest", "ablation"): api.ablation,
+    ("ingest", "massive-ablation"): api.massive_ablation,
     ("finetune",): api.finetune,
     ("study",): api.study,
     ("report",): api.report,

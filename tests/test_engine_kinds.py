@@ -263,6 +263,64 @@ def test_the_restriction_killed_mid_run_resumes_to_the_rows_of_an_unbroken_run(
     assert_same_restriction(single, db)
 
 
+# -- massive activations set to zero and to their mean --------------------------------------
+
+MASSIVE_TABLES = (
+    "SELECT intervention, sequence, example_id, tokens, nats FROM massive_ablation_losses ORDER BY ALL",
+    "SELECT intervention, loss, delta, ci_low, ci_high, p_value FROM massive_ablation_results ORDER BY ALL",
+    "SELECT layer, dim, token_kind, mean_value, sequences, sites FROM massive_ablation_entries ORDER BY ALL",
+    "SELECT sequence, layer, dim, position, value FROM massive_ablation_sites ORDER BY ALL",
+)
+MASSIVE_WORKER = ("attnwh.ingest.runs.massive_ablation", "MassiveAblationWorker", "compute")
+
+
+@pytest.fixture(scope="module")
+def massive_run(tmp_path_factory) -> tuple[list[str], Path]:
+    """The massive-ablation run of a tiny Llama at lowered thresholds, on 7 sequences in units
+    of 2, in one process."""
+    from helpers import cli_main
+    from test_restriction import make_lm
+
+    folder = tmp_path_factory.mktemp("massive")
+    model = make_lm("llama", folder)
+    args = ["ingest", "massive-ablation", "--model", str(model), "--device", "cpu", "--context-length", "24"]
+    args += ["--limit", "7", "--batch-size", "2", "--min-magnitude", "0.01", "--ratio", "4", "--min-share", "0.3"]
+    cli_main(*args, "--db", str(folder / "single.duckdb"))
+    return args, folder / "single.duckdb"
+
+
+def assert_same_massive(a: Path, b: Path) -> None:
+    for sql in MASSIVE_TABLES:
+        assert_same(a, b, sql)
+    assert fetch(b, "SELECT kind, status, n_examples FROM runs") == [("massive_ablation", "complete", 7)]
+    assert fetch(a, "SELECT run_key FROM runs") == fetch(b, "SELECT run_key FROM runs")
+
+
+def test_massive_ablation_in_three_shards_merges_and_finishes_to_the_one_process_rows(
+    monkeypatch, capsys, massive_run, tmp_path
+):
+    args, single = massive_run
+    merged, shard_dir = tmp_path / "merged.duckdb", tmp_path / "shards"
+    sharded(monkeypatch, capsys, args, shard_dir, 3)
+    code, out, err = merge(monkeypatch, capsys, shard_dir, merged)
+    assert code == 0, err
+    assert "losses whole; finish it" in out
+    assert fetch(merged, "SELECT status FROM runs") == [("partial",)]
+    code, out, err = run(monkeypatch, capsys, *args, "--db", str(merged))
+    assert code == 0, err
+    assert_same_massive(single, merged)
+
+
+def test_massive_ablation_killed_mid_run_resumes_to_the_rows_of_an_unbroken_run(
+    monkeypatch, capsys, massive_run, tmp_path
+):
+    args, single = massive_run
+    db = tmp_path / "killed.duckdb"
+    out = killed_then_rerun(monkeypatch, capsys, args, db, MASSIVE_WORKER)
+    assert "resumed" in out
+    assert_same_massive(single, db)
+
+
 # -- relations -----------------------------------------------------------------------------
 
 RELATION_TABLES = [

@@ -97,6 +97,13 @@ ROWS: dict[int, list[str]] = {
         "INSERT INTO relation_sums VALUES ({run}, '000000', 'dependencies', 'correct', 'nsubj', 'int64', [2], [1.0, 3.0])"
     ],
     30: [],  # the comments of the random and text probe kinds (0030_sink_probes.sql): no new table
+    31: [
+        "INSERT INTO massive_ablation_runs VALUES ({run}, 100, 1000, 0.5, 256, 20, 5100, 1000, 0)",
+        "INSERT INTO massive_ablation_entries VALUES ({run}, 2, 507, 'first token', -2.6e4, 2.6e4, 2.7e4, 0.2, 20, 20)",
+        "INSERT INTO massive_ablation_sites VALUES ({run}, 0, 7, 2, 507, 'first token', 0, -2.6e4)",
+        "INSERT INTO massive_ablation_losses VALUES ({run}, 'zero', 0, 7, 2660.4, 255)",
+        "INSERT INTO massive_ablation_results VALUES ({run}, 'zero', 9.5, 7.0, 6.5, 7.5, 0.001)",
+    ],
 }
 # Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
 # (dep_to_head) into head_to_dep.

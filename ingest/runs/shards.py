@@ -69,6 +69,7 @@ PART_TABLES = frozenset(
         "role_probes",
         "head_roles",
         "restriction_losses",
+        "massive_ablation_losses",
         "relation_sums",
     }
 )
@@ -387,7 +388,7 @@ def _merge_run(con: duckdb.DuckDBPyConnection, run: ShardRun, on_part: Callable[
     n_done = warehouse.one_row(con, "SELECT count(*) FROM run_examples WHERE run_id = ?", [state.run_id])[0]
     whole = n_done == n_examples
     finish = None
-    if kind in ("ablation", "restriction"):
+    if kind in ("ablation", "restriction", "massive_ablation"):
         status = "partial"  # until its finish, which needs the model
         if whole:
             finish = _without_shard_options(info["fields"].get("command"))
