@@ -69,6 +69,7 @@ PART_TABLES = frozenset(
         "role_probes",
         "head_roles",
         "restriction_losses",
+        "position_losses",
         "relation_sums",
     }
 )
