@@ -96,6 +96,7 @@ ROWS: dict[int, list[str]] = {
     29: [
         "INSERT INTO relation_sums VALUES ({run}, '000000', 'dependencies', 'correct', 'nsubj', 'int64', [2], [1.0, 3.0])"
     ],
+    31: ["INSERT INTO position_losses VALUES ({run}, 7, 0, 1, 42, 3.5)"],
 }
 # Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
 # (dep_to_head) into head_to_dep.
