@@ -1,5 +1,5 @@
 -- name: icl_score
--- title: The in-context learning score (Olsson et al. 2022): loss at token `late` minus loss at token `early`, with a bootstrap interval and a sign-flip p over sequences
+-- title: In-context learning score (Olsson et al. 2022): loss at token `late` − loss at `early`, bootstrap interval and sign-flip p over sequences
 -- params: model, run, early, late, window, resamples, seed
 -- One row per loss-curve run (`attnwh ingest loss-curve`, docs/whole-context.md#in-context-
 -- learning-score). Positions are 0-based token indices: position t is the token predicted

@@ -1,5 +1,5 @@
 -- name: loss_by_position
--- title: Next-token loss by position in the context: per loss-curve run and position (or bin of positions), the mean over sequences
+-- title: Next-token loss by position in the context: per loss-curve run and position (or bin), the mean over sequences
 -- params: model, run, bin
 -- One row per loss-curve run (`attnwh ingest loss-curve`, docs/whole-context.md#in-context-
 -- learning-score) and position, or bin of `bin` positions (default 1: every position).
