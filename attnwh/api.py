@@ -303,6 +303,20 @@ class Warehouse:
 
         return self._read(lambda con: choose(con, loss_budget, run))
 
+    def loss_by_position(self, run: int | None = None, bin: int = 1) -> pl.DataFrame:
+        """The loss curve of loss-curve runs (None: all): per position, or bin of `bin`
+        positions, the mean next-token loss over sequences (the named query loss_by_position)."""
+        return self.query("loss_by_position", run=run, bin=bin)
+
+    def icl_score(
+        self, run: int | None = None, early: int = 50, late: int = 500, window: int = 1, resamples: int = 9999
+    ) -> pl.DataFrame:
+        """The in-context learning score of loss-curve runs (None: all): the loss at position
+        `late` minus that at `early` (0-based token indices), each the mean over `window`
+        positions around it, with a bootstrap interval and a sign-flip p over sequences (the
+        named query icl_score)."""
+        return self.query("icl_score", run=run, early=early, late=late, window=window, resamples=resamples)
+
     def build_report(self, model: str | None = None, task: str | None = None) -> Report:
         """The report's sections and charts, built from the warehouse (`model`, `task`: only
         those runs)."""
@@ -897,6 +911,50 @@ def _grid(text: str | None) -> list[int] | None:
     if not ks or ks[0] < 0:
         raise UsageError(f"--grid {text!r}: give whole numbers of 0 or more, such as 0,4,8")
     return ks
+
+
+@python_arguments
+@with_option_groups
+def loss_curve(
+    model: Annotated[
+        str, typer.Option(help="A causal language model (hub name, local directory or GGUF file) to measure.")
+    ],
+    *,
+    text: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FILE|DATASET",
+            help="The text: a plain text file (read whole, as one document), a JSONL, CSV or Parquet file or a "
+            "dataset (one document per record, field text). Default: the bundled prose sample, its paragraphs joined.",
+        ),
+    ] = None,
+    context_length: Annotated[
+        int | None,
+        typer.Option(
+            min=2,
+            help="Tokens per sequence; only sequences of exactly this length are kept. Default: 512, or the "
+            "model's limit if lower. The ICL score at position 500 needs 501 or more.",
+        ),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many sequences (the first ones).")] = None,
+    batch_size: Annotated[int, typer.Option(min=1, help="Sequences per forward pass.")] = 4,
+    device: DeviceOpt = Device.auto,
+    db: DbOpt = DEFAULT_DB,
+    replace: ReplaceOpt = False,
+    compute: Engine,
+) -> Done:
+    """Store a causal language model's next-token loss at every position of long text, per sequence: the loss curve behind the in-context learning score of Olsson et al. (2022), the loss of the 500th token minus that of the 50th (negative: the model uses its context).
+
+    The text is cut into sequences of exactly --context-length tokens; position t (0-based) holds the loss of token t given the t before it. Stored in position_losses; the named queries loss_by_position (the curve, -p bin=N averages N positions) and icl_score (-p early=50 -p late=500 -p window=1: the score with a bootstrap interval and a sign-flip p over sequences) read it (docs/whole-context.md). A stored run with the same model, text and settings is kept unless --replace.
+    """
+    console = Console(stderr=True)
+    from attnwh.ingest.runs import loss_curve as runs_of
+
+    options = runs_of.LossCurveOptions(limit=limit, batch_size=batch_size, replace=replace, command=command_line())
+    run_on = compute.options(device.value)
+    with loading(console, None if run_on.shard else db, models=[model]):
+        prepared = runs_of.prepare_loss_curve(model, text, options, device.value, context_length)
+    return _run(console, prepared, run_on, db)
 
 
 @python_arguments

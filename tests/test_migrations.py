@@ -104,6 +104,7 @@ ROWS: dict[int, list[str]] = {
         "INSERT INTO massive_ablation_losses VALUES ({run}, 'zero', 0, 7, 2660.4, 255)",
         "INSERT INTO massive_ablation_results VALUES ({run}, 'zero', 9.5, 7.0, 6.5, 7.5, 0.001)",
     ],
+    32: ["INSERT INTO position_losses VALUES ({run}, 7, 0, 1, 42, 3.5)"],
 }
 # Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
 # (dep_to_head) into head_to_dep.

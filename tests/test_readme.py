@@ -43,6 +43,7 @@ def test_readme_lists_every_command():
         "ingest roles",
         "ingest restriction",
         "ingest massive-ablation",
+        "ingest loss-curve",
         "report results",
         "patterns reclassify",
         "patterns label",

@@ -1,6 +1,6 @@
 """The `attnwh ingest` group. Bare `attnwh ingest` runs an encoder over a dataset and stores
 per-head attention statistics; its subcommands `compare`, `relations`, `ablation`, `roles`,
-`restriction` and `massive-ablation` (one module each) are registered here.
+`restriction`, `massive-ablation` and `loss-curve` (one module each) are registered here.
 
 Only typer is imported at module level: torch, transformers and datasets load when the
 command runs, so `attnwh sql` and `attnwh --help` stay fast.
@@ -17,6 +17,7 @@ from attnwh import api
 from attnwh.cli.ablation import ablation
 from attnwh.cli.compare import compare
 from attnwh.cli.helpformat import HelpCommand, HelpGroup
+from attnwh.cli.loss_curve import loss_curve
 from attnwh.cli.massive_ablation import massive_ablation
 from attnwh.cli.options import cli_command, refuse_options_before
 from attnwh.cli.relations import relations
@@ -57,3 +58,4 @@ ingest_app.command("ablation", cls=HelpCommand)(ablation)
 ingest_app.command("roles", cls=HelpCommand)(roles)
 ingest_app.command("restriction", cls=HelpCommand)(restriction)
 ingest_app.command("massive-ablation", cls=HelpCommand)(massive_ablation)
+ingest_app.command("loss-curve", cls=HelpCommand)(loss_curve)

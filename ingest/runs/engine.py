@@ -119,7 +119,7 @@ class WorkerSpec:
     """What a worker process loads to compute units of one kind of run: the models by the
     names `load_model` was given, the weights they must have, and the kind's settings."""
 
-    kind: str  # statistics | compare | ablation | roles | restriction | massive_ablation | relations
+    kind: str  # statistics | compare | ablation | roles | restriction | massive_ablation | relations | loss_curve
     models: Mapping[str, str | None]  # runs column (model_id, base_model_id) -> load_model name
     weights: Mapping[str, str]  # runs column -> weights hash the loaded model must have
     dtype: str
@@ -177,6 +177,10 @@ def build_worker(spec: WorkerSpec, device: str) -> Worker:
         from attnwh.ingest.runs.massive_ablation import MassiveAblationWorker
 
         return MassiveAblationWorker(encoders["model_id"], spec.settings["entries"], spec.settings["sites"])
+    if spec.kind == "loss_curve":
+        from attnwh.ingest.runs.loss_curve import LossCurveWorker
+
+        return LossCurveWorker(encoders["model_id"])
     if spec.kind == "relations":
         from attnwh.ingest.runs.relations import RelationsWorker
 

@@ -70,6 +70,7 @@ PART_TABLES = frozenset(
         "head_roles",
         "restriction_losses",
         "massive_ablation_losses",
+        "position_losses",
         "relation_sums",
     }
 )
