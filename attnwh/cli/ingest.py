@@ -1,6 +1,6 @@
 """The `attnwh ingest` group. Bare `attnwh ingest` runs an encoder over a dataset and stores
 per-head attention statistics; its subcommands `compare`, `relations`, `ablation`, `roles` and
-`restriction` (one module each) are registered here.
+`restriction` and `streaming` (one module each) are registered here.
 
 Only typer is imported at module level: torch, transformers and datasets load when the
 command runs, so `attnwh sql` and `attnwh --help` stay fast.
@@ -21,6 +21,7 @@ from attnwh.cli.options import cli_command, refuse_options_before
 from attnwh.cli.relations import relations
 from attnwh.cli.restriction import restriction
 from attnwh.cli.roles import roles
+from attnwh.cli.streaming import streaming
 from attnwh.cli.summaries import print_runs, print_shards
 
 # The group's help is the docstring of its callback, `ingest`.
@@ -55,3 +56,4 @@ ingest_app.command("relations", cls=HelpCommand)(relations)
 ingest_app.command("ablation", cls=HelpCommand)(ablation)
 ingest_app.command("roles", cls=HelpCommand)(roles)
 ingest_app.command("restriction", cls=HelpCommand)(restriction)
+ingest_app.command("streaming", cls=HelpCommand)(streaming)

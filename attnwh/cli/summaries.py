@@ -88,6 +88,7 @@ def print_merge(summaries: Sequence[Any], db: Path, seconds: float) -> None:
     finishes = {
         "ablation": "sweep whole; finish it (significance, combinations, importance)",
         "restriction": "ranking whole; finish it (the plan and the tests)",
+        "streaming": "every sequence measured; finish it (the tests)",
     }
     for s in summaries:
         if s.kind not in finishes and s.status == "partial":
