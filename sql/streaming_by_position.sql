@@ -10,7 +10,7 @@
 -- NULL = all.
 WITH buckets AS (
     SELECT run_id, context_length, sinks, position_from, position_to,
-           sum(nats) AS nats, sum(tokens) AS tokens, count(*) AS sequences
+           sum(nats) AS nats, CAST(sum(tokens) AS BIGINT) AS tokens, count(*) AS sequences
     FROM streaming_losses
     GROUP BY ALL
 )

@@ -30,6 +30,7 @@ COMMANDS = {
     ("ingest", "compare"): api.compare,
     ("ingest", "relations"): api.relations,
     ("ingest", "ablation"): api.ablation,
+    ("ingest", "streaming"): api.streaming,
     ("finetune",): api.finetune,
     ("study",): api.study,
     ("report",): api.report,

@@ -97,6 +97,11 @@ ROWS: dict[int, list[str]] = {
         "INSERT INTO relation_sums VALUES ({run}, '000000', 'dependencies', 'correct', 'nsubj', 'int64', [2], [1.0, 3.0])"
     ],
     30: [],  # the comments of the random and text probe kinds (0030_sink_probes.sql): no new table
+    31: [
+        "INSERT INTO streaming_losses VALUES ({run}, 7, 256, 0, NULL, 64, 128, 190.5, 64)",
+        "INSERT INTO streaming_results VALUES ({run}, 256, 4, 64, 8, 2040, 3.1, 3.0, 0.1, 0.05, 0.15, 0.01,"
+        " 0, -0.2, -0.3, -0.1, 0.01)",
+    ],
 }
 # Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
 # (dep_to_head) into head_to_dep.

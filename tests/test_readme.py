@@ -42,6 +42,7 @@ def test_readme_lists_every_command():
         "ingest ablation",
         "ingest roles",
         "ingest restriction",
+        "ingest streaming",
         "report results",
         "patterns reclassify",
         "patterns label",

@@ -27,7 +27,10 @@ def show_streaming(done: api.Done) -> None:
         window = int(found["window"][0])
         fewest = int(found["sinks"].min())  # type: ignore[arg-type]
         tested = int(found["sequences"].min()) >= MIN_TESTED_SEQUENCES  # type: ignore[arg-type]
-        table = Table(title=f"streaming run {summary.run_id}: every key/value group keeps S sinks + {window} recent")
+        table = Table(
+            title=f"streaming run {summary.run_id}: every key/value group keeps S sinks + {window} recent",
+            caption="S = all: the model as it is, every key kept",
+        )
         columns = ["L", "S", "loss (nats/token)", "perplexity", "Δ loss", "95 % interval", f"Δ vs S={fewest}"]
         columns += [f"vs S={fewest} interval"]
         for column in columns:
@@ -40,19 +43,15 @@ def show_streaming(done: api.Done) -> None:
             )
             for row in rows:
                 versus = row["versus_delta"] is not None
-
-                def interval(low: float | None, high: float | None) -> str:
-                    return f"[{low:+.4f}, {high:+.4f}]" if tested and low is not None and high is not None else "–"
-
                 table.add_row(
                     "",
                     str(row["sinks"]),
                     f"{row['loss']:.4f}",
                     f"{row['perplexity']:.2f}",
                     f"{row['delta']:+.4f}",
-                    interval(row["ci_low"], row["ci_high"]),
+                    _interval(tested, row["ci_low"], row["ci_high"]),
                     f"{row['versus_delta']:+.4f}" if versus else "",
-                    interval(row["versus_ci_low"], row["versus_ci_high"]) if versus else "",
+                    _interval(tested, row["versus_ci_low"], row["versus_ci_high"]) if versus else "",
                 )
             table.add_section()
         out.print(table)
@@ -69,6 +68,11 @@ def show_streaming(done: api.Done) -> None:
                 f"run {summary.run_id} {summary.outcome} in {summary.seconds:.1f} s → {done.db.resolve()}",
                 soft_wrap=True,
             )
+
+
+def _interval(tested: bool, low: float | None, high: float | None) -> str:
+    """An interval as the table shows it; a dash where too few sequences allow a test."""
+    return f"[{low:+.4f}, {high:+.4f}]" if tested and low is not None and high is not None else "–"
 
 
 streaming = cli_command(api.streaming, show_streaming)

@@ -37,7 +37,14 @@ from attnwh.ingest.model.loading import LoadedModel
 from attnwh.ingest.runs import rows
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask
 from attnwh.ingest.runs.prepared import Prepared
-from attnwh.ingest.runs.restriction import BOOTSTRAP_SEED, CONFIDENCE, RESAMPLES, RestrictionOptions, cut_text, read_text
+from attnwh.ingest.runs.restriction import (
+    BOOTSTRAP_SEED,
+    CONFIDENCE,
+    RESAMPLES,
+    RestrictionOptions,
+    cut_text,
+    read_text,
+)
 from attnwh.ingest.runs.shards import Part
 from attnwh.ingest.sources.examples import Example, TaskData
 from attnwh.sql import status
@@ -270,7 +277,9 @@ def prepare_streaming(
     )
     return Prepared(
         header,
-        lambda db, engine, on_start, on_batch: [ingest_streaming(db, encoder, cut, options, on_start, on_batch, engine)],
+        lambda db, engine, on_start, on_batch: [
+            ingest_streaming(db, encoder, cut, options, on_start, on_batch, engine)
+        ],
         lambda engine, on_start, on_batch: shard_streaming(encoder, cut, options, engine, on_start, on_batch),
     )
 
@@ -319,7 +328,9 @@ def ingest_streaming(
         started = time.perf_counter()
         with runs.marking_failure(con, state.run_id):
             finish_streaming(con, state.run_id, options, len(places))
-        return StreamingSummary(state.run_id, state.outcome, len(places), opened.seconds + time.perf_counter() - started)
+        return StreamingSummary(
+            state.run_id, state.outcome, len(places), opened.seconds + time.perf_counter() - started
+        )
     finally:
         con.close()
 
@@ -365,9 +376,7 @@ def finish_streaming(con: duckdb.DuckDBPyConnection, run_id: int, options: Strea
         runs.finish_run(con, run_id, "complete", time.perf_counter() - started)
 
 
-def results(
-    summed: Sequence[tuple[int, int, int | None, float, int]], options: StreamingOptions
-) -> dict[str, list]:
+def results(summed: Sequence[tuple[int, int, int | None, float, int]], options: StreamingOptions) -> dict[str, list]:
     """streaming_results' columns from each (context length, sequence, sinks or None for the
     model as it is)'s summed nats and tokens: per length and S, the loss, the model as it is's,
     Δ with its paired bootstrap interval and sign-flip p over sequences; and S against the
