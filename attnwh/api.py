@@ -826,6 +826,87 @@ def restriction(
 
 @python_arguments
 @with_option_groups
+def streaming(
+    model: Annotated[
+        str, typer.Option(help="A causal language model (hub name, local directory or GGUF file) to stream.")
+    ],
+    *,
+    text: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FILE|DATASET",
+            help="Held-out text to measure the loss on, read as `attnwh ingest restriction` reads it. Default: the "
+            "bundled prose sample, its paragraphs joined.",
+        ),
+    ] = None,
+    sink_tokens: Annotated[
+        str,
+        typer.Option(
+            metavar="S1,S2",
+            help="The numbers S of first tokens (attention sinks) every group keeps, comma-separated; 0 is plain "
+            "window attention.",
+        ),
+    ] = "0,1,4",
+    window: Annotated[int, typer.Option(min=1, help="W: the recent tokens (the query's own included) kept.")] = 64,
+    context_lengths: Annotated[
+        str | None,
+        typer.Option(
+            metavar="L1,L2",
+            help="Tokens per sequence, comma-separated; each longer than S + W. Default: 256, 512 and 1024, those "
+            "the model reads.",
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="At most this many sequences of each length (the first ones).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(min=1, help="Sequences per forward pass.")] = 4,
+    sets_per_pass: Annotated[
+        int | None,
+        typer.Option(min=1, help="Settings side by side in one forward pass (default: 2 on a GPU, 1 on a CPU)."),
+    ] = None,
+    attention_memory: AttentionMemoryOpt = None,
+    device: DeviceOpt = Device.auto,
+    db: DbOpt = DEFAULT_DB,
+    replace: ReplaceOpt = False,
+    compute: Engine,
+) -> Done:
+    """Measure StreamingLLM's experiment (Xiao et al. 2023): the next-token loss when every key/value group of every attention layer keeps only the first S tokens (the attention sinks) and the last W, as a cache that evicts the rest, for each S of --sink-tokens and each length of --context-lengths, beside the model as it is. S = 0 is window attention, which fails once the text outgrows the window; a few sinks recover it.
+
+    Per length and S: the loss, Δ against the model as it is and against the fewest sinks, each with a paired bootstrap interval and a sign-flip permutation p over sequences. Stored per sequence, length, S and bucket of positions in streaming_losses, the tests in streaming_results; `attnwh query streaming_loss` adds perplexities (docs/whole-context.md). A stored run with the same model, text and settings is kept unless --replace.
+    """
+    console = Console(stderr=True)
+    sinks = _numbers(sink_tokens, "--sink-tokens", 0)
+    lengths = _numbers(context_lengths, "--context-lengths", 2) if context_lengths is not None else None
+    from attnwh.ingest.runs import streaming as runs_of
+
+    options = runs_of.StreamingOptions(
+        sinks=tuple(sinks),
+        window=window,
+        limit=limit,
+        batch_size=batch_size,
+        attention_memory=parse_memory(attention_memory),
+        replace=replace,
+        command=command_line(),
+    )
+    run_on = compute.options(device.value)
+    with loading(console, None if run_on.shard else db, models=[model]):
+        prepared = runs_of.prepare_streaming(model, text, options, device.value, lengths, sets_per_pass)
+    return _run(console, prepared, run_on, db)
+
+
+def _numbers(text: str, option: str, least: int) -> list[int]:
+    """A comma-separated option of whole numbers of at least `least`, sorted, without repeats."""
+    try:
+        found = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise UsageError(f"{option} {text!r}: give whole numbers separated by commas, such as 0,1,4") from None
+    if not found or found[0] < least:
+        raise UsageError(f"{option} {text!r}: give whole numbers of {least} or more, separated by commas")
+    return found
+
+
+@python_arguments
+@with_option_groups
 def massive_ablation(
     model: Annotated[
         str, typer.Option(help="A causal language model (hub name, local directory or GGUF file) to intervene on.")

@@ -31,6 +31,7 @@ COMMANDS = {
     ("ingest", "relations"): api.relations,
     ("ingest", "ablation"): api.ablation,
     ("ingest", "massive-ablation"): api.massive_ablation,
+    ("ingest", "streaming"): api.streaming,
     ("finetune",): api.finetune,
     ("study",): api.study,
     ("report",): api.report,

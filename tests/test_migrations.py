@@ -105,6 +105,11 @@ ROWS: dict[int, list[str]] = {
         "INSERT INTO massive_ablation_results VALUES ({run}, 'zero', 9.5, 7.0, 6.5, 7.5, 0.001)",
     ],
     32: ["INSERT INTO position_losses VALUES ({run}, 7, 0, 1, 42, 3.5)"],
+    33: [
+        "INSERT INTO streaming_losses VALUES ({run}, 7, 256, 0, NULL, 64, 128, 190.5, 64)",
+        "INSERT INTO streaming_results VALUES ({run}, 256, 4, 64, 8, 2040, 3.1, 3.0, 0.1, 0.05, 0.15, 0.01,"
+        " 0, -0.2, -0.3, -0.1, 0.01)",
+    ],
 }
 # Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
 # (dep_to_head) into head_to_dep.

@@ -44,6 +44,7 @@ def test_readme_lists_every_command():
         "ingest restriction",
         "ingest massive-ablation",
         "ingest loss-curve",
+        "ingest streaming",
         "report results",
         "patterns reclassify",
         "patterns label",

@@ -1,6 +1,6 @@
 """The `attnwh ingest` group. Bare `attnwh ingest` runs an encoder over a dataset and stores
 per-head attention statistics; its subcommands `compare`, `relations`, `ablation`, `roles`,
-`restriction`, `massive-ablation` and `loss-curve` (one module each) are registered here.
+`restriction`, `streaming`, `massive-ablation` and `loss-curve` (one module each) are registered here.
 
 Only typer is imported at module level: torch, transformers and datasets load when the
 command runs, so `attnwh sql` and `attnwh --help` stay fast.
@@ -23,6 +23,7 @@ from attnwh.cli.options import cli_command, refuse_options_before
 from attnwh.cli.relations import relations
 from attnwh.cli.restriction import restriction
 from attnwh.cli.roles import roles
+from attnwh.cli.streaming import streaming
 from attnwh.cli.summaries import print_runs, print_shards
 
 # The group's help is the docstring of its callback, `ingest`.
@@ -59,3 +60,4 @@ ingest_app.command("roles", cls=HelpCommand)(roles)
 ingest_app.command("restriction", cls=HelpCommand)(restriction)
 ingest_app.command("massive-ablation", cls=HelpCommand)(massive_ablation)
 ingest_app.command("loss-curve", cls=HelpCommand)(loss_curve)
+ingest_app.command("streaming", cls=HelpCommand)(streaming)

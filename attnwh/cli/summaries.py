@@ -89,6 +89,7 @@ def print_merge(summaries: Sequence[Any], db: Path, seconds: float) -> None:
         "ablation": "sweep whole; finish it (significance, combinations, importance)",
         "restriction": "ranking whole; finish it (the plan and the tests)",
         "massive_ablation": "losses whole; finish it (the tests)",
+        "streaming": "every sequence measured; finish it (the tests)",
     }
     for s in summaries:
         if s.kind not in finishes and s.status == "partial":

@@ -172,6 +172,9 @@ class SequenceLoss:
     nats: np.ndarray  # (sets, sequences) float64
     tokens: np.ndarray  # (sequences,) int64
     correct: np.ndarray  # (sets, sequences) int64
+    # With `positions` (bucket edges over query positions): the same sums per bucket.
+    bucket_nats: np.ndarray | None = None  # (sets, sequences, buckets) float64
+    bucket_tokens: np.ndarray | None = None  # (sequences, buckets) int64
 
     def per_token(self) -> np.ndarray:
         """Each set's mean loss per token over all the sequences (sets,)."""
@@ -189,6 +192,7 @@ def restricted_lm_loss(
     scored: torch.Tensor | None = None,
     prefix_cache: bool = True,
     on_pass: Callable[[int, int], None] | None = None,
+    positions: Sequence[int] | None = None,
 ) -> SequenceLoss:
     """The summed next-token loss of each sequence of `batch` (input_ids, attention_mask)
     under each restriction set of `sets` (an empty set: the model as it is), from a causal
@@ -201,7 +205,11 @@ def restricted_lm_loss(
     padded on either side. With `prefix_cache`, one unrestricted pass records the hidden
     states, and a set whose first restricted group is in layer l replays those below l and
     runs from l on (the same numbers: nothing below l differs); the unrestricted set is that
-    pass. `on_pass(done, of)` is told after each restricted pass how many of the batch's are done."""
+    pass. `on_pass(done, of)` is told after each restricted pass how many of the batch's are done.
+    `positions` (ascending edges e_0 < e_1 < …) also sums each sequence's loss per bucket
+    [e_b, e_{b+1}) of the query position i (0 = the sequence's first real token; query i
+    predicts token i + 1): the loss past a window, where a restriction drops keys, apart
+    from the loss before it."""
     if getattr(model.config, "_attn_implementation", None) != capture.ATTENTION_NAME:
         raise ValueError("restricted_lm_loss needs a model loaded with attnwh's attention function")
     config: Any = model.config
@@ -221,6 +229,15 @@ def restricted_lm_loss(
     inputs = sweep_inputs(model, rolled)
     nats = np.zeros((len(sets), sequences), dtype=np.float64)
     correct = np.zeros((len(sets), sequences), dtype=np.int64)
+    edges = list(positions) if positions is not None else None
+    if edges is not None and (len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:])) or edges[0] < 0):
+        raise ValueError(f"positions must be ascending edges from 0 up, two or more (got {edges})")
+    buckets = len(edges) - 1 if edges is not None else 0
+    bucket_nats = np.zeros((len(sets), sequences, buckets), dtype=np.float64)
+    bucket_tokens = np.zeros((sequences, buckets), dtype=np.int64)
+    if edges is not None:
+        for b in range(buckets):
+            bucket_tokens[:, b] = targets[:, edges[b] : edges[b + 1]].sum(-1).cpu().numpy()
 
     def score(logits: torch.Tensor, chunk: Sequence[int]) -> None:
         # A row at a time: on long inputs a row's log-probabilities over the vocabulary
@@ -229,8 +246,12 @@ def restricted_lm_loss(
             sequence, at = row % sequences, chunk[row // sequences]
             predicted, target = logits[row, :-1].float(), ids[sequence, 1:]
             losses = nn.functional.cross_entropy(predicted, target, reduction="none")
-            nats[at, sequence] = float((losses.double() * targets[sequence].double()).sum())
+            weighted = losses.double() * targets[sequence].double()  # index i: query i predicting i + 1
+            nats[at, sequence] = float(weighted.sum())
             correct[at, sequence] = int(((predicted.argmax(-1) == target) & targets[sequence]).sum())
+            if edges is not None:
+                for b in range(buckets):
+                    bucket_nats[at, sequence, b] = float(weighted[edges[b] : edges[b + 1]].sum())
 
     num_layers = int(config.num_hidden_layers)
     cache = PrefixCache(model, config.model_type, num_layers) if prefix_cache else None
@@ -265,7 +286,9 @@ def restricted_lm_loss(
             score(logits, chunk)
             if on_pass:
                 on_pass(n, len(chunks))
-    return SequenceLoss(nats, tokens, correct)
+    if edges is None:
+        return SequenceLoss(nats, tokens, correct)
+    return SequenceLoss(nats, tokens, correct, bucket_nats, bucket_tokens)
 
 
 def _layers_and_groups(config: Any) -> tuple[int, int]:

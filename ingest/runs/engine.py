@@ -119,7 +119,7 @@ class WorkerSpec:
     """What a worker process loads to compute units of one kind of run: the models by the
     names `load_model` was given, the weights they must have, and the kind's settings."""
 
-    kind: str  # statistics | compare | ablation | roles | restriction | massive_ablation | relations | loss_curve
+    kind: str  # statistics | compare | ablation | roles | restriction | streaming | massive_ablation | relations | loss_curve
     models: Mapping[str, str | None]  # runs column (model_id, base_model_id) -> load_model name
     weights: Mapping[str, str]  # runs column -> weights hash the loaded model must have
     dtype: str
@@ -173,6 +173,10 @@ def build_worker(spec: WorkerSpec, device: str) -> Worker:
         return RestrictionWorker(
             encoders["model_id"], settings["options"], settings["sets"], settings["labels"], settings["places"]
         )
+    if spec.kind == "streaming":
+        from attnwh.ingest.runs.streaming import StreamingWorker
+
+        return StreamingWorker(encoders["model_id"], spec.settings["options"], spec.settings["places"])
     if spec.kind == "massive_ablation":
         from attnwh.ingest.runs.massive_ablation import MassiveAblationWorker
 

@@ -69,6 +69,7 @@ PART_TABLES = frozenset(
         "role_probes",
         "head_roles",
         "restriction_losses",
+        "streaming_losses",
         "massive_ablation_losses",
         "position_losses",
         "relation_sums",
@@ -316,7 +317,7 @@ class MergeSummary:
     n_examples: int
     n_done: int  # examples of the run stored (all its rows), after the merge
     status: str
-    finish_command: str | None  # ablation, restriction: the command that finishes a whole run
+    finish_command: str | None  # ablation, restriction, streaming: the command that finishes a whole run
 
 
 def merge_shards(
@@ -333,7 +334,7 @@ def merge_shards(
     nothing. A statistics or compare run holding all its examples is complete; one that
     still lacks some is `partial`; an ablation run whose sweep is whole waits for its
     finish (significance, combinations, importance), which `attnwh ingest ablation` does
-    with the model, and a restriction run for its plan and tests. A whole relations run is
+    with the model, a restriction run for its plan and tests, a streaming run for its tests. A whole relations run is
     finished here: its tables are sums of the units' totals.
     """
     shard_runs = scan(shard_dir)
@@ -389,8 +390,8 @@ def _merge_run(con: duckdb.DuckDBPyConnection, run: ShardRun, on_part: Callable[
     n_done = warehouse.one_row(con, "SELECT count(*) FROM run_examples WHERE run_id = ?", [state.run_id])[0]
     whole = n_done == n_examples
     finish = None
-    if kind in ("ablation", "restriction", "massive_ablation"):
-        status = "partial"  # until its finish, which needs the model
+    if kind in ("ablation", "restriction", "streaming", "massive_ablation"):
+        status = "partial"  # until its finish, which needs the model (or, streaming, the command's settings)
         if whole:
             finish = _without_shard_options(info["fields"].get("command"))
     elif kind == "relations" and whole:
