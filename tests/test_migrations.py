@@ -96,10 +96,13 @@ ROWS: dict[int, list[str]] = {
     29: [
         "INSERT INTO relation_sums VALUES ({run}, '000000', 'dependencies', 'correct', 'nsubj', 'int64', [2], [1.0, 3.0])"
     ],
+    30: [],  # ablation_configs' set columns and ablation_losses.correct (0030_head_sets.sql): no new table
 }
 # Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
 # (dep_to_head) into head_to_dep.
 ROWS_AFTER = {"dependency_baselines": 2}
+# The columns migration 30 appends to the ablation tables, as a file at 30 or later has them.
+SET_VALUES = {"ablation_configs": ", NULL, NULL, NULL", "ablation_losses": ", NULL"}
 # The columns migration 25 appends to the restriction tables, as a file at 25 or later has them.
 NEEDLE_VALUES = {
     "restriction_runs": ", 0, NULL, NULL, NULL, NULL, NULL",
@@ -112,13 +115,16 @@ NEEDLE_VALUES = {
 def _as_of(sql: str, version: int) -> str:
     """`sql` as attnwh at `version` writes it: from migration 20 on, a baseline has a direction;
     from 25 on, the restriction tables have their needle columns; from 27 on, a restriction
-    loss names its example."""
+    loss names its example; from 30 on, a configuration has its set's label, draw and roles
+    run, and a loss its greedy hits."""
     if version >= 20 and _table(sql) == "dependency_baselines":
         return sql.replace("'det', ", "'det', 'dep_to_head', ")
     if version >= 25 and _table(sql) in NEEDLE_VALUES:
         sql = sql[: sql.rindex(")")] + NEEDLE_VALUES[_table(sql)] + ")"
     if version >= 27 and _table(sql) == "restriction_losses":
         sql = sql[: sql.rindex(")")] + ", 7)"
+    if version >= 30 and _table(sql) in SET_VALUES:
+        sql = sql[: sql.rindex(")")] + SET_VALUES[_table(sql)] + ")"
     return sql
 
 
