@@ -15,8 +15,9 @@
 --   accuracy, loss: the same probes with the set disabled; accuracy_all: over all probes;
 --   accuracy_delta = accuracy - baseline_accuracy (< 0: answers lost), loss_delta = loss -
 --   baseline_loss (> 0: the loss rose), each with a 95 % percentile bootstrap interval over the
---   solved probes (resamples, default 1000, drawn by hash from seed, default 0; the same
---   resamples for every set of the run) and the two-sided p of the paired sign-flip test of
+--   solved probes (resamples, default 1000, each probe drawn by a hash of seed (default 0), run,
+--   resample and draw; the same resamples for every set of the run) and the two-sided p of the
+--   paired sign-flip test of
 --   the summed differences (each probe's difference keeps or flips its sign: exact over all 2^n
 --   flips when 2^n <= resamples, else resamples random flips, p = (1 + hits) / (1 + resamples));
 --   p is not adjusted across sets;
@@ -83,8 +84,9 @@ every_probe AS (
     GROUP BY q.run_id, q.config_id
 ),
 picks AS (
-    -- Bootstrap resample b of run r takes probe hash(seed, r, b, j) mod n as its j-th draw.
-    SELECT o.run_id, o.config_id, o.n, b.b, CAST(hash(p.seed, o.run_id, b.b, j.j) % o.n AS BIGINT) AS i
+    -- Bootstrap resample b of run r takes probe hash('seed:r:b:j') mod n as its j-th draw (the
+    -- hash of a string: that of several integers leaves its low bits correlated across draws).
+    SELECT o.run_id, o.config_id, o.n, b.b, CAST(hash(concat_ws(':', p.seed, o.run_id, b.b, j.j)) % o.n AS BIGINT) AS i
     FROM observed AS o, params AS p, range(p.resamples) AS b(b), range(o.n) AS j(j)
 ),
 boot AS (
@@ -110,9 +112,9 @@ flips AS (
 ),
 flipped AS (
     SELECT f.run_id, f.config_id, f.f, any_value(f.exact) AS exact,
-           sum(CASE WHEN (CASE WHEN f.exact THEN (f.f >> d.i) & 1 ELSE hash(p.seed, 'flip', f.run_id, f.f, d.i) % 2 END) = 1
+           sum(CASE WHEN (CASE WHEN f.exact THEN (f.f >> d.i) & 1 ELSE hash(concat_ws(':', p.seed, 'flip', f.run_id, f.f, d.i)) % 2 END) = 1
                     THEN -d.d_accuracy ELSE d.d_accuracy END) AS s_accuracy,
-           sum(CASE WHEN (CASE WHEN f.exact THEN (f.f >> d.i) & 1 ELSE hash(p.seed, 'flip', f.run_id, f.f, d.i) % 2 END) = 1
+           sum(CASE WHEN (CASE WHEN f.exact THEN (f.f >> d.i) & 1 ELSE hash(concat_ws(':', p.seed, 'flip', f.run_id, f.f, d.i)) % 2 END) = 1
                     THEN -d.d_loss ELSE d.d_loss END) AS s_loss
     FROM flips AS f
     JOIN paired AS d ON d.run_id = f.run_id AND d.config_id = f.config_id
