@@ -1,5 +1,5 @@
 -- name: head_set_effect
--- title: Per loss ablation run and head set: answer accuracy and loss on the probes the model solves, with the set disabled, the change with a bootstrap interval and a sign-flip p over probes
+-- title: Per run and set of heads disabled together: answer accuracy and loss on the probes solved, the change, its bootstrap interval and p
 -- params: run, model, mode, span, solved, resamples, seed
 -- docs/ablation.md#head-sets (Wu et al. 2025: masking the top-k retrieval heads breaks
 -- needle-in-a-haystack answers, masking k random heads does not). One row per set of heads
