@@ -1089,21 +1089,64 @@ def ablation(
         typer.Option(
             help="Score a causal language model's next-token loss on probe sequences instead of text: induction "
             "(BOS, --repeat-length random tokens, the same again; spans first and repeat), needle (a needle sentence "
-            "at depths 0, 25, 50, 75 and 100 % of a haystack of --max-length tokens cut from --text or the prose "
-            "sample, then a question and its answer, teacher-forced; spans needle, needle_sentence, question, "
-            "answer). Repeatable; --limit probes of each (default 20), drawn with --seed."
+            "at --depths of a haystack of --max-length tokens cut from --text or the prose sample, then a question and "
+            "its answer, teacher-forced; spans needle, needle_sentence, question, answer), passkey (the same with "
+            "'The pass key is 48213. Remember it. 48213 is the pass key.' and 'What is the pass key? The pass key "
+            "is', five seeded digits; a small model answers it). Repeatable; --limit probes of each (default 20), "
+            "drawn with --seed."
         ),
     ] = None,
     repeat_length: Annotated[
         int | None,
         typer.Option(min=2, help="Random tokens in each half of an induction probe (--probe induction; default 32)."),
     ] = None,
+    depths: Annotated[
+        str | None,
+        typer.Option(
+            help="Needle and pass-key probes: where the needle goes, fractions of the haystack from 0 to 1, "
+            "comma-separated, taken in turn (default 0,0.25,0.5,0.75,1)."
+        ),
+    ] = None,
+    disable_top: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="ROLE:K",
+            help="Loss sweep: also score the K heads of the highest mean ROLE score (retrieval, induction, duplicate, "
+            "previous_token, sink, local_mass) disabled together, ranked in the model's latest head-roles run in this "
+            "warehouse (`attnwh ingest roles` first). Repeatable.",
+        ),
+    ] = None,
+    random_heads: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            metavar="K",
+            help="Loss sweep: also score K heads drawn uniformly without replacement (the --disable-top heads left "
+            "out), disabled together, --draws times, seeded by --seed.",
+        ),
+    ] = None,
+    draws: Annotated[int | None, typer.Option(min=1, help="Draws of --random-heads (default 5).")] = None,
+    heads: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="L.H,…",
+            help="Loss sweep: also score these heads (layer.head, 0-based, comma-separated) disabled together. "
+            "Repeatable: one set each.",
+        ),
+    ] = None,
+    sweep: Annotated[
+        bool,
+        typer.Option(
+            help="Disable every head and every layer in turn; --no-sweep scores only the baseline and the head sets "
+            "(minutes instead of the L×H sweep)."
+        ),
+    ] = True,
     device: DeviceOpt = Device.auto,
     db: DbOpt = DEFAULT_DB,
     replace: ReplaceOpt = False,
     compute: Engine,
 ) -> Done:
-    """Disable each head (L×H configurations) and each whole layer (L) of a fine-tuned classifier, or of a causal language model read through the task's prompt (--prompt), score every configuration with the task's metric, and store the scores with every per-example prediction in ablation_configs, ablation_predictions and ablations. On plain text (--text, --task prose) or probes (--probe), a causal language model's configurations are scored by next-token loss instead: per sequence and span in ablation_losses, tested into ablations as metric loss (named query loss_ablation).
+    """Disable each head (L×H configurations) and each whole layer (L) of a fine-tuned classifier, or of a causal language model read through the task's prompt (--prompt), score every configuration with the task's metric, and store the scores with every per-example prediction in ablation_configs, ablation_predictions and ablations. On plain text (--text, --task prose) or probes (--probe), a causal language model's configurations are scored by next-token loss instead: per sequence and span in ablation_losses, with the tokens it predicts greedily, tested into ablations as metric loss (named query loss_ablation). Sets of heads disabled together join them (--disable-top retrieval:10, --random-heads 10 --draws 5, --heads 18.6,17.3; --no-sweep: the baseline and the sets only; named query head_set_effect).
 
     Each configuration is compared with the baseline on the same examples: exact McNemar test (accuracy) or paired permutation test (F1, MCC, correlations), a paired bootstrap interval of the delta, and Benjamini–Hochberg adjustment across the sweep. Then all individually helpful heads are disabled together, a top-k curve is scored, every sink head is disabled together (mean attention to [CLS], [SEP] — a decoder's first token — or punctuation above 0.3, read from a statistics run of the same model that holds these examples: run `attnwh ingest` on them first), and gradient importance per head goes into head_importance. Rerunning resumes an interrupted run and skips a complete one (--replace redoes it).
     """
@@ -1112,12 +1155,21 @@ def ablation(
     run_on = compute.options(device.value)
     words = _label_words(prompt, shots, shot_seed, label_words)
     if probe or _plain_text(source, task):
+        sets = _head_sets(disable_top, random_heads, draws, heads, sweep)
         return _loss_ablation(
             model, source, task, [p.value for p in dict.fromkeys(probe or [])], repeat_length, reading, modes,
             resamples, attention_memory, configs_per_pass, prefix_cache, prompt, top_k, device, db, replace, run_on,
+            depths=depths, sets=sets,
         )  # fmt: skip
     if repeat_length is not None:
         raise UsageError("--repeat-length goes with --probe induction")
+    if depths is not None:
+        raise UsageError("--depths goes with --probe needle or --probe passkey")
+    if disable_top or random_heads or draws or heads or not sweep:
+        raise UsageError(
+            "--disable-top, --random-heads, --heads and --no-sweep go with the loss sweep of a language model on "
+            "text or probes (--text, --task prose, --probe)"
+        )
     with loading(console, None if run_on.shard else db, source, models=[model]):
         # Data errors before torch is imported; only a sweep of the bundled sample without
         # --task waits for the model, whose fine-tuning task it is swept on.
@@ -1166,6 +1218,24 @@ def _sweep_settings(
     ]
 
 
+def _head_sets(
+    disable_top: list[str] | None, random_heads: int | None, draws: int | None, heads: list[str] | None, sweep: bool
+) -> Any:
+    """The loss sweep's head sets from the command line (`head_sets.HeadSets`), each option
+    checked in one line before the model loads."""
+    from attnwh.ingest.runs.head_sets import HeadSets, parse_heads, parse_top
+
+    if draws is not None and random_heads is None:
+        raise UsageError("--draws goes with --random-heads")
+    return HeadSets(
+        sweep=sweep,
+        top=tuple(dict.fromkeys(parse_top(t) for t in disable_top or [])),
+        random_k=random_heads,
+        draws=draws or 5,
+        heads=tuple(dict.fromkeys(parse_heads(h) for h in heads or [])),
+    )
+
+
 def _plain_text(source: DataSource, task: list[str] | None) -> bool:
     """Whether the data named is plain text (--text, or a bundled text sample such as prose)."""
     from attnwh.ingest.sources.text import SAMPLE_TEXTS
@@ -1191,8 +1261,12 @@ def _loss_ablation(
     db: Path,
     replace: bool,
     run_on: EngineOptions,
+    *,
+    depths: str | None = None,
+    sets: Any = None,
 ) -> Done:
-    """The ablation sweep scored by next-token loss, on plain text or probes (`ablation`)."""
+    """The ablation sweep scored by next-token loss, on plain text or probes (`ablation`),
+    with the head sets of `sets` (`head_sets.HeadSets`)."""
     console = Console(stderr=True)
     if prompt:
         raise UsageError(
@@ -1200,10 +1274,13 @@ def _loss_ablation(
         )
     if top_k != 10:
         raise UsageError("--top-k ranks heads by a task score: the sweep on next-token loss has no top-k curve")
-    if probes and (task or source.given) and "needle" not in probes:
+    if probes and (task or source.given) and not {"needle", "passkey"} & set(probes):
         raise UsageError("--probe induction sweeps random tokens: drop --text, --task and the other data sources")
     if repeat_length is not None and "induction" not in probes:
         raise UsageError("--repeat-length goes with --probe induction")
+    if depths is not None and not {"needle", "passkey"} & set(probes):
+        raise UsageError("--depths goes with --probe needle or --probe passkey")
+    at = _depths(depths) if depths is not None else None
     with loading(console, None if run_on.shard else db, source, models=[model]):
         # Text to sweep, or the needle probes' haystack (the prose sample by default).
         loaded = source.load(task or (["prose"] if probes and not source.given else None))
@@ -1217,6 +1294,9 @@ def _loss_ablation(
             device=device.value,
             probes=probes,
             repeat_length=repeat_length,
+            depths=at,
+            sets=sets,
+            db=db,
         )
     return _run(console, prepared, run_on, db)
 

@@ -66,6 +66,7 @@ class ProbeKind(str, enum.Enum):
 
     induction = "induction"
     needle = "needle"
+    passkey = "passkey"
 
 
 class Documents(str, enum.Enum):

@@ -8,9 +8,13 @@
 -- its 95 % paired bootstrap interval over sequences, the two-sided p-value of the paired
 -- permutation test (sign flips per sequence) and q_value, its Benjamini–Hochberg adjustment
 -- across the run's head and layer configurations for that span (NULL for the baseline).
--- tokens = the tokens the mean is over. run is a run_id; NULL = all.
+-- tokens = the tokens the mean is over; accuracy = the share of them the model predicts greedily
+-- (sum(correct) / sum(tokens); NULL for rows stored before migration 34). label and draw name a
+-- set of heads (kind set: top-K ROLE, random-K with its draw, heads L.H,…). run is a run_id;
+-- NULL = all.
 WITH sums AS (
-    SELECT run_id, config_id, span, sum(nats) AS nats, sum(tokens) AS tokens, count(*) AS sequences
+    SELECT run_id, config_id, span, sum(nats) AS nats, sum(tokens) AS tokens, count(*) AS sequences,
+           sum(correct) AS correct
     FROM ablation_losses
     WHERE ($run IS NULL OR run_id = $run) AND ($span IS NULL OR span = $span)
     GROUP BY run_id, config_id, span
@@ -27,11 +31,15 @@ SELECT
     r.p_adjusted                    AS q_value,
     r.p_adjusted < 0.05             AS significant,
     s.tokens,
-    s.sequences
+    s.sequences,
+    s.correct / nullif(s.tokens, 0) AS accuracy,
+    c.label,
+    c.draw
 FROM sums AS s
 JOIN ablation_results AS r
   ON r.run_id = s.run_id AND r.config_id = s.config_id
  AND r.metric = CASE WHEN s.span = 'all' THEN 'loss' ELSE 'loss:' || s.span END
+JOIN ablation_configs AS c ON c.run_id = s.run_id AND c.config_id = s.config_id
 WHERE ($model IS NULL OR r.model = $model)
   AND ($task IS NULL OR r.task = $task)
   AND ($mode IS NULL OR r.mode = $mode)

@@ -110,10 +110,13 @@ ROWS: dict[int, list[str]] = {
         "INSERT INTO streaming_results VALUES ({run}, 256, 4, 64, 8, 2040, 3.1, 3.0, 0.1, 0.05, 0.15, 0.01,"
         " 0, -0.2, -0.3, -0.1, 0.01)",
     ],
+    34: [],  # ablation_configs' set columns and ablation_losses.correct (0034_head_sets.sql): no new table
 }
 # Tables whose rows a later migration multiplies: 0020 mirrors each dependency_baselines row
 # (dep_to_head) into head_to_dep.
 ROWS_AFTER = {"dependency_baselines": 2}
+# The columns migration 34 appends to the ablation tables, as a file at 34 or later has them.
+SET_VALUES = {"ablation_configs": ", NULL, NULL, NULL", "ablation_losses": ", NULL"}
 # The columns migration 25 appends to the restriction tables, as a file at 25 or later has them.
 NEEDLE_VALUES = {
     "restriction_runs": ", 0, NULL, NULL, NULL, NULL, NULL",
@@ -126,13 +129,16 @@ NEEDLE_VALUES = {
 def _as_of(sql: str, version: int) -> str:
     """`sql` as attnwh at `version` writes it: from migration 20 on, a baseline has a direction;
     from 25 on, the restriction tables have their needle columns; from 27 on, a restriction
-    loss names its example."""
+    loss names its example; from 34 on, a configuration has its set's label, draw and roles
+    run, and a loss its greedy hits."""
     if version >= 20 and _table(sql) == "dependency_baselines":
         return sql.replace("'det', ", "'det', 'dep_to_head', ")
     if version >= 25 and _table(sql) in NEEDLE_VALUES:
         sql = sql[: sql.rindex(")")] + NEEDLE_VALUES[_table(sql)] + ")"
     if version >= 27 and _table(sql) == "restriction_losses":
         sql = sql[: sql.rindex(")")] + ", 7)"
+    if version >= 34 and _table(sql) in SET_VALUES:
+        sql = sql[: sql.rindex(")")] + SET_VALUES[_table(sql)] + ")"
     return sql
 
 

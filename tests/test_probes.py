@@ -109,3 +109,29 @@ def test_bad_probe_settings(tokenizer, prose) -> None:
         probes.needle_probes(tokenizer, prose, 1, 20, DEPTHS, 0)
     with pytest.raises(UsageError, match="ordinary tokens"):
         probes.induction_probes(tokenizer, 1, 10**6, 0)
+
+
+def test_passkey_probes(tokenizer, prose) -> None:
+    made = probes.passkey_probes(tokenizer, prose, 5, 200, DEPTHS, seed=3)
+    assert made == probes.passkey_probes(tokenizer, prose, 5, 200, DEPTHS, seed=3)
+    assert made != probes.passkey_probes(tokenizer, prose, 5, 200, DEPTHS, seed=4)
+    keys = []
+    for probe, depth in zip(made, DEPTHS):
+        ids = probe.token_ids
+        assert probe.kind == "passkey" and probe.depth == depth and len(ids) == 200
+        key = [ids[i] for i in probe.span("needle")]
+        assert key == [ids[i] for i in probe.span("answer")] and probe.segments["answer"][1] == len(ids)
+        digits = tokenizer.decode(key).strip()
+        assert len(digits) == probes.PASSKEY_DIGITS and digits.isdigit() and digits[0] != "0"
+        keys.append(digits)
+        start, stop = probe.segments["needle_sentence"]
+        sentence = " ".join(tokenizer.decode(ids[start:stop]).split())
+        assert sentence == f"The pass key is {digits}. Remember it. {digits} is the pass key."
+        question = tokenizer.decode(ids[probe.segments["question"][0] : probe.segments["answer"][0]]).strip()
+        assert question == probes.PASSKEY_QUESTION
+    assert len(set(keys)) == 5  # each probe its own key
+    assert made[0].segments["needle_sentence"][0] <= 1 and made[-1].segments["needle_sentence"][1] == 200 - (
+        made[-1].segments["answer"][1] - made[-1].segments["question"][0]
+    )
+    with pytest.raises(UsageError, match="no room"):
+        probes.passkey_probes(tokenizer, prose, 1, 30, DEPTHS, 0)

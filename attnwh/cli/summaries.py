@@ -236,6 +236,7 @@ def print_loss_ablation(summaries: Sequence[Any], db: Path, seconds: float) -> N
         )
     out = results_console()
     out.print(table)
+    _print_sets(out, summaries)
     out.print(
         "loss: mean next-token loss per token (nats) with nothing disabled; Δ: with it disabled minus baseline "
         "(> 0: the loss rose); q: Benjamini–Hochberg over the run's heads and layers; signif.: q < 0.05. "
@@ -243,6 +244,22 @@ def print_loss_ablation(summaries: Sequence[Any], db: Path, seconds: float) -> N
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _print_sets(out: Any, summaries: Sequence[Any]) -> None:
+    """The head sets of each loss run: the span's accuracy and Δ loss, with its unadjusted p."""
+    runs = [s for s in summaries if getattr(s, "sets", ())]
+    if not runs:
+        return
+    table = Table("run · set", "span", "accuracy", "Δ loss", "p", box=None)
+    for s in runs:
+        accuracy = s.baseline_accuracy
+        table.add_row(f"{s.run_id} baseline", s.set_span, "–" if accuracy is None else f"{accuracy:.3f}", "", "")
+        for label, delta, p_value, accuracy in s.sets:
+            shown = "–" if accuracy is None else f"{accuracy:.3f}"
+            table.add_row(f"{s.run_id} {label}", s.set_span, shown, f"{delta:+.4f}", f"{p_value:.2g}")
+    out.print(table)
+    out.print("Heads disabled together; per probe, with intervals: named query head_set_effect.", highlight=False)
 
 
 def print_ablation(summaries: Sequence[Any], db: Path, seconds: float) -> None:

@@ -48,21 +48,28 @@ MODES = ("uniform", "zero")
 @dataclass(frozen=True)
 class Configuration:
     """A set of disabled heads. `kind` is baseline, head, layer, helpful (every head whose
-    own disabling helped), top_k (the k heads whose own disabling helped most) or sinks
-    (every sink head of the model, from a statistics run on the same examples)."""
+    own disabling helped), top_k (the k heads whose own disabling helped most), sinks
+    (every sink head of the model, from a statistics run on the same examples) or set (a set
+    the user asked for: the top heads of a role, random heads, a list; `label` names it,
+    `draw` numbers a random set's draws, `roles_run` is the head-roles run a top set was
+    ranked in)."""
 
     kind: str
     heads: tuple[tuple[int, int], ...]  # (layer, head) pairs, sorted
     layer: int | None = None
     head: int | None = None
     k: int | None = None
+    label: str | None = None
+    draw: int | None = None
+    roles_run: int | None = None
 
     def start(self, num_layers: int) -> int:
         """The first layer the configuration changes (num_layers when it changes none)."""
         return min((layer for layer, _ in self.heads), default=num_layers)
 
     @property
-    def label(self) -> str:
+    def disabled(self) -> str:
+        """The heads as ablation_configs.disabled writes them: 'layer-head', comma-separated."""
         return ",".join(f"{layer}-{head}" for layer, head in self.heads)
 
 

@@ -56,16 +56,35 @@ def token_losses(model: nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Ten
     return torch.cat([nll.new_zeros((nll.shape[0], 1)), nll], dim=1)
 
 
+def token_losses_and_hits(model: nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """:func:`token_losses` and each position's greedy hit side by side, (rows, 2, positions):
+    ``[:, 0]`` the loss, ``[:, 1]`` 1.0 where the previous position's largest logit is the
+    token (0 at position 0 and on padding). An `AblationSweep` scorer; the sweep flattens all
+    but the rows, so a caller reshapes to (…, rows, 2, positions)."""
+    logits = model(**inputs).logits
+    ids, mask = inputs["input_ids"], inputs["attention_mask"].bool()
+    nll = nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2).float(), ids[:, 1:], reduction="none")
+    nll = nll.masked_fill(~mask[:, 1:], 0.0)
+    hits = ((logits[:, :-1].argmax(-1) == ids[:, 1:]) & mask[:, 1:]).to(nll.dtype)
+    first = nll.new_zeros((nll.shape[0], 1))
+    return torch.stack([torch.cat([first, nll], dim=1), torch.cat([first, hits], dim=1)], dim=1)
+
+
 def span_sums(
-    losses: np.ndarray, n_tokens: Sequence[int], spans: Sequence[Mapping[str, tuple[int, int]]]
-) -> tuple[list[str], np.ndarray, np.ndarray]:
+    losses: np.ndarray,
+    n_tokens: Sequence[int],
+    spans: Sequence[Mapping[str, tuple[int, int]]],
+    hits: np.ndarray | None = None,
+) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """Per row of `losses` (…, rows, positions) as :func:`token_losses` gives them: the span
-    names and, per span and row, the nats (…, spans, rows) in float64 and the token counts
-    (spans, rows). Every row has the span ``all``; `spans` (one mapping per row, possibly
-    empty) adds named ones, clipped to the row's tokens."""
+    names and, per span and row, the nats (…, spans, rows) in float64, the token counts
+    (spans, rows) and the greedy hits (…, spans, rows; 0 without `hits`, shaped as `losses`).
+    Every row has the span ``all``; `spans` (one mapping per row, possibly empty) adds named
+    ones, clipped to the row's tokens."""
     names = [ALL, *sorted({name for row in spans for name in row} - {ALL})]
     rows = losses.shape[-2]
     nats = np.zeros((*losses.shape[:-2], len(names), rows), dtype=np.float64)
+    correct = np.zeros((*losses.shape[:-2], len(names), rows), dtype=np.int64)
     tokens = np.zeros((len(names), rows), dtype=np.int64)
     for r in range(rows):
         n = int(n_tokens[r])
@@ -77,7 +96,9 @@ def span_sums(
             if stop > start:
                 nats[..., s, r] = losses[..., r, start:stop].astype(np.float64).sum(-1)
                 tokens[s, r] = stop - start
-    return names, nats, tokens
+                if hits is not None:
+                    correct[..., s, r] = np.rint(hits[..., r, start:stop]).astype(np.int64).sum(-1)
+    return names, nats, tokens, correct
 
 
 # The fewest sequences whose two-sided paired sign-flip test can reach p < 0.05: n pairs give

@@ -288,6 +288,10 @@ class TaskObjective:
     def labels(self, task: PreparedTask) -> np.ndarray | None:
         return self._golds[task.run_key][0]
 
+    def configurations(self, encoder: LoadedModel) -> list[Configuration]:
+        """The baseline, every head and every layer (the combinations are added at the finish)."""
+        return sweep_configurations(encoder.attention_layers, encoder.num_heads)
+
     def worker_settings(self, tasks: Sequence[PreparedTask]) -> dict[str, Any]:
         """Each run's label words where a prompt is read."""
         return {"label_ids": {task.run_key: label_ids_of(task) for task in tasks}}
@@ -405,7 +409,10 @@ def config_rows(mode: str, configs: Sequence[Configuration], first: int) -> pa.T
             "head": pa.array([c.head for c in configs], pa.int16()),
             "k": pa.array([c.k for c in configs], pa.int16()),
             "n_disabled": pa.array([len(c.heads) for c in configs], pa.int16()),
-            "disabled": [c.label for c in configs],
+            "disabled": [c.disabled for c in configs],
+            "label": pa.array([c.label for c in configs], pa.string()),
+            "draw": pa.array([c.draw for c in configs], pa.int16()),
+            "roles_run": pa.array([c.roles_run for c in configs], pa.int32()),
         }
     )
 

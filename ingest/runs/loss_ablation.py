@@ -18,7 +18,11 @@ module being its objective (:class:`LossObjective`):
 
 Sequences may carry named spans (half-open token ranges: the probes' ``first`` and
 ``repeat`` halves, a needle's ``answer``): their loss is stored beside the whole sequence's
-(span ``all``). There are no combinations, sinks or gradient importance on this objective.
+(span ``all``), with the tokens the model predicts greedily (``correct``: a pass key's answer
+accuracy). There are no combinations, sinks or gradient importance on this objective; sets of
+heads asked for (:mod:`head_sets`: the top heads of a role, random heads, a list) are
+configurations of kind ``set`` after the sweep's, or, with ``sweep=False``, the only ones
+beside the baseline; they are tested as the sweep's, left out of Benjamini–Hochberg.
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ import numpy as np
 import pyarrow as pa
 
 from attnwh.errors import DataError, UsageError
-from attnwh.ingest.measures.ablation import AblationSweep, sweep_configurations
-from attnwh.ingest.measures.lm_loss import ALL, compare_losses, metric_name, span_sums, token_losses
+from attnwh.ingest.measures.ablation import AblationSweep, Configuration, sweep_configurations
+from attnwh.ingest.measures.lm_loss import ALL, compare_losses, metric_name, span_sums, token_losses_and_hits
 from attnwh.ingest.measures.significance import PairedResult, benjamini_hochberg
 from attnwh.ingest.model.loading import LoadedModel, require_language_model
 from attnwh.ingest.runs.ablation import AblationOptions, ablation_identity, check_ablation_fits, config_rows
@@ -49,6 +53,7 @@ from attnwh.sql import runs, warehouse
 
 if TYPE_CHECKING:
     from attnwh.ingest.runs.engine import EngineOptions, ShardSummary
+    from attnwh.ingest.runs.head_sets import HeadSets
     from attnwh.ingest.runs.prepared import Prepared
     from attnwh.ingest.sources.probes import ProbeSequence
 
@@ -62,11 +67,13 @@ Spans = Mapping[str, tuple[int, int]]
 
 @dataclass(frozen=True)
 class LossTask:
-    """A prepared task of a loss sweep and its sequences' named spans (task order; empty
-    mappings for plain text, whose only span is the whole sequence)."""
+    """A prepared task of a loss sweep, its sequences' named spans (task order; empty
+    mappings for plain text, whose only span is the whole sequence) and the configurations
+    scored (config_id order; None: the whole sweep)."""
 
     task: PreparedTask
     spans: list[Spans]
+    configs: list[Configuration] | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,11 @@ class LossSummary:
     n_significant: int  # heads and layers with adjusted p < 0.05
     spans: dict[str, float]  # named span: its baseline loss per token
     seconds: float
+    # Per set of heads (label, with its draw): Δ loss and its unadjusted p on the span sets
+    # are read on (answer where the sequences have one, else all), and the span's accuracy.
+    sets: tuple[tuple[str, float, float, float | None], ...] = ()
+    set_span: str = ALL
+    baseline_accuracy: float | None = None
 
 
 # What the loss objective needs a language model for, and what else to give.
@@ -133,23 +145,29 @@ def make_probes(
     context_length: int,
     documents: Sequence[str],
     seed: int,
+    depths: Sequence[float] | None = None,
 ) -> list[tuple[TaskData, list[Spans]]]:
-    """Per kind ("induction", "needle"), `n` probes (`sources/probes.py`) as a task and their
-    sequences' spans: induction halves of `repeat_length` random tokens; needles in haystacks
-    of `context_length` tokens cut from `documents`, at :data:`NEEDLE_DEPTHS` in turn."""
-    from attnwh.ingest.sources.probes import induction_probes, needle_probes
+    """Per kind ("induction", "needle", "passkey"), `n` probes (`sources/probes.py`) as a task
+    and their sequences' spans: induction halves of `repeat_length` random tokens; needles and
+    pass keys in haystacks of `context_length` tokens cut from `documents`, at `depths` in turn
+    (default :data:`NEEDLE_DEPTHS`)."""
+    from attnwh.ingest.sources.probes import induction_probes, needle_probes, passkey_probes
 
+    at = tuple(depths) if depths is not None else NEEDLE_DEPTHS
     made = []
     for kind in kinds:
         if kind == "induction":
             probes = induction_probes(encoder.tokenizer, n, repeat_length, seed)
             settings: dict[str, object] = {"n": n, "length": repeat_length, "seed": seed}
-        elif kind == "needle":
+        elif kind in ("needle", "passkey"):
+            build = needle_probes if kind == "needle" else passkey_probes
             try:
-                probes = needle_probes(encoder.tokenizer, documents, n, context_length, NEEDLE_DEPTHS, seed)
+                probes = build(encoder.tokenizer, documents, n, context_length, at, seed)
             except UsageError as exc:  # the needle's length is the sweep's --max-length
                 raise UsageError(str(exc).replace("--context-length", "--max-length")) from None
             settings = {"n": n, "length": context_length, "seed": seed}
+            if at != NEEDLE_DEPTHS:  # other depths, other probes (the default keeps earlier runs' keys)
+                settings["depths"] = "/".join(f"{d:g}" for d in at)
         else:
             raise ValueError(f"unknown probe kind {kind!r}")
         spans: list[Spans] = [p.segments for p in probes]
@@ -164,11 +182,14 @@ def prepare_loss_ablation(
     options: IngestOptions,
     ablation: AblationOptions,
     spans: Sequence[Sequence[Spans] | None] | None = None,
+    configs: Sequence[Configuration] | None = None,
+    sets: HeadSets | None = None,
 ) -> list[LossTask]:
     """`prepare_tasks` for a loss sweep: plain text cut into sequences (or probes, with
-    `spans`, one mapping per example of each task), the objective in the run key. Refuses,
-    before anything is written, a model that is no causal language model, a task that is no
-    plain text and a sequence too short to have a loss."""
+    `spans`, one mapping per example of each task), the objective in the run key; `configs`
+    (from `sets`, :mod:`head_sets`) the configurations scored where not the whole sweep, also
+    in the run key. Refuses, before anything is written, a model that is no causal language
+    model, a task that is no plain text and a sequence too short to have a loss."""
     check_language_model(encoder)
     for data in tasks:
         if not is_text(data):
@@ -179,6 +200,12 @@ def prepare_loss_ablation(
     # No combinations or importance here: their settings stay out of the run key.
     identity = {k: v for k, v in ablation_identity(encoder, ablation).items() if k not in ("top_k", "importance")}
     identity["objective"] = OBJECTIVE
+    if sets is not None and not sets.default and configs is not None:
+        # Other sets, or none of the sweep, are another run; the plain sweep keeps its key.
+        identity["configurations"] = {
+            "sweep": sets.sweep,
+            "sets": [[c.label, c.draw, c.roles_run, c.disabled] for c in configs if c.kind == "set"],
+        }
     prepared = prepare_tasks(encoder, tasks, options, identity)
     out = []
     for i, task in enumerate(prepared):
@@ -189,20 +216,31 @@ def prepare_loss_ablation(
             # After sampling (--limit), the examples left keep their spans by position.
             given = [given[e.position] for e in task.data.examples]
         prepared_task = dataclasses.replace(task, identity={**task.identity, "spans": given is not None})
-        out.append(LossTask(prepared_task, list(given) if given is not None else [{} for _ in task.data.examples]))
+        chosen = list(configs) if configs is not None else None
+        out.append(
+            LossTask(prepared_task, list(given) if given is not None else [{} for _ in task.data.examples], chosen)
+        )
     check_ablation_fits(encoder, [t.task for t in out], dataclasses.replace(ablation, importance=False))
     return out
 
 
 class LossWorker:
-    """Computes units of a loss sweep: every configuration's nats and tokens per sequence and span."""
+    """Computes units of a loss sweep: every configuration's nats, tokens and greedy hits per
+    sequence and span; `configs` the configurations (default: the whole sweep)."""
 
-    def __init__(self, sweep: AblationSweep, spans: Mapping[str, Sequence[Spans]]) -> None:
-        sweep.scorer = token_losses
+    def __init__(
+        self,
+        sweep: AblationSweep,
+        spans: Mapping[str, Sequence[Spans]],
+        configs: Sequence[Configuration] | None = None,
+    ) -> None:
+        sweep.scorer = token_losses_and_hits
         self.sweep = sweep
         self.spans = spans
         encoder = sweep.encoder
-        self.configs = sweep_configurations(encoder.attention_layers, encoder.num_heads)
+        self.configs = (
+            list(configs) if configs is not None else sweep_configurations(encoder.attention_layers, encoder.num_heads)
+        )
         config: Any = encoder.model.config
         self.vocab = int(getattr(config, "vocab_size", 0) or len(encoder.tokenizer))
 
@@ -221,9 +259,13 @@ class LossWorker:
         tables = []
         for piece in unit.split(self.rows_per_pass(int(unit.n_tokens.max()))):
             batch = piece.collate(encoder.tokenizer.pad_token_id, encoder.device)
-            losses = self.sweep.logits(batch, configs)  # (configurations, rows, positions)
-            names, nats, tokens = span_sums(losses, piece.n_tokens.tolist(), [spans[p] for p in piece.positions])
-            tables.append(loss_rows(ids, piece.example_ids, names, nats, tokens))
+            # (configurations, rows, 2 × positions): each row's losses, then its greedy hits.
+            scored = self.sweep.logits(batch, configs)
+            scored = scored.reshape(*scored.shape[:2], 2, -1)
+            names, nats, tokens, correct = span_sums(
+                scored[:, :, 0], piece.n_tokens.tolist(), [spans[p] for p in piece.positions], scored[:, :, 1]
+            )
+            tables.append(loss_rows(ids, piece.example_ids, names, nats, tokens, correct))
         return Part(
             unit.run_key,
             unit.name,
@@ -239,10 +281,15 @@ class LossWorker:
 
 
 def loss_rows(
-    config_ids: np.ndarray, example_ids: np.ndarray, names: Sequence[str], nats: np.ndarray, tokens: np.ndarray
+    config_ids: np.ndarray,
+    example_ids: np.ndarray,
+    names: Sequence[str],
+    nats: np.ndarray,
+    tokens: np.ndarray,
+    correct: np.ndarray,
 ) -> pa.Table:
-    """ablation_losses rows (without run_id) of nats (configurations, spans, rows) and tokens
-    (spans, rows); a span a sequence does not have is left out."""
+    """ablation_losses rows (without run_id) of nats and greedy hits (configurations, spans,
+    rows) and tokens (spans, rows); a span a sequence does not have is left out."""
     c, s, r = np.meshgrid(np.arange(len(config_ids)), np.arange(len(names)), np.arange(len(example_ids)), indexing="ij")
     # The whole sequence's row is always there (0 tokens for a sequence of one token).
     keep = np.broadcast_to((tokens > 0) | (np.asarray(names) == ALL)[:, None], nats.shape)
@@ -253,6 +300,7 @@ def loss_rows(
             "span": pa.array(np.asarray(names, dtype=object)[s[keep]], pa.string()),
             "nats": pa.array(nats[keep], pa.float64()),
             "tokens": pa.array(np.broadcast_to(tokens[None], nats.shape)[keep], pa.int32()),
+            "correct": pa.array(correct[keep], pa.int32()),
         }
     )
 
@@ -266,6 +314,13 @@ class LossObjective:
 
     def __init__(self, loss_tasks: Sequence[LossTask]) -> None:
         self.spans = {t.task.run_key: t.spans for t in loss_tasks}
+        # One sweep's tasks share their configurations (one list per prepare).
+        self.configs = loss_tasks[0].configs if loss_tasks else None
+
+    def configurations(self, encoder: LoadedModel) -> list[Configuration]:
+        if self.configs is not None:
+            return list(self.configs)
+        return sweep_configurations(encoder.attention_layers, encoder.num_heads)
 
     def check(self, encoder: LoadedModel, tasks: Sequence[PreparedTask], ablation: AblationOptions) -> None:
         check_language_model(encoder)
@@ -276,15 +331,14 @@ class LossObjective:
         return None
 
     def worker_settings(self, tasks: Sequence[PreparedTask]) -> dict[str, Any]:
-        """Each run's spans, per sequence in task order."""
-        return {"spans": {task.run_key: self.spans[task.run_key] for task in tasks}}
+        """Each run's spans, per sequence in task order, and the configurations scored."""
+        return {"spans": {task.run_key: self.spans[task.run_key] for task in tasks}, "configs": self.configs}
 
     def describe(self, task: PreparedTask, ablation: AblationOptions, n_configs: int) -> str:
         return f"{task.data.task} · {ablation.mode} · loss: {n_configs} configurations"
 
     def finish(self, run: SweepRun) -> None:
-        encoder = run.sweep.encoder
-        singles = sweep_configurations(encoder.attention_layers, encoder.num_heads)
+        singles = self.configurations(run.sweep.encoder)
         finish_loss_run(run.con, run.run_id, run.task, singles, run.ablation, run.options.seed)
 
     def summary(self, run: SweepRun, outcome: str, n_written: int, seconds: float) -> LossSummary:
@@ -406,6 +460,15 @@ def loss_summary(
         [run_id, ALL],
     )[0]
     spans = {r["span"]: r["loss"] for r in found if r["kind"] == "baseline" and r["span"] != ALL}
+    # Sets are read on the answer where the sequences have one (probes), else on the whole text.
+    set_span = "answer" if "answer" in spans else ALL
+    on_span = [r for r in found if r["span"] == set_span]
+    sets = tuple(
+        (r["label"] + (f" #{r['draw']}" if r["draw"] is not None else ""), r["delta"], r["p_value"], r["accuracy"])
+        for r in on_span
+        if r["kind"] == "set"
+    )
+    base_accuracy = next((r["accuracy"] for r in on_span if r["kind"] == "baseline"), None)
     return LossSummary(
         task=task.data.task,
         mode=ablation.mode,
@@ -424,6 +487,9 @@ def loss_summary(
         n_significant=sum(1 for r in heads + layers if (r["q_value"] or 1.0) < 0.05),
         spans=spans,
         seconds=seconds,
+        sets=sets,
+        set_span=set_span,
+        baseline_accuracy=base_accuracy,
     )
 
 
@@ -453,32 +519,47 @@ def prepare_loss_sweep(
     device: str = "auto",
     probes: Sequence[str] = (),
     repeat_length: int | None = None,
+    depths: Sequence[float] | None = None,
+    sets: HeadSets | None = None,
+    db: Path | None = None,
 ) -> Prepared:
     """`attnwh ingest ablation` scored by next-token loss, one sweep per mode of `settings`:
-    on the plain-text `tasks`, or on `probes` (induction, needle; `options.limit` of each, 20 by
-    default, needles cut from `tasks`' documents at `options.max_length` tokens, by default
-    the model's limit up to 256), checked and set up: the model refused from its config before
-    its weights load unless it is a causal language model, then loaded, the probes built and
-    every sequence checked. `configs_per_pass` 0 in `settings`: 8 on a GPU, 1 on a CPU."""
+    on the plain-text `tasks`, or on `probes` (induction, needle, passkey; `options.limit` of
+    each, 20 by default, needles and pass keys cut from `tasks`' documents at
+    `options.max_length` tokens, by default the model's limit up to 256, at `depths` in turn),
+    checked and set up: the model refused from its config before its weights load unless it is
+    a causal language model, then loaded, the probes built and every sequence checked. `sets`
+    (:mod:`head_sets`) adds sets of heads, or scores only them (a top set read from the
+    warehouse at `db`). `configs_per_pass` 0 in `settings`: 8 on a GPU, 1 on a CPU."""
     from attnwh.ingest.model.loading import load_model, read_config, require_language_model_in_config
 
     require_language_model_in_config(read_config(model), model, *NEEDS_LANGUAGE_MODEL)  # before the weights load
     encoder = load_model(model, device, language_model=True)
     check_language_model(encoder)
+    configs = None
+    if sets is not None and not sets.default:
+        from attnwh.ingest.runs import head_sets
+
+        layers, heads = encoder.attention_layers, encoder.num_heads
+        chosen = head_sets.set_configurations(sets, layers, heads, options.seed, db, encoder.weights_hash, model)
+        configs = head_sets.configurations(sets, layers, heads, chosen)
     swept, spans = list(tasks), None
     if probes:
         documents = [e.text_a for t in tasks for e in t.examples]
         length = options.max_length or min(encoder.max_length, 256)
+        if length > encoder.max_length:
+            raise UsageError(f"--max-length {length} is over {encoder.name}'s limit of {encoder.max_length} tokens")
         made = make_probes(
-            encoder, list(probes), options.limit or 20, repeat_length or 32, length, documents, options.seed
+            encoder, list(probes), options.limit or 20, repeat_length or 32, length, documents, options.seed, depths
         )
         swept, spans = [t for t, _ in made], [s for _, s in made]
     return sweep_per_mode(
         encoder,
         settings,
         options,
-        lambda ablation: prepare_loss_ablation(encoder, swept, options, ablation, spans),
+        lambda ablation: prepare_loss_ablation(encoder, swept, options, ablation, spans, configs, sets),
         ingest_loss_ablation,
         shard_loss_ablation,
         "next-token loss under {n} configurations per text",
+        len(configs) if configs is not None else None,
     )

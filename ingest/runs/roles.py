@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from attnwh.ingest.runs.units import WorkUnit
 
 ROLE_TEXT_DEFAULT = "prose"
+# The probe kinds a head-roles run reads (the loss sweep also reads pass keys).
+ROLE_KINDS = ("induction", "needle", "random", "text")
 # Probe kinds read from the user's text (or the prose sample), and their defaults' lengths.
 TEXT_KINDS = ("needle", "text")
 # Gu et al. (2025) measured sinks on inputs of 64 tokens.
@@ -256,9 +258,9 @@ def prepare_roles(
     from attnwh.ingest.runs.prepared import model_line
     from attnwh.ingest.sources.text import load_sample_text, load_text, special_tokens
 
-    unknown = sorted(set(kinds) - set(probes.PROBE_KINDS))
+    unknown = sorted(set(kinds) - set(ROLE_KINDS))
     if not kinds or unknown:
-        raise UsageError(f"--probes {','.join(kinds)!r}: choose from {', '.join(probes.PROBE_KINDS)} (comma-separated)")
+        raise UsageError(f"--probes {','.join(kinds)!r}: choose from {', '.join(ROLE_KINDS)} (comma-separated)")
     if text is not None and not Path(text).is_file():
         raise DataError(f"text file {text} does not exist")
     documents: tuple[str, ...] = ()

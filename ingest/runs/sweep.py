@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import duckdb
 import numpy as np
 
-from attnwh.ingest.measures.ablation import AblationSweep, sweep_configurations
+from attnwh.ingest.measures.ablation import AblationSweep, Configuration, sweep_configurations
 from attnwh.ingest.model.loading import LoadedModel
 from attnwh.ingest.runs.loop import IngestOptions, OpenRun, PreparedTask, open_task_run, run_info, store_stream
 from attnwh.ingest.runs.units import Worker, plan_units
@@ -71,6 +71,10 @@ class Objective(Protocol):
         """What a unit of `task` carries besides its tokens (gold labels), or None."""
         ...
 
+    def configurations(self, encoder: LoadedModel) -> list[Configuration]:
+        """The configurations scored, in config_id order (0: the baseline)."""
+        ...
+
     def worker_settings(self, tasks: Sequence[PreparedTask]) -> dict[str, Any]:
         """The objective's part of a worker's settings (label words, spans, by run key)."""
         ...
@@ -102,7 +106,7 @@ def sweep_worker(encoder: LoadedModel, settings: Mapping[str, Any]) -> Worker:
     if settings.get("objective") == "loss":
         from attnwh.ingest.runs.loss_ablation import LossWorker
 
-        return LossWorker(sweep, settings["spans"])
+        return LossWorker(sweep, settings["spans"], settings.get("configs"))
     from attnwh.ingest.runs.ablation import SweepWorker
 
     return SweepWorker(sweep, settings.get("label_ids"))
@@ -117,6 +121,22 @@ def sweep_groups(num_layers: int, num_heads: int) -> list[tuple[int, ...]]:
         for l in range(num_layers)
     ]
     groups[-1] = (0, *groups[-1])
+    return groups
+
+
+def config_groups(configs: Sequence[Configuration], num_layers: int, num_heads: int) -> list[tuple[int, ...]]:
+    """`configs`' ids in groups that share a first disabled layer: :func:`sweep_groups` for the
+    whole sweep, else one group per first layer in order, the baseline (which changes no layer)
+    with the last."""
+    if list(configs) == sweep_configurations(num_layers, num_heads):
+        return sweep_groups(num_layers, num_heads)
+    by_start: dict[int, list[int]] = {}
+    for i, config in enumerate(configs):
+        by_start.setdefault(config.start(num_layers), []).append(i)
+    groups = [tuple(by_start[start]) for start in sorted(by_start)]
+    if len(groups) > 1 and num_layers in by_start:
+        last = groups.pop()
+        groups[-1] = (*last, *groups[-1])
     return groups
 
 
@@ -143,9 +163,9 @@ def ingest_sweep(
     settings = worker_settings(ablation, objective, tasks)
     worker = sweep_worker(encoder, settings)
     executor = executor_for(engine, worker_spec(encoder, objective, settings), worker, db_path)
+    singles = objective.configurations(encoder)
     # Ray workers take a batch's configurations in groups that share a first disabled layer.
-    groups = sweep_groups(encoder.num_layers, encoder.num_heads) if engine.engine == "ray" else None
-    singles = sweep_configurations(encoder.attention_layers, encoder.num_heads)
+    groups = config_groups(singles, encoder.num_layers, encoder.num_heads) if engine.engine == "ray" else None
     con = warehouse.connect(db_path)
     try:
         from attnwh.ingest.runs.ablation import insert_configs
@@ -207,7 +227,7 @@ def shard_sweep(
 
     objective.check(encoder, tasks, ablation)
     worker = sweep_worker(encoder, worker_settings(ablation, objective, tasks))
-    groups = sweep_groups(encoder.num_layers, encoder.num_heads)
+    groups = config_groups(objective.configurations(encoder), encoder.num_layers, encoder.num_heads)
     plans = [
         (
             run_info("ablation", {"model_id": encoder}, task, options),
@@ -276,13 +296,15 @@ def sweep_per_mode(
     ingest: Callable[..., list[Any]],
     shard: Callable[..., list[Any]],
     what: str,
+    n_configs: int | None = None,
 ) -> Prepared:
     """One sweep per mode of `settings` as a prepared command (`prepare_task_sweep`,
     `prepare_loss_sweep`): `configs_per_pass` 0 resolved from the device (8 on a GPU, 1 on a
     CPU), each mode's tasks from `prepare(settings)`, stored by `ingest(db, encoder, tasks,
     options, settings, on_start, on_batch, engine)` or sharded by `shard(encoder, tasks,
     options, settings, engine, on_start, on_batch)` mode after mode; `what` heads the count of configurations in
-    the header ("3 configurations per task" reads "{what} 3 configurations")."""
+    the header ("3 configurations per task" reads "{what} 3 configurations"): `n_configs`, by
+    default the whole sweep's."""
     import dataclasses
 
     from attnwh.ingest.runs.prepared import Prepared, model_line
@@ -290,7 +312,8 @@ def sweep_per_mode(
     per_pass = settings[0].configs_per_pass or (8 if encoder.device.type == "cuda" else 1)
     settings = [dataclasses.replace(s, configs_per_pass=per_pass) for s in settings]
     prepared = {s.mode: prepare(s) for s in settings}
-    n_configs = 1 + len(encoder.attention_layers) * (encoder.num_heads + 1)
+    if n_configs is None:
+        n_configs = 1 + len(encoder.attention_layers) * (encoder.num_heads + 1)
     modes = ", ".join(s.mode for s in settings)
     return Prepared(
         f"{model_line(encoder)}: {what.format(n=n_configs)} and mode ({modes}), {per_pass} per pass, "

@@ -17,6 +17,11 @@ half-open token ranges ``[start, stop)`` into those ids:
   up to the answer, ``answer`` the payload's tokens again (the same ids as ``needle``), which
   end the sequence. ``depth`` is the depth asked for (0: before the haystack, 1: after it);
   the ``needle_sentence`` span says where it landed.
+- ``passkey``: the same frame with an easier needle, one a small model answers (the pass-key
+  retrieval of Mohtashami & Jaggi 2023): "The pass key is 48213. Remember it. 48213 is the
+  pass key." at the depth, then "What is the pass key? The pass key is" and the five digits,
+  teacher-forced. ``needle`` is the key's first occurrence in the sentence, ``answer`` the
+  key again at the end; the spans are named as the needle's.
 - ``random``: BOS (where added), then distinct random ordinary tokens up to the probe's length
   (``random``): an input with no meaning, on which Gu et al. (2025) found sinks all the same.
 - ``text``: BOS (where added), then the documents' sentences read on from a random document,
@@ -42,7 +47,7 @@ from attnwh.ingest.sources.text import special_tokens
 if TYPE_CHECKING:
     import transformers
 
-PROBE_KINDS = ("induction", "needle", "random", "text")
+PROBE_KINDS = ("induction", "needle", "passkey", "random", "text")
 
 # Words a needle's payload is drawn from: common, short, unlikely to be split oddly by a
 # tokenizer, and with nothing that makes one a more natural answer than another.
@@ -59,6 +64,13 @@ NEEDLE_WORDS: tuple[str, ...] = (
 NEEDLE_LEAD = "The secret words of the archive are"
 QUESTION = "Question: what are the secret words of the archive? Answer: the secret words of the archive are"
 PAYLOAD_WORDS = 4
+# The pass-key probe: the key (PASSKEY_DIGITS digits, the first not 0) said twice in its
+# sentence, so a model that reads the sentence at all can answer.
+PASSKEY_LEAD = "The pass key is"
+PASSKEY_TAIL = ". Remember it."
+PASSKEY_END = " is the pass key."
+PASSKEY_QUESTION = "What is the pass key? The pass key is"
+PASSKEY_DIGITS = 5
 # A needle snaps to the nearest sentence boundary when one is at most this many tokens from
 # the depth asked for, and at most 5 % of the haystack (`snap_tokens`); otherwise it goes in at
 # that token, mid-sentence.
@@ -76,10 +88,10 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 @dataclass(frozen=True)
 class ProbeSequence:
-    """One probe input: `token_ids` as the model reads them, its `kind` ("induction" or
-    "needle"), `segments` (half-open token ranges by name: "first" and "repeat" for induction;
-    "needle" (the payload), "needle_sentence", "question" and "answer" for needles) and, for a
-    needle, the `depth` asked for (0..1)."""
+    """One probe input: `token_ids` as the model reads them, its `kind` ("induction", "needle"
+    or "passkey"), `segments` (half-open token ranges by name: "first" and "repeat" for
+    induction; "needle" (the payload), "needle_sentence", "question" and "answer" for needles
+    and pass keys) and, for those, the `depth` asked for (0..1)."""
 
     token_ids: tuple[int, ...]
     kind: str
@@ -203,27 +215,74 @@ def needle_probes(
     sentences read on from a random document (wrapping round), cut to fill the length; the
     needle goes in at the sentence boundary nearest the depth (within :func:`snap_tokens`,
     else at the exact token). Drawn with ``numpy.random.default_rng(seed)``."""
+
+    def needle(rng: np.random.Generator, ids: Callable[[str], list[int]]) -> tuple[list[int], list[int], list[int]]:
+        words = rng.choice(len(NEEDLE_WORDS), size=PAYLOAD_WORDS, replace=False)
+        payload = ids("".join(" " + NEEDLE_WORDS[w] for w in words))
+        return ids(" " + NEEDLE_LEAD), payload, ids(".")
+
+    return _planted("needle", tokenizer, documents, n, context_length, depths, seed, needle, " " + QUESTION)
+
+
+def passkey_probes(
+    tokenizer: transformers.PreTrainedTokenizerBase,
+    documents: Sequence[str],
+    n: int,
+    context_length: int,
+    depths: Sequence[float],
+    seed: int,
+) -> list[ProbeSequence]:
+    """`n` pass-key probes of `context_length` tokens each: the needle probes' haystacks and
+    depths (:func:`needle_probes`) with the sentence "The pass key is K. Remember it. K is the
+    pass key." planted, K a random number of :data:`PASSKEY_DIGITS` digits drawn per probe with
+    ``numpy.random.default_rng(seed)``, then "What is the pass key? The pass key is" and K."""
+    low = 10 ** (PASSKEY_DIGITS - 1)
+
+    def key(rng: np.random.Generator, ids: Callable[[str], list[int]]) -> tuple[list[int], list[int], list[int]]:
+        payload = ids(f" {int(rng.integers(low, 10 * low))}")
+        return ids(" " + PASSKEY_LEAD), payload, ids(PASSKEY_TAIL) + payload + ids(PASSKEY_END)
+
+    return _planted("passkey", tokenizer, documents, n, context_length, depths, seed, key, " " + PASSKEY_QUESTION)
+
+
+# What a planted probe's needle is made of, from the probe's draw: the tokens before the
+# payload, the payload (asked for and answered), and the rest of the needle sentence.
+Needle = Callable[[np.random.Generator, Callable[[str], list[int]]], tuple[list[int], list[int], list[int]]]
+
+
+def _planted(
+    kind: str,
+    tokenizer: transformers.PreTrainedTokenizerBase,
+    documents: Sequence[str],
+    n: int,
+    context_length: int,
+    depths: Sequence[float],
+    seed: int,
+    needle_of: Needle,
+    question_text: str,
+) -> list[ProbeSequence]:
+    """`n` probes of `kind`: BOS, a haystack with the sentence `needle_of` draws planted at a
+    depth, the question and the payload again as the answer (:func:`needle_probes`)."""
     if n < 1:
-        raise UsageError(f"needle probes need at least 1 example (got {n})")
+        raise UsageError(f"{kind} probes need at least 1 example (got {n})")
     if not depths or any(not 0.0 <= d <= 1.0 for d in depths):
-        raise UsageError(f"needle depths must be fractions from 0 to 1 (got {list(depths)})")
+        raise UsageError(f"{kind} depths must be fractions from 0 to 1 (got {list(depths)})")
     sentences, starts = _sentences(documents)
     bos = special_tokens(tokenizer)[0]
     ids = _token_ids(tokenizer)
-    lead, full_stop, question = ids(" " + NEEDLE_LEAD), ids("."), ids(" " + QUESTION)
+    question = ids(question_text)
     rng = np.random.default_rng(seed)
     probes = []
     for i in range(n):
         depth = float(depths[i % len(depths)])
-        words = rng.choice(len(NEEDLE_WORDS), size=PAYLOAD_WORDS, replace=False)
-        payload = ids("".join(" " + NEEDLE_WORDS[w] for w in words))
-        needle = lead + payload + full_stop
+        lead, payload, tail = needle_of(rng, ids)
+        needle = lead + payload + tail
         budget = context_length - len(bos) - len(needle) - len(question) - len(payload)
         if budget < 1:
             need = context_length - budget + 1
             raise UsageError(
-                f"--context-length {context_length} leaves no room for a haystack: the needle, question and answer "
-                f"take {need - 1} tokens (give at least {need})"
+                f"--context-length {context_length} leaves no room for a haystack: the {kind} sentence, question and "
+                f"answer take {need - 1} tokens (give at least {need})"
             )
         first = starts[int(rng.integers(len(documents)))] if starts else 0
         haystack, boundaries = _haystack(sentences, first, budget, ids)
@@ -241,7 +300,7 @@ def needle_probes(
             "question": (question_start, answer_start),
             "answer": (answer_start, answer_start + len(payload)),
         }
-        probes.append(ProbeSequence(tuple(body + question + payload), "needle", segments, depth))
+        probes.append(ProbeSequence(tuple(body + question + payload), kind, segments, depth))
     return probes
 
 
