@@ -67,6 +67,9 @@ def connect(path: Path | str, read_only: bool = False, apply_migrations: bool = 
     elif apply_migrations:
         try:
             migrate(con)
+        except ForeignSchema as exc:
+            con.close()
+            raise ForeignSchema(f"{path}: {exc}") from None
         except BaseException:
             con.close()
             raise
@@ -89,7 +92,7 @@ def _upgrade(path: Path, version: int) -> None:
     """Apply the pending migrations to the warehouse at `path` (at schema `version`)."""
     try:
         connect(path).close()
-    except DatabaseInUseError:
+    except (DatabaseInUseError, ForeignSchema):
         raise
     except AttnwhError as exc:
         raise UsageError(
@@ -165,6 +168,7 @@ def schema_version(con: duckdb.DuckDBPyConnection) -> int:
 def migrate(con: duckdb.DuckDBPyConnection) -> int:
     """Apply pending migrations in one transaction; returns the resulting version."""
     current = schema_version(con)
+    _check_history(con, current)
     pending = [m for m in migrations() if m[0] > current]
     if not pending:
         return current
@@ -177,6 +181,26 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
             con.execute(sql)
             con.execute("INSERT INTO schema_migrations VALUES (?, ?, current_timestamp)", [version, name])
     return pending[-1][0]
+
+
+class ForeignSchema(UsageError):
+    """The file's applied migrations are not this attnwh's under the same numbers."""
+
+
+def _check_history(con: duckdb.DuckDBPyConnection, current: int) -> None:
+    """Refuse a file whose applied migrations are not attnwh's own under the same numbers (a
+    warehouse written by another build of attnwh): upgrading it would apply migrations on a
+    schema they were not written for."""
+    if not current:
+        return
+    shipped = {version: name for version, name, _ in migrations()}
+    applied = con.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall()
+    for version, name in applied:
+        if version in shipped and shipped[version] != name:
+            raise ForeignSchema(
+                f"cannot upgrade the warehouse: its migration {version} is {name!r} but this attnwh's migration "
+                f"{version} is {shipped[version]!r} (the file was written by another build of attnwh)"
+            )
 
 
 @contextlib.contextmanager

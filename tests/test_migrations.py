@@ -319,3 +319,21 @@ def test_a_tuned_models_folder_comes_from_its_fine_tuning_run(tmp_path):
     finally:
         con.close()
     assert rows == [(1, "tiny/bert", None), (2, "attnwh-models/rte", "/runs/finetune")]
+
+
+def test_a_file_of_another_builds_migrations_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """A warehouse whose applied migration N is another than attnwh's N (written by another
+    build) is refused before any migration runs on it, reading or writing, in one line."""
+    from helpers import run
+
+    db = tmp_path / "other.duckdb"
+    latest = warehouse.migrations()[-1][0]
+    con = warehouse.connect(db)
+    con.execute("UPDATE schema_migrations SET name = 'someone_elses' WHERE version = ?", [latest - 1])
+    con.execute("DELETE FROM schema_migrations WHERE version = ?", [latest])
+    con.close()
+    code, out, err = run(monkeypatch, capsys, "sql", "SELECT 1", "--db", str(db))
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"its migration {latest - 1} is 'someone_elses'" in err and "another build of attnwh" in err
+    with pytest.raises(warehouse.ForeignSchema, match=str(db)):
+        warehouse.connect(db)
