@@ -3,8 +3,10 @@ research measured by attnwh on several models of one warehouse, side by side, ea
 paper's number, model and setting, with an interval over the unit that varies (the probe or
 the sequence) and a sentence on whether attnwh agrees.
 
-Findings: where attention sinks emerge (Gu et al. 2025), retrieval heads (Wu et al. 2025),
-induction heads (Olsson et al. 2022), massive activations (Sun et al. 2024) and the KV memory a
+Findings: where attention sinks emerge (Gu et al. 2025), eviction breaking streaming
+(StreamingLLM, Xiao et al. 2023), retrieval heads and what disabling them does (Wu et al.
+2025), induction heads and the in-context learning score (Olsson et al. 2022), massive
+activations and what zero and mean do to them (Sun et al. 2024), and the KV memory a
 restriction to sinks and a window saves at a fixed loss budget (DuoAttention, Xiao et al. 2024).
 Every number comes from a named query, named under its table; the intervals resample the
 stored per-probe rows.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import polars as pl
@@ -40,6 +43,8 @@ SEED = 0
 # The loss budgets (nats per token) the restriction plans are read at.
 BUDGETS = (0.01, 0.05)
 RETRIEVAL_THRESHOLD = 0.1
+# A finding holds on a model when its interval excludes 0 and its test gives p below this.
+ALPHA = 0.05
 Statistic = Callable[[np.ndarray], float]
 
 
@@ -88,6 +93,19 @@ def difference_p(a: np.ndarray, b: np.ndarray, statistic: Statistic) -> float:
         random_state=np.random.default_rng(SEED),
     )
     return float(result.pvalue)
+
+
+def num(value: float | None, spec: str = ".3f") -> str:
+    """`value` formatted, or '–' where there is none (no probe solved, a single sequence)."""
+    return "–" if value is None else format(value, spec)
+
+
+def change(delta: float | None, low: float | None, high: float | None, p: float | None, spec: str = "+.3f") -> str:
+    """'+0.123 [+0.100, +0.150], p 0.002', or '–' without a change."""
+    if delta is None:
+        return "–"
+    bounds = f" [{num(low, spec)}, {num(high, spec)}]" if low is not None else ""
+    return f"{format(delta, spec)}{bounds}, p {num(p, '.3g')}"
 
 
 def pct(value: float) -> str:
@@ -193,8 +211,7 @@ def sinks_emerge(ctx: ReportContext) -> list[str]:
             sorted({short_name_of(m) for m in found["model"].to_list()}),
             f"its share of sink heads lies within Gu et al.'s {pct(low_paper)} to {pct(high_paper)} on at least one "
             "input",
-            "its share lies outside that range on both inputs; Gu et al. read larger models, and the share grows "
-            "with training and scale in their study",
+            "its share lies outside that range on both inputs, where Gu et al. read other and larger models",
         ),
         "",
     ]
@@ -213,6 +230,140 @@ def agreement(agree: list[str], models: list[str], holds: str, fails: str) -> st
     if disagree:
         parts.append(f"On {', '.join(f'`{m}`' for m in disagree)} it does not: {fails}.")
     return " ".join(parts)
+
+
+def eviction(ctx: ReportContext) -> list[str]:
+    frame = ctx.query("streaming_loss")
+    lines = [
+        "## Eviction breaks streaming (Xiao et al. 2023, StreamingLLM)",
+        "",
+        "Next-token loss on text longer than the window when every key/value group keeps only the last W = 64 "
+        "tokens (S = 0: window attention, the first tokens evicted), or those and the first S = 1 or 4 tokens "
+        "(`attnwh ingest streaming`), against the model as it is. Xiao et al. found window attention's "
+        "perplexity exploding once the text outgrows the cache (Llama-2, Falcon, Pythia, MPT), and 4 initial "
+        "tokens with the window bringing it back close to the model's own.",
+        "",
+    ]
+    if not frame.height:
+        return [*lines, "Not measured in this warehouse: `attnwh ingest streaming --model M`.", ""]
+    rows, agree = [], []
+    for r in frame.sort("model", "context_length", "sinks").iter_rows(named=True):
+        versus = change(r["versus_delta"], r["versus_ci_low"], r["versus_ci_high"], r["versus_p_value"])
+        rows.append((short_name_of(r["model"]), f"{r['context_length']:,}", r["sinks"], r["sequences"],
+                     f"{r['baseline_loss']:.3f} ({r['baseline_perplexity']:.1f})", f"{r['loss']:.3f} ({r['perplexity']:.1f})",
+                     change(r["delta"], r["ci_low"], r["ci_high"], r["p_value"]), versus if r["sinks"] else "–"))  # fmt: skip
+    for (model,), part in frame.group_by("model"):
+        window = part.filter(pl.col("sinks") == 0)
+        four = part.filter(pl.col("sinks") == 4)
+        if (
+            window.height
+            and four.height
+            and ((four["versus_ci_high"] < 0) & (four["versus_p_value"] < ALPHA)).all()
+            and ((window["ci_low"] > 0) & (window["p_value"] < ALPHA)).all()
+        ):
+            agree.append(short_name_of(model))
+    return [
+        *lines,
+        *table(
+            (
+                "model",
+                "tokens",
+                "S",
+                "sequences",
+                "as it is: loss (perplexity)",
+                "restricted",
+                "Δ against as it is",
+                "Δ against S = 0",
+            ),
+            rows,
+        ),  # fmt: skip
+        source("streaming_loss"),
+        "",
+        agreement(
+            agree,
+            sorted({short_name_of(m) for m in frame["model"].to_list()}),
+            "at every length window attention raises the loss, and 4 sinks bring it down again, both with intervals "
+            "over sequences that exclude 0 and p < 0.05",
+            "at some length window attention does not raise the loss, or 4 sinks do not lower it, with an interval "
+            "that excludes 0 and p < 0.05",
+        ),
+        "",
+    ]
+
+
+def retrieval_causal(ctx: ReportContext) -> list[str]:
+    frame = ctx.query("head_set_effect")
+    lines = [
+        "### Disabling the retrieval heads (Wu et al. 2025)",
+        "",
+        "Pass-key probes (a five-digit key planted in the text, asked for at the end, its answer teacher-forced; "
+        "`attnwh ingest ablation --probe passkey --no-sweep --disable-top retrieval:10 --random-heads 10 --draws 5 "
+        "--mode zero`): the share of the answer's tokens the model predicts greedily, on the probes it answers "
+        "whole, with the 10 heads of the highest retrieval score disabled, and with 10 random heads (5 draws). "
+        "Wu et al. found needle-in-a-haystack answers falling when the top retrieval heads were masked, and "
+        "barely moving when as many random heads were.",
+        "",
+    ]
+    if not frame.height:
+        return [*lines, "Not measured in this warehouse.", ""]
+    lengths = dict(ctx.con.execute("SELECT run_id, max_length FROM runs").fetchall())
+    rows, agree = [], []
+    for (model, run_id), part in frame.sort("model", "run_id").group_by("model", "run_id", maintain_order=True):
+        first = part.row(0, named=True)
+        top = part.filter(pl.col("draw").is_null())
+        draws = part.filter(pl.col("draw").is_not_null())
+        for r in top.iter_rows(named=True):
+            rows.append((short_name_of(model), f"{lengths.get(run_id, 0):,}", num(first["baseline_accuracy_all"]),
+                         f"{first['solved']} of {first['probes']}", r["label"], num(r["accuracy"]),
+                         change(r["accuracy_delta"], r["accuracy_ci_low"], r["accuracy_ci_high"], r["accuracy_p"])))  # fmt: skip
+        if draws.height:
+            d = draws.row(0, named=True)
+            spread = (
+                "–"
+                if d["draws_mean_delta"] is None
+                else f"mean {d['draws_mean_delta']:+.3f} (sd {num(d['draws_sd_delta'])}, {d['draws_min_delta']:+.3f} "
+                f"to {d['draws_max_delta']:+.3f})"
+            )
+            rows.append((short_name_of(model), f"{lengths.get(run_id, 0):,}", "", "", f"{d['set_name']} × {d['draws']}",
+                         num(cast(float | None, draws["accuracy"].mean())), spread))  # fmt: skip
+            worst = top["accuracy_ci_high"].drop_nulls()
+            random_mean = d["draws_mean_delta"]
+            strongest = abs(cast(float, top["accuracy_delta"].min() or 0.0))
+            tested = top["accuracy_p"].drop_nulls()
+            if (
+                worst.len()
+                and cast(float, worst.max()) < 0
+                and cast(float, tested.max()) < ALPHA
+                and random_mean is not None
+                and abs(random_mean) < strongest / 2
+            ):
+                agree.append(short_name_of(model))
+    models = sorted({short_name_of(m) for m in frame["model"].to_list()})
+    return [
+        *lines,
+        *table(
+            (
+                "model",
+                "tokens",
+                "baseline accuracy (all probes)",
+                "probes answered whole",
+                "heads disabled",
+                "accuracy",
+                "change on those probes",
+            ),
+            rows,
+        ),  # fmt: skip
+        source("head_set_effect"),
+        "",
+        agreement(
+            sorted(set(agree)),
+            models,
+            "disabling the top retrieval heads lowers the answers' accuracy (interval below 0, p < 0.05), while "
+            "random heads change it by less than half as much",
+            "the top retrieval heads' effect is not clearly larger than random heads' on these probes",
+        ),
+        "",
+    ]
 
 
 def retrieval(ctx: ReportContext) -> list[str]:
@@ -277,6 +428,92 @@ def induction(ctx: ReportContext) -> list[str]:
         *lines,
         *table(("model", "rank", "head", "relative depth", "induction score", "probes"), rows),
         source("head_roles_top", "run_models"),
+        "",
+    ]
+
+
+def icl(ctx: ReportContext) -> list[str]:
+    try:
+        exact, wide = ctx.query("icl_score"), ctx.query("icl_score", window=21)
+    except UsageError:  # every loss-curve run is shorter than the score's positions
+        exact = wide = pl.DataFrame()
+    lines = [
+        "### The in-context learning score (Olsson et al. 2022)",
+        "",
+        "The loss at token 500 minus the loss at token 50 of the text, averaged over sequences of 512 tokens "
+        "(`attnwh ingest loss-curve`, query `icl_score`): below 0 when later tokens are predicted better because "
+        "the model uses its context. Olsson et al. found the score falling to well below 0 when induction heads "
+        "form in training, for models of every size. One token per sequence is noisy; each end's mean over 21 "
+        "positions around it is also given.",
+        "",
+    ]
+    if not exact.height:
+        return [
+            *lines,
+            "Not measured in this warehouse: `attnwh ingest loss-curve --model M --context-length 512` (the score "
+            "needs 521 tokens or more with its 21-position ends).",
+            "",
+        ]
+    rows, agree = [], []
+    for r, w in zip(exact.sort("model").iter_rows(named=True), wide.sort("model").iter_rows(named=True), strict=True):
+        rows.append((short_name_of(r["model"]), r["sequences"], num(r["loss_early"]), num(r["loss_late"]),
+                     change(r["icl_score"], r["ci_low"], r["ci_high"], r["p_value"]),
+                     change(w["icl_score"], w["ci_low"], w["ci_high"], w["p_value"])))  # fmt: skip
+        if w["ci_high"] is not None and w["ci_high"] < 0 and w["p_value"] < ALPHA:
+            agree.append(short_name_of(r["model"]))
+    return [
+        *lines,
+        *table(("model", "sequences", "loss at 50", "loss at 500", "score", "score, 21 positions each end"), rows),
+        source("icl_score"),
+        "",
+        agreement(
+            agree,
+            sorted({short_name_of(m) for m in exact["model"].to_list()}),
+            "later tokens are predicted better, the 21-position score's interval lying below 0 with p < 0.05",
+            "the 21-position score is not below 0 with an interval below 0 and p < 0.05",
+        ),
+        "",
+    ]
+
+
+def massive_ablation(ctx: ReportContext) -> list[str]:
+    frame = ctx.query("massive_ablation")
+    lines = [
+        "### Setting them to zero and to their mean",
+        "",
+        "Every sequence's next-token loss with the massive activations overwritten at the layer where they first "
+        "appear (`attnwh ingest massive-ablation`): set to zero, and set to their mean over the sequences. Sun et "
+        "al. found zero catastrophic (perplexity exploding) and the mean harmless: the activations act as fixed "
+        "biases.",
+        "",
+    ]
+    if not frame.height:
+        return [*lines, "Not measured in this warehouse: `attnwh ingest massive-ablation --model M`.", ""]
+    rows, agree = [], []
+    for r in frame.sort("model", "run_id").iter_rows(named=True):
+        moved = (
+            "–" if r["intervention"] == "none" else change(r["delta"], r["ci_low"], r["ci_high"], r["p_value"], "+.4f")
+        )
+        rows.append((short_name_of(r["model"]), r["intervention"], r["entries"], r["sequences"], f"{r['loss']:.3f}",
+                     f"{r['perplexity']:,.1f}", moved))  # fmt: skip
+    for (model,), part in frame.group_by("model"):
+        zero = part.filter(pl.col("intervention") == "zero")
+        mean = part.filter(pl.col("intervention") == "mean")
+        low = zero["ci_low"][0] if zero.height else None
+        tested = low is not None and low > 0 and zero["p_value"][0] < ALPHA
+        if mean.height and tested and zero["delta"][0] > 10 * abs(mean["delta"][0]):
+            agree.append(short_name_of(model))
+    return [
+        *lines,
+        *table(("model", "set to", "entries", "sequences", "loss", "perplexity", "Δ loss"), rows),
+        source("massive_ablation"),
+        "",
+        agreement(
+            agree,
+            sorted({short_name_of(m) for m in frame["model"].to_list()}),
+            "zero raises the loss (interval above 0, p < 0.05), more than ten times as much as the mean does",
+            "zero does not raise the loss with an interval above 0 and p < 0.05, ten times as much as the mean",
+        ),
         "",
     ]
 
@@ -408,9 +645,13 @@ def build_page(
         *setup(models),
         *side_by_side(ctx, figures),
         *sinks_emerge(ctx),
+        *eviction(ctx),
         *retrieval(ctx),
+        *retrieval_causal(ctx),
         *induction(ctx),
+        *icl(ctx),
         *massive(ctx),
+        *massive_ablation(ctx),
         *kv_saving(ctx),
         *costs(time_dir),
     ]

@@ -27,7 +27,7 @@ SHAPES = {"llama": (2, 4), "qwen2": (3, 4)}  # family: (layers, query heads); KV
 
 
 def make_lm(family: str, folder: Path, layers: int, heads: int) -> Path:
-    base = make_tiny_decoder(family, folder / "base", layers, heads, seed=5, positions=256)
+    base = make_tiny_decoder(family, folder / "base", layers, heads, seed=5, positions=640)
     torch.manual_seed(1)
     out = folder / f"{family}-{layers}x{heads}"
     AutoModelForCausalLM.from_pretrained(base).save_pretrained(out)
@@ -39,7 +39,8 @@ def make_lm(family: str, folder: Path, layers: int, heads: int) -> Path:
 def warehouse(tmp_path_factory) -> Path:
     """Both models: a statistics run on 4 prose examples, an induction and a needle head-roles
     run of 3 probes each, a random-token and a text run of 4 probes of 20 tokens, a restriction
-    run on 2 sequences. Some stored hidden-state entries
+    run on 2 sequences, and the findings page's streaming, loss-curve, massive-ablation and
+    pass-key head-set runs, each as small as it goes. Some stored hidden-state entries
     are then made massive, so the query has massive activations to find in random weights."""
     tmp = tmp_path_factory.mktemp("side-by-side")
     db = tmp / "both.duckdb"
@@ -52,6 +53,15 @@ def warehouse(tmp_path_factory) -> Path:
         cli_main("ingest", "roles", *common, "--examples", "4", "--probes", "random,text", "--sink-length", "20")
         cli_main("ingest", "restriction", *common, "--sink-tokens", "2", "--window", "4", "--context-length", "96",
                  "--limit", "2", "--needles", "0")  # fmt: skip
+        # The findings page's other measurements, each as small as it goes.
+        cli_main("ingest", "streaming", *common, "--sink-tokens", "0,4", "--window", "8", "--context-lengths", "48",
+                 "--limit", "3")  # fmt: skip
+        cli_main("ingest", "loss-curve", *common, "--context-length", "560", "--limit", "2")
+        cli_main("ingest", "massive-ablation", *common, "--context-length", "48", "--limit", "3",
+                 "--min-magnitude", "0", "--ratio", "3")  # fmt: skip
+        cli_main("ingest", "ablation", *common, "--probe", "passkey", "--max-length", "96", "--limit", "3",
+                 "--mode", "zero", "--no-sweep", "--disable-top", "retrieval:2", "--random-heads", "2",
+                 "--draws", "2")  # fmt: skip
     with duckdb.connect(str(db)) as con:
         # Every third (example, layer)'s largest entry becomes massive: > 100 and > 1000 × median.
         con.execute(
@@ -341,3 +351,31 @@ def test_the_findings_page(warehouse, tmp_path):
         left = choice.kv_bytes - choice.kv_bytes_saved
         factor = f"{choice.kv_bytes / left:.2f}×" if left > 0 else "all"
         assert any(r[0] == Path(name).name and r[1] == "0.05" and r[-1] == factor for r in rows)
+
+
+def test_the_findings_page_reads_every_measurement(warehouse, tmp_path):
+    """The page's streaming, pass-key, in-context-learning and massive-ablation tables hold the
+    named queries' numbers, and each section ends on whether attnwh agrees on each model."""
+    from attnwh.reports.results import write_results_page
+
+    text = write_results_page(warehouse, "findings", tmp_path / "f.md", figures=False).page.read_text()
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        streaming = run_query(con, get_query("streaming_loss")).to_pylist()
+        massive = run_query(con, get_query("massive_ablation")).to_pylist()
+        icl = run_query(con, get_query("icl_score"), {"window": 21}).to_pylist()
+        sets = run_query(con, get_query("head_set_effect")).to_pylist()
+    for r in streaming:
+        cells = [Path(r["model"]).name, f"{r['context_length']:,}", str(r["sinks"]), str(r["sequences"])]
+        row = next(x for x in rows if x[:4] == cells)
+        assert row[5] == f"{r['loss']:.3f} ({r['perplexity']:.1f})" and row[6].startswith(f"{r['delta']:+.3f} [")
+    for r in massive:
+        row = next(x for x in rows if x[:2] == [Path(r["model"]).name, r["intervention"]])
+        assert row[4:6] == [f"{r['loss']:.3f}", f"{r['perplexity']:,.1f}"]
+    for r in icl:
+        assert any(x[0] == Path(r["model"]).name and x[5].startswith(f"{r['icl_score']:+.3f} [") for x in rows)
+    assert {r["label"] for r in sets} <= {x[4] for x in rows} | {"random-2"}
+    for title in ("Eviction breaks streaming", "Disabling the retrieval heads", "in-context learning score",
+                  "Setting them to zero and to their mean"):  # fmt: skip
+        section = text[text.index(title) :].split("\n#")[0]
+        assert "llama-2x4" in section.split("Queries:")[1] and "qwen2-3x4" in section.split("Queries:")[1]
