@@ -424,3 +424,13 @@ def parameters_hash(model: nn.Module) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
+
+
+def load_language_model(model: str, device: str, what: str) -> LoadedModel:
+    """The causal language model `model` with its head, for `what` (a run kind's words in the
+    refusals): refused from its config before its weights load when it is none, then loaded
+    and checked."""
+    require_language_model_in_config(read_config(model), model, what)
+    encoder = load_model(model, device, language_model=True)
+    require_language_model(encoder, what)
+    return encoder

@@ -169,16 +169,13 @@ def prepare_loss_curve(
     weights load unless it is a causal language model, then loaded; the context length (by
     default 512, or the model's limit if lower) checked against the model's limit; the text
     cut into sequences of exactly that length (one at least)."""
-    from attnwh.ingest.model.loading import load_model, read_config, require_language_model
-    from attnwh.ingest.model.loading import require_language_model_in_config as config_says_language_model
+    from attnwh.ingest.model.loading import load_language_model
     from attnwh.ingest.runs.prepared import model_line
     from attnwh.ingest.runs.restriction import read_text
 
     data = read_text(text)
     what = "a loss curve"
-    config_says_language_model(read_config(model), model, what)
-    encoder = load_model(model, device, language_model=True)
-    require_language_model(encoder, what)
+    encoder = load_language_model(model, device, what)
     length = context_length or min(DEFAULT_CONTEXT, encoder.max_length)
     if length > encoder.max_length:
         raise UsageError(f"--context-length {length}: {model} reads at most {encoder.max_length} tokens")

@@ -237,15 +237,12 @@ def prepare_massive_ablation(
     weights load unless it is a causal language model, then loaded; the context length (by
     default 1024, or the model's limit if lower) checked against the model's limit; the text
     cut into sequences as the restriction cuts it."""
-    from attnwh.ingest.model.loading import load_model, read_config, require_language_model
-    from attnwh.ingest.model.loading import require_language_model_in_config as config_says_language_model
+    from attnwh.ingest.model.loading import load_language_model
     from attnwh.ingest.runs.prepared import model_line
 
     data = read_text(text)
     what = "setting its massive activations to zero and to their mean"
-    config_says_language_model(read_config(model), model, what)
-    encoder = load_model(model, device, language_model=True)
-    require_language_model(encoder, what)
+    encoder = load_language_model(model, device, what)
     ma.decoder_layers(encoder.model)  # the hooks need one module per layer; a ValueError otherwise
     length = context_length or min(1024, encoder.max_length)
     if length > encoder.max_length:

@@ -354,15 +354,12 @@ def prepare_restriction(
     weights load unless it is a causal language model, then loaded; the context length (by
     default 1024, or the model's limit if lower), the window and the grid checked against it;
     sets per pass by default 4 on a GPU, 1 on a CPU; the text cut into sequences and needles."""
-    from attnwh.ingest.model.loading import load_model, read_config, require_language_model
-    from attnwh.ingest.model.loading import require_language_model_in_config as config_says_language_model
+    from attnwh.ingest.model.loading import load_language_model
     from attnwh.ingest.runs.prepared import model_line
 
     data = read_text(text)
     what = "restricting the context"
-    config_says_language_model(read_config(model), model, what)
-    encoder = load_model(model, device, language_model=True)
-    require_language_model(encoder, what)
+    encoder = load_language_model(model, device, what)
     length = context_length or min(1024, encoder.max_length)
     if length > encoder.max_length:
         raise UsageError(f"--context-length {length}: {model} reads at most {encoder.max_length} tokens")

@@ -243,17 +243,14 @@ def prepare_streaming(
     weights load unless it is a causal language model, then loaded; the context lengths (by
     default 256, 512 and 1024 where the model reads them) checked against the model's limit
     and against S + W; the text cut into sequences of each length."""
-    from attnwh.ingest.model.loading import load_model, read_config, require_language_model
-    from attnwh.ingest.model.loading import require_language_model_in_config as config_says_language_model
+    from attnwh.ingest.model.loading import load_language_model
     from attnwh.ingest.runs.prepared import model_line
 
     if not options.sinks:
         raise UsageError("--sink-tokens: give at least one number of sinks, such as 0,1,4")
     data = read_text(text)
     what = "streaming with sinks and a window"
-    config_says_language_model(read_config(model), model, what)
-    encoder = load_model(model, device, language_model=True)
-    require_language_model(encoder, what)
+    encoder = load_language_model(model, device, what)
     if context_lengths:
         lengths = tuple(context_lengths)
         over = [n for n in lengths if n > encoder.max_length]
