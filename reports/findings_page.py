@@ -43,6 +43,8 @@ SEED = 0
 # The loss budgets (nats per token) the restriction plans are read at.
 BUDGETS = (0.01, 0.05)
 RETRIEVAL_THRESHOLD = 0.1
+# The first token by depth: tenths of each model's depth.
+DEPTH_BINS = 10
 # A finding holds on a model when its interval excludes 0 and its test gives p below this.
 ALPHA = 0.05
 Statistic = Callable[[np.ndarray], float]
@@ -162,6 +164,46 @@ def side_by_side(ctx: ReportContext, figures: dict[str, str]) -> list[str]:
     ]
 
 
+def first_token_by_depth(ctx: ReportContext) -> list[str]:
+    """Each model's mean first-token share and share of sink heads per tenth of its depth."""
+    frame = ctx.query("models_side_by_side", bins=DEPTH_BINS).filter(
+        pl.col("measure").is_in(["first_token", "sink_share"])
+    )
+    if not frame.height:
+        return []
+    frame = frame.with_columns(name=short_name(pl.col("model")))
+    runs = frame.select("name", "run_id", "task").unique().sort("name", "run_id")
+    header = ["relative depth", *(f"{r['name']} ({r['task']}, run {r['run_id']})" for r in runs.iter_rows(named=True))]
+    rows = []
+    for b in range(DEPTH_BINS):
+        cells = [f"{b / DEPTH_BINS:.1f}–{(b + 1) / DEPTH_BINS:.1f}"]
+        for r in runs.iter_rows(named=True):
+            part = frame.filter((pl.col("run_id") == r["run_id"]) & (pl.col("depth_bin") == b))
+            if not part.height:
+                cells.append("–")
+                continue
+            first = part.filter(pl.col("measure") == "first_token").row(0, named=True)
+            sinks = part.filter(pl.col("measure") == "sink_share").row(0, named=True)
+            layers = (
+                f"L{first['first_layer']}"
+                if first["first_layer"] == first["last_layer"]
+                else f"L{first['first_layer']}–{first['last_layer']}"
+            )
+            cells.append(f"{first['value']:.3f} · {100 * sinks['value']:.0f} % ({layers})")
+        rows.append(cells)
+    return [
+        "## The first token by depth",
+        "",
+        f"Per tenth of each model's depth (layer / layers), the mean share of its heads' attention on the first "
+        f"token and the share of its heads above ε = {GU_SINK_EPS} (first-token share · sink heads, with the layers "
+        "of that tenth), on the statistics runs' text.",
+        "",
+        *table(header, rows),
+        source("models_side_by_side"),
+        "",
+    ]
+
+
 def sinks_emerge(ctx: ReportContext) -> list[str]:
     found = ctx.query("findings_sinks").filter(pl.col("probe").is_in(["random", "text"]))
     lines = [
@@ -218,12 +260,14 @@ def sinks_emerge(ctx: ReportContext) -> list[str]:
 
 
 def short_name_of(model: str) -> str:
-    return model.rstrip("/").split("/")[-1]
+    """A model's name on the page: its file or folder name, a GGUF file's without `.gguf`."""
+    return model.rstrip("/").split("/")[-1].removesuffix(".gguf")
 
 
 def agreement(agree: list[str], models: list[str], holds: str, fails: str) -> str:
     """'On `A` attnwh agrees: <holds>. On `B` it does not: <fails>.' over the page's models."""
-    disagree = [m for m in models if m not in agree]
+    agree = sorted(set(agree), key=str.lower)
+    disagree = sorted((m for m in models if m not in agree), key=str.lower)
     parts = []
     if agree:
         parts.append(f"On {', '.join(f'`{m}`' for m in agree)} attnwh agrees: {holds}.")
@@ -384,7 +428,7 @@ def retrieval(ctx: ReportContext) -> list[str]:
         matrix = probe_matrix(ctx, r["run_id"], "retrieval")
         share = statistic(matrix)
         low, high = interval(matrix, statistic)
-        rows.append((short_name_of(r["model"]), r["probes"], r["max_tokens"], f"{round(share * r['heads'])} of {r['heads']}",
+        rows.append((short_name_of(r["model"]), r["probes"], f"{r['max_tokens']:,}", f"{round(share * r['heads'])} of {r['heads']}",
                      pct(share), pct_interval(low, high)))  # fmt: skip
         if share < WU_RETRIEVAL_SHARE:
             agree.append(short_name_of(r["model"]))
@@ -644,6 +688,7 @@ def build_page(
         *generated("findings"),
         *setup(models),
         *side_by_side(ctx, figures),
+        *first_token_by_depth(ctx),
         *sinks_emerge(ctx),
         *eviction(ctx),
         *retrieval(ctx),

@@ -29,8 +29,9 @@ _PANEL_WIDTH = 210
 
 
 def short_name(model: pl.Expr) -> pl.Expr:
-    """A model's name without its folder: the last part of a path or hub name."""
-    return model.str.strip_chars_end("/").str.split("/").list.last()
+    """A model's name without its folder: the last part of a path or hub name, a GGUF file's
+    without `.gguf`."""
+    return model.str.strip_chars_end("/").str.split("/").list.last().str.strip_suffix(".gguf")
 
 
 def labelled(frame: pl.DataFrame) -> pl.DataFrame:
@@ -148,4 +149,4 @@ def by_group(frame: pl.DataFrame) -> alt.VConcatChart:
             .properties(width=2 * _PANEL_WIDTH, height=alt.Step(11), title=alt.Title(label, fontSize=11))
         )
     chart = alt.vconcat(*rows, spacing=14)  # one colour scale: every measure lies between 0 and 1
-    return cast(alt.VConcatChart, _styled(chart))
+    return _styled(chart)

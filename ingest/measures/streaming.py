@@ -80,7 +80,8 @@ def streaming_loss(
     if not sinks:
         raise ValueError("give at least one number of sinks")
     every: Collection[rs.Group] = every_group(model.config)
-    nats, tokens = [], None
+    nats: list[np.ndarray] = []
+    tokens = None
     for n, s in enumerate(sinks):
         # The prefix cache saves nothing here (every set restricts layer 0) and would add an
         # unrestricted pass per S: off, the model as it is runs once, in the first call.

@@ -110,8 +110,8 @@ def set_configurations(
         rng = np.random.default_rng(seed)
         for draw in range(1, sets.draws + 1):
             chosen = rng.choice(len(pool), size=sets.random_k, replace=False)
-            heads = tuple(sorted(pool[int(i)] for i in chosen))
-            out.append(Configuration(SET_KIND, heads, k=sets.random_k, label=f"random-{sets.random_k}", draw=draw))
+            drawn = tuple(sorted(pool[int(i)] for i in chosen))
+            out.append(Configuration(SET_KIND, drawn, k=sets.random_k, label=f"random-{sets.random_k}", draw=draw))
     valid = set(every)
     for given in sets.heads:
         outside = [h for h in given if h not in valid]

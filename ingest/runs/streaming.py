@@ -380,8 +380,8 @@ def results(summed: Sequence[tuple[int, int, int | None, float, int]], options: 
     fewest sinks of the run (S = 0: window attention) likewise."""
     by: dict[tuple[int, int | None], dict[int, float]] = {}
     tokens: dict[int, dict[int, int]] = {}
-    for length, sequence, sinks, nats, n in summed:
-        by.setdefault((length, sinks), {})[sequence] = float(nats)
+    for length, sequence, sinks, summed_nats, n in summed:
+        by.setdefault((length, sinks), {})[sequence] = float(summed_nats)
         tokens.setdefault(length, {})[sequence] = int(n)
     fewest = min(options.sinks)
     out: dict[str, list] = {c: [] for c in RESULT_COLUMNS}
