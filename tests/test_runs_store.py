@@ -17,7 +17,10 @@ from attnwh.sql import runs, warehouse
 from helpers import ingest_args, pair_args, run, write_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = {"statistics", "compare", "ablation", "relations", "finetune", "roles", "restriction"}
+KINDS = {
+    "statistics", "compare", "ablation", "relations", "finetune", "roles", "restriction", "streaming", "loss_curve",
+    "massive_ablation",
+}  # fmt: skip
 
 
 def _run_tables_from_schema(con) -> set[str]:
@@ -36,7 +39,8 @@ def _run_tables_from_schema(con) -> set[str]:
 def every_kind(tiny_model_dir, tmp_path_factory):
     """A warehouse with a run of every kind (statistics with thumbnails, statistics of a
     decoder read through a prompt, compare, ablation (of a classifier, and of the decoder's
-    loss on induction probes), head roles, restriction, relations dependencies and frames, finetune, the synthetic-maps fixture with hand
+    loss on induction probes), head roles, restriction, streaming, loss curve, massive
+    ablation, relations dependencies and frames, finetune, the synthetic-maps fixture with hand
     labels), built through the CLI; and the run ids that `create_run` handed out."""
     from _pytest.monkeypatch import MonkeyPatch
 
@@ -142,6 +146,56 @@ def every_kind(tiny_model_dir, tmp_path_factory):
             "4",
             "--limit",
             "2",
+            "--db",
+            str(db),
+        ],
+        [
+            "ingest",
+            "streaming",
+            "--model",
+            str(lm),
+            "--text",
+            str(text),
+            "--sink-tokens",
+            "0,1",
+            "--window",
+            "4",
+            "--context-lengths",
+            "16",
+            "--limit",
+            "2",
+            "--db",
+            str(db),
+        ],
+        [
+            "ingest",
+            "loss-curve",
+            "--model",
+            str(lm),
+            "--text",
+            str(text),
+            "--context-length",
+            "32",
+            "--limit",
+            "2",
+            "--db",
+            str(db),
+        ],
+        [
+            "ingest",
+            "massive-ablation",
+            "--model",
+            str(lm),
+            "--text",
+            str(text),
+            "--context-length",
+            "32",
+            "--limit",
+            "2",
+            "--min-magnitude",
+            "0",
+            "--ratio",
+            "3",
             "--db",
             str(db),
         ],
