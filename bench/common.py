@@ -4,12 +4,15 @@ variants of the statistics ingest against each other."""
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
+
+from torch import nn
 
 from attnwh.ingest.model.loading import LoadedModel, load_model
 from attnwh.ingest.runs.loop import IngestOptions, PreparedTask, StatisticsCapture, ingest_runs, prepare_tasks
@@ -105,3 +108,14 @@ def print_ratios(times: dict[str, list[float]], baseline: str, n_examples: int) 
             f"{name:30s} {best:7.2f} s  {n_examples / best:7.1f} ex/s  ratio best {best / min(base):5.2f}"
             f"  median {statistics.median(paired):5.2f} [{paired[0]:.2f}, {paired[-1]:.2f}]"
         )
+
+
+def with_attention(model: nn.Module, implementation: str) -> nn.Module:
+    """A copy of `model` running transformers' `implementation` of attention (sdpa falls back
+    to the family's own where it has none)."""
+    twin = copy.deepcopy(model)
+    try:
+        twin.set_attn_implementation(implementation)
+    except ValueError:
+        twin.set_attn_implementation("eager")
+    return twin.eval()

@@ -21,11 +21,8 @@ baseline's targets are the first token and punctuation (no [SEP]).
 
 from __future__ import annotations
 
-import copy
-
 import torch
-from common import alternate, load_task, print_ratios, task_parser
-from torch import nn
+from common import alternate, load_task, print_ratios, task_parser, with_attention
 
 from attnwh.ingest.model.encoding import TokenKinds, collate, encode_task, length_buckets
 from attnwh.ingest.model.loading import load_model
@@ -48,17 +45,6 @@ def eager_maps_statistics(model, kinds: TokenKinds, batch: dict[str, torch.Tenso
         stacked = torch.stack([*shares, diag, prev, nxt, ent, a.amax(-1)], -1)
         per_layer.append(torch.einsum("bhsk,bs->bhk", stacked, rows))
     return torch.stack(per_layer, 1).cpu()
-
-
-def with_attention(model: nn.Module, implementation: str) -> nn.Module:
-    """A copy of `model` running transformers' `implementation` of attention (sdpa falls back
-    to the family's own where it has none)."""
-    twin = copy.deepcopy(model)
-    try:
-        twin.set_attn_implementation(implementation)
-    except ValueError:
-        twin.set_attn_implementation("eager")
-    return twin.eval()
 
 
 def main() -> None:

@@ -185,13 +185,7 @@ def prepare_loss_curve(
     cut = cut_sequences(data, encoder.tokenizer, length, options.limit)
     score = "" if length > LATE else f" (too short for the ICL score at position {LATE}: --context-length {LATE + 1})"
     header = f"{model_line(encoder)}: {len(cut.examples)} sequences of {length} tokens{score}"
-    return Prepared(
-        header,
-        lambda db, engine, on_start, on_batch: [
-            ingest_loss_curve(db, encoder, cut, options, on_start, on_batch, engine)
-        ],
-        lambda engine, on_start, on_batch: shard_loss_curve(encoder, cut, options, engine, on_start, on_batch),
-    )
+    return Prepared.one_run(header, ingest_loss_curve, shard_loss_curve, encoder, cut, options)
 
 
 def ingest_loss_curve(

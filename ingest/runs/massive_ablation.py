@@ -259,13 +259,7 @@ def prepare_massive_ablation(
         f"{model_line(encoder)}: {len(cut.sequences)} sequences of up to {length} tokens; massive when |h| > "
         f"{options.min_magnitude:g} and > {options.ratio:g} × the median in ≥ {options.min_share:.0%} of them"
     )
-    return Prepared(
-        header,
-        lambda db, engine, on_start, on_batch: [
-            ingest_massive_ablation(db, encoder, cut, options, on_start, on_batch, engine)
-        ],
-        lambda engine, on_start, on_batch: shard_massive_ablation(encoder, cut, options, engine, on_start, on_batch),
-    )
+    return Prepared.one_run(header, ingest_massive_ablation, shard_massive_ablation, encoder, cut, options)
 
 
 def _spec(encoder: LoadedModel, entries: Sequence[ma.Entry], sites: dict[str, list[list[ma.Site]]]) -> Any:

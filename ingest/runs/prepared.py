@@ -30,6 +30,23 @@ class Prepared:
     ingest: Callable[[Path, EngineOptions, OnStart | None, OnBatch | None], Sequence[Any]]
     shard: Callable[[EngineOptions, OnStart | None, OnBatch | None], Sequence[Any]]
 
+    @classmethod
+    def one_run(
+        cls,
+        header: str,
+        ingest: Callable[..., Any],
+        shard: Callable[..., Sequence[Any]],
+        *arguments: Any,
+    ) -> Prepared:
+        """The work of a kind that stores one run: `ingest(db, *arguments, on_start, on_batch,
+        engine)` returns its summary, `shard(*arguments, engine, on_start, on_batch)` the
+        slices' summaries (the restriction, streaming, massive-ablation and loss-curve kinds)."""
+        return cls(
+            header,
+            lambda db, engine, on_start, on_batch: [ingest(db, *arguments, on_start, on_batch, engine)],
+            lambda engine, on_start, on_batch: shard(*arguments, engine, on_start, on_batch),
+        )
+
 
 def loaded(
     model: str | LoadedModel | None, device: str = "auto", dtype: str = "float32", language_model: bool = False

@@ -381,13 +381,7 @@ def prepare_restriction(
         f"{model_line(encoder)}: {groups} key/value groups, {len(cut.sequences)} sequences of up to {length} tokens"
         f"{probes}, sinks {options.sinks} + window {options.window}"
     )
-    return Prepared(
-        header,
-        lambda db, engine, on_start, on_batch: [
-            ingest_restriction(db, encoder, cut, options, on_start, on_batch, engine)
-        ],
-        lambda engine, on_start, on_batch: shard_restriction(encoder, cut, options, engine, on_start, on_batch),
-    )
+    return Prepared.one_run(header, ingest_restriction, shard_restriction, encoder, cut, options)
 
 
 def ingest_restriction(

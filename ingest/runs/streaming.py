@@ -272,13 +272,7 @@ def prepare_streaming(
         f"{model_line(encoder)}: sequences of each length ({counts} tokens), every key/value group restricted to "
         f"sinks {','.join(map(str, options.sinks))} + window {options.window}"
     )
-    return Prepared(
-        header,
-        lambda db, engine, on_start, on_batch: [
-            ingest_streaming(db, encoder, cut, options, on_start, on_batch, engine)
-        ],
-        lambda engine, on_start, on_batch: shard_streaming(encoder, cut, options, engine, on_start, on_batch),
-    )
+    return Prepared.one_run(header, ingest_streaming, shard_streaming, encoder, cut, options)
 
 
 def ingest_streaming(
