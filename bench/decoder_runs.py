@@ -24,7 +24,7 @@ best seconds and the ratio attnwh / floor: best against best, and the median ove
 the ratio within each repeat, with its range.
 
 Usage: ``python bench/decoder_runs.py [--model FILE.gguf|DIR] [--kinds streaming,loss-curve]
-[--limit 8 --max-length 256]`` (default model: SmolLM2-135M where tools/fetch_smollm2.py put it).
+[--limit 4 --max-length 128]`` (default model: SmolLM2-135M where tools/fetch_smollm2.py put it).
 """
 
 from __future__ import annotations
@@ -144,8 +144,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="causal LM: folder, hub name or GGUF file")
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}")
-    parser.add_argument("--limit", type=int, default=8, help="sequences per kind")
-    parser.add_argument("--max-length", type=int, default=256, help="tokens per sequence")
+    parser.add_argument("--limit", type=int, default=4, help="sequences per kind")
+    parser.add_argument("--max-length", type=int, default=128, help="tokens per sequence")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="auto")
