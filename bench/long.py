@@ -7,8 +7,11 @@ width 384: minutes on a CPU) or `--shape base` (ModernBERT-base's 22 layers, 12 
 768). `--family llama` is a random-initialised Llama decoder with grouped-query attention
 (8 query heads on 2 key/value heads, 4:1, head size 64, 16,384 positions) and SmolLM2's
 tokenizer (`python tools/fetch_smollm2.py` first): `--shape narrow` (4 layers, width 512) or
-`--shape base` (16 layers). Its maps are causal, so attnwh's tiles hold only the keys their
-rows see. Per length, each variant runs in its own process over the same inputs (`--inputs`
+`--shape base` (16 layers). `--family gemma3` is a random-initialised Gemma 3 with Gemma 3
+270M's attention (4 query heads on 1 key/value head of size 256, a 512-token sliding window on
+five layers of every six, width 640) and the same tokenizer: `--shape narrow` (6 layers) or
+`--shape base` (18, as Gemma 3 270M). A decoder's maps are causal, so attnwh's tiles hold only
+the keys their rows see. Per length, each variant runs in its own process over the same inputs (`--inputs`
 random token sequences, one per batch, after one untimed warm-up step), so each peak is that
 variant's alone:
 
@@ -53,7 +56,13 @@ SHAPES = {
         "narrow": {"num_hidden_layers": 4, "hidden_size": 512, "intermediate_size": 1536},
         "base": {"num_hidden_layers": 16, "hidden_size": 512, "intermediate_size": 1536},
     },
+    "gemma3": {
+        "narrow": {"num_hidden_layers": 6, "hidden_size": 640, "intermediate_size": 2048},
+        "base": {"num_hidden_layers": 18, "hidden_size": 640, "intermediate_size": 2048},
+    },
 }
+# Query heads per family, for the size of one layer's maps.
+HEADS = {"modernbert": 12, "llama": 8, "gemma3": 4}
 SMOLLM2 = Path(__file__).resolve().parents[1] / "models" / "smollm2-135m" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -61,20 +70,32 @@ def build_model(family: str, shape: str, folder: Path) -> None:
     """Save a seeded random model of `family` and `shape` with its tokenizer."""
     if family == "llama":
         build_llama(shape, folder)
+    elif family == "gemma3":
+        build_gemma3(shape, folder)
     else:
         build_modernbert(shape, folder)
+
+
+def smollm2_tokenizer(family: str):
+    """SmolLM2's tokenizer, reading 16,384 tokens (the decoder families' vocabulary)."""
+    from transformers import AutoTokenizer
+
+    if not SMOLLM2.is_file():
+        sys.exit(
+            f"bench/long.py: --family {family} takes SmolLM2's tokenizer from {SMOLLM2}: run tools/fetch_smollm2.py"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(SMOLLM2.parent, gguf_file=SMOLLM2.name)
+    tokenizer.model_max_length = 16384
+    return tokenizer
 
 
 def build_llama(shape: str, folder: Path) -> None:
     """A seeded random Llama with grouped-query attention (4 query heads per key/value head)
     and SmolLM2's tokenizer."""
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaModel
+    from transformers import LlamaConfig, LlamaModel
 
-    if not SMOLLM2.is_file():
-        sys.exit(f"bench/long.py: --family llama takes SmolLM2's tokenizer from {SMOLLM2}: run tools/fetch_smollm2.py")
-    tokenizer = AutoTokenizer.from_pretrained(SMOLLM2.parent, gguf_file=SMOLLM2.name)
-    tokenizer.model_max_length = 16384
+    tokenizer = smollm2_tokenizer("llama")
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         num_attention_heads=8,
@@ -88,6 +109,34 @@ def build_llama(shape: str, folder: Path) -> None:
     )
     torch.manual_seed(0)
     LlamaModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def build_gemma3(shape: str, folder: Path) -> None:
+    """A seeded random Gemma 3 of Gemma 3 270M's attention (4 query heads on one key/value head
+    of size 256, a 512-token sliding window on five layers of every six) and SmolLM2's
+    tokenizer (Gemma's own vocabulary of 262,144 would only widen the embeddings)."""
+    import torch
+    from transformers import Gemma3TextConfig, Gemma3TextModel
+
+    tokenizer = smollm2_tokenizer("gemma3")
+    layers = SHAPES["gemma3"][shape]["num_hidden_layers"]
+    config = Gemma3TextConfig(
+        vocab_size=len(tokenizer),
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=256,
+        query_pre_attn_scalar=256,
+        sliding_window=512,
+        layer_types=["full_attention" if i % 6 == 5 else "sliding_attention" for i in range(layers)],
+        max_position_embeddings=16384,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **SHAPES["gemma3"][shape],
+    )
+    torch.manual_seed(0)
+    Gemma3TextModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
 
 
@@ -186,8 +235,7 @@ def child(args: argparse.Namespace) -> None:
 
 def map_bytes(args: argparse.Namespace, length: int) -> int:
     """Bytes of one layer's whole float32 maps of one input."""
-    heads = 8 if args.family == "llama" else 12
-    return heads * length * length * 4
+    return HEADS[args.family] * length * length * 4
 
 
 def measure(args: argparse.Namespace, folder: Path, variant: str, length: int) -> dict:
