@@ -89,55 +89,62 @@ def smollm2_tokenizer(family: str):
     return tokenizer
 
 
-def build_llama(shape: str, folder: Path) -> None:
-    """A seeded random Llama with grouped-query attention (4 query heads per key/value head)
-    and SmolLM2's tokenizer."""
+def save_decoder(model_class, config_class, shape: dict, tokenizer, folder: Path, **attention) -> None:
+    """A seeded random decoder of `model_class` with `attention` settings and `shape`, reading
+    16,384 positions of `tokenizer`'s vocabulary, saved with the tokenizer."""
     import torch
-    from transformers import LlamaConfig, LlamaModel
 
-    tokenizer = smollm2_tokenizer("llama")
-    config = LlamaConfig(
+    config = config_class(
         vocab_size=len(tokenizer),
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        head_dim=64,
         max_position_embeddings=16384,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        **SHAPES["llama"][shape],
+        **attention,
+        **shape,
     )
     torch.manual_seed(0)
-    LlamaModel(config).save_pretrained(folder)
+    model_class(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+
+
+def build_llama(shape: str, folder: Path) -> None:
+    """A seeded random Llama with grouped-query attention (4 query heads per key/value head)
+    and SmolLM2's tokenizer."""
+    from transformers import LlamaConfig, LlamaModel
+
+    save_decoder(
+        LlamaModel,
+        LlamaConfig,
+        SHAPES["llama"][shape],
+        smollm2_tokenizer("llama"),
+        folder,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=64,
+    )
 
 
 def build_gemma3(shape: str, folder: Path) -> None:
     """A seeded random Gemma 3 of Gemma 3 270M's attention (4 query heads on one key/value head
     of size 256, a 512-token sliding window on five layers of every six) and SmolLM2's
     tokenizer (Gemma's own vocabulary of 262,144 would only widen the embeddings)."""
-    import torch
     from transformers import Gemma3TextConfig, Gemma3TextModel
 
-    tokenizer = smollm2_tokenizer("gemma3")
     layers = SHAPES["gemma3"][shape]["num_hidden_layers"]
-    config = Gemma3TextConfig(
-        vocab_size=len(tokenizer),
+    save_decoder(
+        Gemma3TextModel,
+        Gemma3TextConfig,
+        SHAPES["gemma3"][shape],
+        smollm2_tokenizer("gemma3"),
+        folder,
         num_attention_heads=4,
         num_key_value_heads=1,
         head_dim=256,
         query_pre_attn_scalar=256,
         sliding_window=512,
         layer_types=["full_attention" if i % 6 == 5 else "sliding_attention" for i in range(layers)],
-        max_position_embeddings=16384,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        **SHAPES["gemma3"][shape],
     )
-    torch.manual_seed(0)
-    Gemma3TextModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
 
 
 def build_modernbert(shape: str, folder: Path) -> None:
